@@ -1,0 +1,1 @@
+"""durably — durable workflows for asyncio Python."""

@@ -1,0 +1,280 @@
+"""Error classes (engine.md §4.2, api.md §4) and the code/details lookup (§4.3)."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from durably._core.models import JSONValue, StepError
+
+CONTROL_FLOW_SIGNAL = "__durably_control_flow__"
+
+
+class DurablyError(Exception):
+    """Base class of durably's own (non-control-flow) errors."""
+
+
+class FatalError(DurablyError):
+    """An error that is never retried (engine.md §4.2).
+
+    `code` routes onError handlers; `details` is any JSON value carried everywhere the failure
+    goes (run error, completions, gather failures, settled items).
+    """
+
+    retryable = False
+
+    def __init__(self, message: str, code: str | None = None, details: JSONValue = None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.details = details
+
+
+class NestedWorkflowCallError(FatalError):
+    """A ctx primitive called from inside an in-process step body of the same run (§3)."""
+
+    def __init__(self, run_id: str, primitive: str, step: str):
+        super().__init__(
+            f"ctx.{primitive}() was called inside step {step!r} of run {run_id}: workflow "
+            "primitives may only be called from the workflow body, not from a step body",
+            code="nested_workflow_call",
+        )
+        self.run_id = run_id
+        self.primitive = primitive
+        self.step = step
+
+
+class NonDeterminismError(DurablyError):
+    """The code asks for a different checkpoint than history recorded (engine.md §2.4)."""
+
+    code = "non_determinism"
+
+    def __init__(self, run_id: str, seq: int, expected: str, recorded: str):
+        super().__init__(
+            f'non-determinism at {run_id}#{seq}: code expects "{expected}" but history '
+            f'recorded "{recorded}" — the workflow code changed under an in-flight run; '
+            "register a new version or guard the change with ctx.patched()"
+        )
+        self.run_id = run_id
+        self.seq = seq
+        self.expected = expected
+        self.recorded = recorded
+
+
+class RemoteStepError(DurablyError):
+    """A dispatched step failed for good; raised in the workflow body (engine.md §4.2)."""
+
+    def __init__(self, step_error: StepError | None = None):
+        super().__init__(step_error.message if step_error else "remote step failed")
+        self.step_error = step_error
+        self.code = step_error.code if step_error else None
+        self.details = step_error.details if step_error else None
+
+
+class RemoteStepTimeout(DurablyError):
+    """A step with `timeout` gave no result within its window (engine.md §5.4). Retryable."""
+
+    def __init__(self, step_id: str, timeout_ms: int):
+        super().__init__(f"step {step_id} timed out after {timeout_ms}ms")
+        self.step_id = step_id
+        self.timeout_ms = timeout_ms
+
+
+class GatherItemFailure:
+    """One failed member of a fan (engine.md §3.8.3)."""
+
+    __slots__ = ("code", "details", "error", "id", "index")
+
+    def __init__(
+        self,
+        index: int,
+        id: str,
+        error: str,
+        code: str | None = None,
+        details: JSONValue = None,
+    ):
+        self.index = index
+        self.id = id
+        self.error = error
+        self.code = code
+        self.details = details
+
+    def __repr__(self) -> str:
+        return f"GatherItemFailure(index={self.index}, id={self.id!r}, error={self.error!r})"
+
+
+class GatherError(DurablyError):
+    def __init__(self, failures: list[GatherItemFailure], total: int | None = None):
+        ids = ", ".join(f.id for f in failures)
+        super().__init__(
+            f"ctx.all: {len(failures)} of {total if total is not None else '?'} "
+            f"child(ren) failed: {ids}"
+        )
+        self.failures = failures
+        self.total = total
+
+
+class ConcurrencyLimitError(DurablyError):
+    def __init__(self, workflow: str, key: str, limit: int, active: int):
+        super().__init__(
+            f'concurrency limit reached for key "{key}" ({active}/{limit} in flight); '
+            f"{workflow} was not started — retry later"
+        )
+        self.workflow = workflow
+        self.key = key
+        self.limit = limit
+        self.active = active
+
+
+class SingletonQueueFullError(DurablyError):
+    def __init__(self, workflow: str, key: str, max_queue_depth: int):
+        super().__init__(
+            f'singleton queue for {workflow} key "{key}" is full ({max_queue_depth} waiting)'
+        )
+        self.workflow = workflow
+        self.key = key
+        self.max_queue_depth = max_queue_depth
+
+
+class SignalTimeoutError(DurablyError):
+    """A bounded wait expired (engine.md §3.5). Catchable in the body."""
+
+    def __init__(self, token: str, timeout_ms: int):
+        super().__init__(f"timed out after {timeout_ms}ms waiting for {token!r}")
+        self.token = token
+        self.timeout_ms = timeout_ms
+
+
+class WorkflowBlocked(DurablyError):
+    """No live capable worker for the next dispatch; parks the run `blocked` (§9.6)."""
+
+    def __init__(self, reason: str, code: str = "capability.unavailable"):
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+
+class RunFailedError(DurablyError):
+    """`execute` / `RunHandle.result` of a run that did not complete."""
+
+    def __init__(self, run_id: str, status: str, error: StepError | None):
+        message = error.message if error else status
+        super().__init__(f"run {run_id} {status}: {message}")
+        self.run_id = run_id
+        self.status = status
+        self.error = error
+
+
+class WorkflowNotFoundError(DurablyError, LookupError):
+    """`start` of a workflow name (or name@version) that is not registered."""
+
+
+class RunNotFoundError(DurablyError, LookupError):
+    pass
+
+
+class RunIdConflictError(DurablyError):
+    """`start` with a run id that already belongs to a run of another workflow."""
+
+    def __init__(self, run_id: str, existing_workflow: str, requested_workflow: str):
+        super().__init__(
+            f"run id {run_id!r} already belongs to a run of workflow {existing_workflow!r}; "
+            f"it cannot be reused to start {requested_workflow!r}"
+        )
+        self.run_id = run_id
+        self.existing_workflow = existing_workflow
+        self.requested_workflow = requested_workflow
+
+
+class InputValidationError(DurablyError, ValueError):
+    """The start input does not match the workflow's input annotation or validator."""
+
+    def __init__(self, workflow: str, message: str, details: JSONValue = None):
+        super().__init__(f"invalid input for workflow {workflow!r}: {message}")
+        self.workflow = workflow
+        self.details = details
+
+
+class SerializationError(DurablyError, TypeError):
+    """A value that must be stored is not JSON-serializable."""
+
+
+# ------------------------------------------------------------------ control flow signals
+# engine.md §3: derived from BaseException so `except Exception` in a body cannot swallow
+# them (api.md §4). They carry the CONTROL_FLOW_SIGNAL marker that
+# `is_workflow_control_flow_signal` tests.
+
+
+class _ControlFlow(BaseException):
+    __durably_control_flow__ = True
+
+
+class WorkflowSuspended(_ControlFlow):
+    def __init__(self, wake_at: int | None = None):
+        super().__init__("workflow suspended")
+        self.wake_at = wake_at
+
+
+class ContinueAsNew(_ControlFlow):
+    def __init__(self, input: JSONValue):
+        super().__init__("continue as new")
+        self.input = input
+
+
+class RunEvicted(_ControlFlow):
+    """(durably) A resident run's coroutine is dropped; its state is already durable."""
+
+
+def is_workflow_control_flow_signal(err: BaseException) -> bool:
+    return bool(getattr(err, CONTROL_FLOW_SIGNAL, False))
+
+
+# ------------------------------------------------------------------ codeOf / detailsOf (§4.3)
+
+
+def _lookup(err: BaseException | Mapping[str, Any] | None, key: str) -> Any:
+    if err is None:
+        return None
+    if isinstance(err, Mapping):
+        return err.get(key)
+    value = getattr(err, key, None)
+    if value is not None:
+        return value
+    step_error = getattr(err, "step_error", None)
+    if isinstance(step_error, StepError):
+        return getattr(step_error, key)
+    inner = getattr(err, "error", None)
+    if isinstance(inner, StepError):
+        return getattr(inner, key)
+    if isinstance(inner, Mapping):
+        return inner.get(key)
+    return None
+
+
+def code_of(err: BaseException | Mapping[str, Any] | None) -> str | None:
+    value = _lookup(err, "code")
+    return value if isinstance(value, str) else None
+
+
+def details_of(err: BaseException | Mapping[str, Any] | None) -> JSONValue:
+    return _lookup(err, "details")
+
+
+def error_of(err: BaseException, *, with_stack: bool = True) -> StepError:
+    """engine.md §1.7: `{message, stack?, **codeAndDetails(err)}`."""
+    if isinstance(err, RemoteStepError) and err.step_error is not None:
+        se = err.step_error
+        return StepError(message=se.message, code=se.code, details=se.details, stack=se.stack)
+    message = str(err) or type(err).__name__
+    stack = None
+    if with_stack and err.__traceback__ is not None:
+        stack = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    retryable = getattr(err, "retryable", None)
+    return StepError(
+        message=message,
+        code=code_of(err),
+        details=details_of(err),
+        retryable=retryable if isinstance(retryable, bool) else None,
+        stack=stack,
+    )

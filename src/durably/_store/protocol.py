@@ -1,0 +1,142 @@
+"""The StateStore seam (store.md §2–§3).
+
+`StateStore` lists the REQUIRED methods. Optional methods (store.md §2, marked O) are
+described by the small protocols below; callers look them up with `getattr(store, name,
+None)` so that a store (or a wrapper) that lacks one keeps the absence observable and the
+engine takes the documented fallback (store.md §4).
+
+Every first-party store (memory, SQL) also keeps `statement_count`: the number of store
+round trips it has served, which the benchmarks divide by the number of steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from durably._core.models import (
+    BufferedEvent,
+    BufferedSignal,
+    JSONValue,
+    RunPatch,
+    RunQuery,
+    SignalWaiter,
+    StepCheckpoint,
+    WorkflowRun,
+)
+
+
+class StateStoreUnavailable(RuntimeError):
+    """Raised by a store factory when its backing service cannot be reached."""
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """Required store methods. All are coroutines; reads return fresh copies."""
+
+    # --- runs (store.md §3.1)
+    async def create_run(self, run: WorkflowRun) -> None: ...
+    async def update_run(self, run_id: str, patch: RunPatch) -> None: ...
+    async def get_run(self, run_id: str) -> WorkflowRun | None: ...
+    async def delete_run(self, run_id: str) -> None: ...
+
+    # --- checkpoints (store.md §3.2)
+    async def get_checkpoint(self, run_id: str, seq: int) -> StepCheckpoint | None: ...
+    async def save_checkpoint(self, cp: StepCheckpoint) -> None: ...
+    async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]: ...
+
+    # --- pick-up scans (store.md §3.3)
+    async def list_incomplete_runs(self, namespace: str | None = None) -> list[WorkflowRun]: ...
+    async def list_pending_runs(
+        self, limit: int, namespace: str | None = None
+    ) -> list[WorkflowRun]: ...
+    async def list_due_timers(
+        self, now_ms: int, namespace: str | None = None, limit: int | None = None
+    ) -> list[WorkflowRun]: ...
+
+    # --- leases (store.md §3.4)
+    async def try_lock_run(
+        self, run_id: str, owner: str, lease_until_ms: int, now_ms: int
+    ) -> bool: ...
+    async def release_run_lock(self, run_id: str) -> None: ...
+    async def renew_run_lock(self, run_id: str, owner: str, lease_until_ms: int) -> bool: ...
+
+    # --- signal waiters (store.md §3.5)
+    async def put_signal_waiter(self, waiter: SignalWaiter) -> None: ...
+    async def take_signal_waiter(self, token: str) -> SignalWaiter | None: ...
+    async def list_signal_waiters(self, prefix: str) -> list[SignalWaiter]: ...
+    async def remove_signal_waiter(self, waiter: SignalWaiter) -> None: ...
+
+    # --- buffered signals and events (store.md §3.7–3.8)
+    async def buffer_signal(self, token: str, payload: JSONValue) -> None: ...
+    async def take_buffered_signal(self, token: str) -> BufferedSignal | None: ...
+    async def buffer_event(self, event: BufferedEvent) -> None: ...
+    async def list_buffered_events(self, name: str, limit: int) -> list[BufferedEvent]: ...
+    async def remove_buffered_event(self, event_id: str) -> bool: ...
+
+    # --- listing (store.md §3.10, §6)
+    async def list_runs(self, query: RunQuery) -> list[WorkflowRun]: ...
+
+
+# ---------------------------------------------------------------- optional (store.md §2 "O")
+
+
+class SupportsEnsureSchema(Protocol):
+    async def ensure_schema(self) -> None: ...
+
+
+class SupportsClose(Protocol):
+    async def close(self) -> None: ...
+
+
+class SupportsCheckpointCAS(Protocol):
+    async def save_checkpoint_if_pending(self, cp: StepCheckpoint) -> bool: ...
+    async def save_checkpoints_if_pending(
+        self, cps: Sequence[StepCheckpoint]
+    ) -> list[bool]: ...
+
+
+class SupportsCountRuns(Protocol):
+    async def count_runs(self, query: RunQuery) -> int: ...
+
+
+class SupportsCheckpointLookups(Protocol):
+    async def get_latest_checkpoint_by_name(
+        self, run_id: str, name: str
+    ) -> StepCheckpoint | None: ...
+    async def list_checkpoints_by_name_prefix(
+        self, run_id: str, prefixes: Sequence[str]
+    ) -> list[StepCheckpoint]: ...
+    async def count_checkpoints(
+        self, run_id: str, from_seq: int, to_seq: int, statuses: Sequence[str]
+    ) -> int: ...
+
+
+class SupportsBulkLeases(Protocol):
+    """(durably) Lease maintenance in one statement per engine instance, not per run.
+
+    `renew_run_locks(owner, lease_until_ms)` sets `locked_until` on every run whose
+    `locked_by == owner` and returns how many rows it touched. `release_locks_of(owner)`
+    clears the lease of every run held by `owner` (used at boot by an instance that restarts
+    with the same `instance_id`: its previous life's leases are void) and returns the count.
+    `claim_run(run_id, owner, lease_until_ms, now_ms)` is `try_lock_run` that returns the
+    locked row (one round trip instead of lock + get), or None when not acquired.
+    """
+
+    async def renew_run_locks(self, owner: str, lease_until_ms: int) -> int: ...
+    async def release_locks_of(self, owner: str) -> int: ...
+    async def claim_run(
+        self, run_id: str, owner: str, lease_until_ms: int, now_ms: int
+    ) -> WorkflowRun | None: ...
+
+
+__all__ = [
+    "StateStore",
+    "StateStoreUnavailable",
+    "SupportsBulkLeases",
+    "SupportsCheckpointCAS",
+    "SupportsCheckpointLookups",
+    "SupportsClose",
+    "SupportsCountRuns",
+    "SupportsEnsureSchema",
+]
