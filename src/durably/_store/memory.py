@@ -1,0 +1,614 @@
+"""InMemoryStateStore: the reference StateStore (store.md §3, §12).
+
+Everything lives in plain dicts on the instance. Every method body runs without an `await`,
+so each call is atomic with respect to other asyncio tasks: compare-and-set, take-once and
+lease semantics need no lock.
+
+Parity with the SQL stores (store.md §5.3) is deliberate, so that tests written against this
+store hold for the others:
+- payloads (`input`, `output`, `error.details`, event data, buffered payloads) must be strict
+  JSON (no NaN/Infinity) and are stored as their JSON round trip, raising
+  `SerializationError` otherwise, before anything is written;
+- datetimes are stored at millisecond precision in UTC;
+- `namespace=None` is written as `'default'`;
+- a missing run in `update_run` is a no-op (store.md §3.1, durably).
+
+Every read returns a fresh copy: mutating a returned run's `search_attributes` or `input`
+never changes the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from durably._core import jsonutil
+from durably._core.models import (
+    AttributeFilter,
+    AttributeValue,
+    BufferedEvent,
+    BufferedSignal,
+    JSONValue,
+    RunPatch,
+    RunQuery,
+    SignalWaiter,
+    StepCheckpoint,
+    StepError,
+    StepEvent,
+    WorkflowRun,
+    ms_from_utc,
+    now_utc,
+    utc_from_ms,
+)
+from durably._store.query import (
+    DEFAULT_NAMESPACE,
+    attribute_value_matches,
+    matches_query,
+    namespace_matches,
+    newest_first,
+    normalize_attribute_rows,
+    page,
+)
+
+_INCOMPLETE_STATUSES = frozenset({"running", "cancelling"})
+_PATCH_KEYS: frozenset[str] = frozenset(RunPatch.__optional_keys__) | frozenset(
+    RunPatch.__required_keys__
+)
+
+
+# ------------------------------------------------------------------ copy/normalise helpers
+
+
+def _to_json(value: JSONValue) -> JSONValue:
+    """Validate strict JSON and return its round trip (what a SQL store would read back)."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    return jsonutil.loads(jsonutil.dumps(value))
+
+
+def _clone(value: JSONValue) -> JSONValue:
+    """Deep copy of a JSON value (dicts and lists only; scalars are immutable)."""
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    return value
+
+
+def _ms(value: datetime) -> datetime:
+    return utc_from_ms(ms_from_utc(value))
+
+
+def _norm_error(error: StepError | Mapping[str, Any] | None) -> StepError | None:
+    if error is None:
+        return None
+    if isinstance(error, Mapping):
+        error = StepError.from_json(error)
+    if error.details is None:
+        return error
+    return dataclasses.replace(error, details=_to_json(error.details))
+
+
+def _read_error(error: StepError | None) -> StepError | None:
+    if error is None or not isinstance(error.details, dict | list):
+        return error
+    return dataclasses.replace(error, details=_clone(error.details))
+
+
+def _norm_events(events: Iterable[StepEvent] | None) -> tuple[StepEvent, ...] | None:
+    if not events:
+        return None  # an empty list reads back absent, as from a SQL row
+    out: list[StepEvent] = []
+    for event in events:
+        if isinstance(event, Mapping):
+            event = StepEvent.from_json(event)
+        if event.data is not None:
+            event = dataclasses.replace(event, data=_to_json(event.data))
+        out.append(event)
+    return tuple(out)
+
+
+def _read_events(events: tuple[StepEvent, ...] | None) -> tuple[StepEvent, ...] | None:
+    if events is None:
+        return None
+    return tuple(
+        dataclasses.replace(e, data=_clone(e.data)) if isinstance(e.data, dict | list) else e
+        for e in events
+    )
+
+
+def _norm_attributes(
+    run_id: str, attrs: Mapping[str, AttributeValue] | None
+) -> dict[str, AttributeValue] | None:
+    if attrs is None:
+        return None
+    normalize_attribute_rows(run_id, attrs)  # validates: flat str/int/float/bool values only
+    jsonutil.dumps(dict(attrs))  # rejects NaN/Infinity like a SQL store would
+    return dict(attrs)
+
+
+def _norm_run(run: WorkflowRun) -> WorkflowRun:
+    return dataclasses.replace(
+        run,
+        input=_to_json(run.input),
+        output=_to_json(run.output),
+        error=_norm_error(run.error),
+        tags=tuple(run.tags) if run.tags is not None else None,
+        search_attributes=_norm_attributes(run.id, run.search_attributes),
+        namespace=DEFAULT_NAMESPACE if run.namespace is None else run.namespace,
+        created_at=_ms(run.created_at),
+        updated_at=_ms(run.updated_at),
+    )
+
+
+def _read_run(run: WorkflowRun) -> WorkflowRun:
+    return dataclasses.replace(
+        run,
+        input=_clone(run.input),
+        output=_clone(run.output),
+        error=_read_error(run.error),
+        search_attributes=(
+            dict(run.search_attributes) if run.search_attributes is not None else None
+        ),
+    )
+
+
+def _norm_checkpoint(cp: StepCheckpoint) -> StepCheckpoint:
+    started = _ms(cp.started_at)
+    return dataclasses.replace(
+        cp,
+        input=_to_json(cp.input),
+        output=_to_json(cp.output),
+        error=_norm_error(cp.error),
+        events=_norm_events(cp.events),
+        started_at=started,
+        finished_at=_ms(cp.finished_at),
+        # store.md §3.2: `enqueuedAt` absent is written as `startedAt`.
+        enqueued_at=_ms(cp.enqueued_at) if cp.enqueued_at is not None else started,
+    )
+
+
+def _read_checkpoint(cp: StepCheckpoint) -> StepCheckpoint:
+    if (
+        not isinstance(cp.input, dict | list)
+        and not isinstance(cp.output, dict | list)
+        and cp.error is None
+        and cp.events is None
+    ):
+        return cp  # nothing mutable inside: the frozen row is its own copy
+    return dataclasses.replace(
+        cp,
+        input=_clone(cp.input),
+        output=_clone(cp.output),
+        error=_read_error(cp.error),
+        events=_read_events(cp.events),
+    )
+
+
+def _norm_patch_value(run_id: str, key: str, value: Any) -> Any:
+    if key in ("input", "output"):
+        return _to_json(value)
+    if key == "error":
+        return _norm_error(value)
+    if key == "tags":
+        return tuple(value) if value is not None else None
+    if key == "search_attributes":
+        return _norm_attributes(run_id, value)
+    if key == "namespace":
+        return DEFAULT_NAMESPACE if value is None else value
+    if key in ("created_at", "updated_at"):
+        return _ms(value)
+    return value
+
+
+# ------------------------------------------------------------------ the store
+
+
+class InMemoryStateStore:
+    """The reference StateStore (store.md §12).
+
+    Test hooks: `last_attribute_candidates`, `last_checkpoint_rows_read`,
+    `checkpoint_rows_read` (store.md §12) and `statement_count` (one per method call).
+    """
+
+    def __init__(self, *, clock: Callable[[], datetime] | None = None) -> None:
+        self._clock: Callable[[], datetime] = clock or now_utc
+        self._runs: dict[str, WorkflowRun] = {}
+        # run_id -> seq -> row (store.md §12 "runId:seq key", grouped by run for cheap scans)
+        self._checkpoints: dict[str, dict[int, StepCheckpoint]] = {}
+        self._waiters: dict[str, SignalWaiter] = {}
+        # token -> FIFO of payloads (store.md §3.7)
+        self._signals: dict[str, deque[JSONValue]] = {}
+        self._events: dict[str, BufferedEvent] = {}
+        # attribute index: key -> run_id -> typed value (store.md §7.4)
+        self._attr_index: dict[str, dict[str, AttributeValue]] = {}
+
+        self.statement_count: int = 0
+        self.last_attribute_candidates: int = 0
+        self.last_checkpoint_rows_read: int = 0
+        self.checkpoint_rows_read: int = 0
+
+    # ------------------------------------------------------------------ internals
+
+    def _tick(self) -> None:
+        self.statement_count += 1
+
+    def _rows_read(self, n: int, *, last: bool = True) -> None:
+        self.checkpoint_rows_read += n
+        if last:
+            self.last_checkpoint_rows_read = n
+
+    def _index_attributes(self, run_id: str, attrs: Mapping[str, AttributeValue] | None) -> None:
+        for key, value in (attrs or {}).items():
+            self._attr_index.setdefault(key, {})[run_id] = value
+
+    def _unindex_attributes(self, run: WorkflowRun) -> None:
+        for key in run.search_attributes or {}:
+            bucket = self._attr_index.get(key)
+            if bucket is not None:
+                bucket.pop(run.id, None)
+                if not bucket:
+                    del self._attr_index[key]
+
+    def _attribute_candidates(self, filters: Sequence[AttributeFilter]) -> set[str]:
+        """Index pass: intersect the per-filter candidate sets (store.md §7.4)."""
+        candidates: set[str] | None = None
+        for flt in filters:
+            bucket = self._attr_index.get(flt.key, {})
+            ids = {rid for rid, value in bucket.items() if attribute_value_matches(value, flt)}
+            candidates = ids if candidates is None else candidates & ids
+            if not candidates:
+                break
+        result = candidates or set()
+        self.last_attribute_candidates = len(result)
+        return result
+
+    def _select(self, query: RunQuery) -> list[WorkflowRun]:
+        """Filtered (unpaged, unordered) stored rows matching `query`."""
+        pool: Iterable[WorkflowRun]
+        if query.attributes:
+            pool = [self._runs[rid] for rid in self._attribute_candidates(query.attributes)]
+        else:
+            pool = self._runs.values()
+        return [run for run in pool if matches_query(run, query)]
+
+    def _run_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
+        rows = self._checkpoints.get(run_id)
+        if not rows:
+            return []
+        return [rows[seq] for seq in sorted(rows)]
+
+    # ------------------------------------------------------------------ runs (§3.1)
+
+    async def create_run(self, run: WorkflowRun) -> None:
+        self._tick()
+        if run.id in self._runs:
+            raise ValueError(f"run {run.id} already exists")
+        stored = _norm_run(run)
+        self._runs[run.id] = stored
+        self._index_attributes(run.id, stored.search_attributes)
+
+    async def update_run(self, run_id: str, patch: RunPatch) -> None:
+        """Presence-based patch (store.md §3.1)."""
+        self._tick()
+        unknown = set(patch) - _PATCH_KEYS
+        if unknown:
+            raise ValueError(f"unknown RunPatch key(s): {sorted(unknown)}")
+        changes: dict[str, Any] = {}
+        for key, value in patch.items():
+            if key in ("created_at", "updated_at") and value is None:
+                continue  # written only when non-None
+            changes[key] = _norm_patch_value(run_id, key, value)
+        if not changes:
+            return  # an empty effective patch issues no UPDATE
+        current = self._runs.get(run_id)
+        if current is None:
+            return  # durably: a missing run is a no-op, like the SQL stores
+        if "updated_at" not in changes:
+            changes["updated_at"] = _ms(self._clock())
+        self._runs[run_id] = dataclasses.replace(current, **changes)
+        if "search_attributes" in changes:
+            self._unindex_attributes(current)
+            self._index_attributes(run_id, changes["search_attributes"])
+
+    async def get_run(self, run_id: str) -> WorkflowRun | None:
+        self._tick()
+        run = self._runs.get(run_id)
+        return _read_run(run) if run is not None else None
+
+    async def delete_run(self, run_id: str) -> None:
+        """Deletes the run, its checkpoints, waiters and attribute rows (not buffers)."""
+        self._tick()
+        run = self._runs.pop(run_id, None)
+        if run is not None:
+            self._unindex_attributes(run)
+        self._checkpoints.pop(run_id, None)
+        for token in [t for t, w in self._waiters.items() if w.run_id == run_id]:
+            del self._waiters[token]
+
+    # ------------------------------------------------------------------ checkpoints (§3.2)
+
+    async def get_checkpoint(self, run_id: str, seq: int) -> StepCheckpoint | None:
+        self._tick()
+        cp = self._checkpoints.get(run_id, {}).get(seq)
+        if cp is None:
+            return None
+        self._rows_read(1, last=False)  # durably: counted, but not a "last" listing read
+        return _read_checkpoint(cp)
+
+    async def save_checkpoint(self, cp: StepCheckpoint) -> None:
+        """Upsert on (run_id, seq): the whole row is replaced."""
+        self._tick()
+        stored = _norm_checkpoint(cp)
+        self._checkpoints.setdefault(cp.run_id, {})[cp.seq] = stored
+
+    async def save_checkpoint_if_pending(self, cp: StepCheckpoint) -> bool:
+        """CAS: write iff a row exists at (run_id, seq) whose status is `pending` (0.77)."""
+        self._tick()
+        stored = _norm_checkpoint(cp)
+        rows = self._checkpoints.get(cp.run_id)
+        current = rows.get(cp.seq) if rows else None
+        if rows is None or current is None or current.status != "pending":
+            return False  # durably: an absent row returns False and writes nothing
+        rows[cp.seq] = stored
+        return True
+
+    async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
+        """Batched CAS (0.79): per-entry results in order, all-or-nothing on failure."""
+        self._tick()
+        if not cps:
+            return []
+        # Validate every entry before touching storage: if anything raises, nothing is written.
+        staged_rows = [_norm_checkpoint(cp) for cp in cps]
+        staged: dict[tuple[str, int], StepCheckpoint] = {}
+        results: list[bool] = []
+        for row in staged_rows:
+            key = (row.run_id, row.seq)
+            current = (
+                staged[key] if key in staged else self._checkpoints.get(row.run_id, {}).get(row.seq)
+            )
+            won = current is not None and current.status == "pending"
+            if won:
+                staged[key] = row  # a later entry for the same key sees this write
+            results.append(won)
+        for (run_id, seq), row in staged.items():
+            self._checkpoints.setdefault(run_id, {})[seq] = row
+        return results
+
+    async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
+        self._tick()
+        rows = self._run_checkpoints(run_id)
+        self._rows_read(len(rows))
+        return [_read_checkpoint(cp) for cp in rows]
+
+    async def get_latest_checkpoint_by_name(self, run_id: str, name: str) -> StepCheckpoint | None:
+        self._tick()
+        best: StepCheckpoint | None = None
+        for cp in self._checkpoints.get(run_id, {}).values():
+            if cp.name == name and (best is None or cp.seq > best.seq):
+                best = cp
+        self._rows_read(0 if best is None else 1)
+        return _read_checkpoint(best) if best is not None else None
+
+    async def list_checkpoints_by_name_prefix(
+        self, run_id: str, prefixes: Sequence[str]
+    ) -> list[StepCheckpoint]:
+        self._tick()
+        if not prefixes:
+            self._rows_read(0)
+            return []
+        wanted = tuple(prefixes)
+        rows = [cp for cp in self._run_checkpoints(run_id) if cp.name.startswith(wanted)]
+        self._rows_read(len(rows))
+        return [_read_checkpoint(cp) for cp in rows]
+
+    async def count_checkpoints(
+        self, run_id: str, from_seq: int, to_seq: int, statuses: Sequence[str]
+    ) -> int:
+        """Rows with `from_seq <= seq <= to_seq` (both inclusive, durably) and a listed status."""
+        self._tick()
+        if not statuses:
+            return 0
+        wanted = set(statuses)
+        return sum(
+            1
+            for seq, cp in self._checkpoints.get(run_id, {}).items()
+            if from_seq <= seq <= to_seq and cp.status in wanted
+        )
+
+    # ------------------------------------------------------------------ pick-up scans (§3.3)
+
+    async def list_incomplete_runs(self, namespace: str | None = None) -> list[WorkflowRun]:
+        self._tick()
+        rows = [
+            r
+            for r in self._runs.values()
+            if r.status in _INCOMPLETE_STATUSES and namespace_matches(r.namespace, namespace)
+        ]
+        rows.sort(key=lambda r: (r.created_at, r.id))  # no order is promised; be stable
+        return [_read_run(r) for r in rows]
+
+    async def list_pending_runs(
+        self, limit: int, namespace: str | None = None
+    ) -> list[WorkflowRun]:
+        """FIFO by (created_at, id); the namespace filter applies before the limit."""
+        self._tick()
+        rows = [
+            r
+            for r in self._runs.values()
+            if r.status == "pending" and namespace_matches(r.namespace, namespace)
+        ]
+        rows.sort(key=lambda r: (r.created_at, r.id))
+        return [_read_run(r) for r in rows[: max(limit, 0)]]
+
+    async def list_due_timers(
+        self, now_ms: int, namespace: str | None = None, limit: int | None = None
+    ) -> list[WorkflowRun]:
+        """Suspended runs with `wake_at <= now_ms`, ordered by (wake_at, id) (durably)."""
+        self._tick()
+        rows = [
+            r
+            for r in self._runs.values()
+            if r.status == "suspended"
+            and r.wake_at is not None
+            and r.wake_at <= now_ms
+            and namespace_matches(r.namespace, namespace)
+        ]
+        rows.sort(key=lambda r: (r.wake_at or 0, r.id))
+        if limit is not None:
+            rows = rows[: max(limit, 0)]
+        return [_read_run(r) for r in rows]
+
+    # ------------------------------------------------------------------ leases (§3.4)
+
+    def _try_lock(self, run_id: str, owner: str, lease_until_ms: int, now_ms: int) -> bool:
+        run = self._runs.get(run_id)
+        if run is None:
+            return False
+        # Boundary inclusive: `locked_until == now_ms` is expired and can be taken by anyone.
+        if run.locked_until is not None and run.locked_until > now_ms:
+            return False
+        self._runs[run_id] = dataclasses.replace(run, locked_by=owner, locked_until=lease_until_ms)
+        return True
+
+    async def try_lock_run(self, run_id: str, owner: str, lease_until_ms: int, now_ms: int) -> bool:
+        self._tick()
+        return self._try_lock(run_id, owner, lease_until_ms, now_ms)
+
+    async def release_run_lock(self, run_id: str) -> None:
+        self._tick()
+        run = self._runs.get(run_id)
+        if run is not None:
+            self._runs[run_id] = dataclasses.replace(run, locked_by=None, locked_until=None)
+
+    async def renew_run_lock(self, run_id: str, owner: str, lease_until_ms: int) -> bool:
+        """Extends the lease iff `locked_by == owner` (expiry is not checked)."""
+        self._tick()
+        run = self._runs.get(run_id)
+        if run is None or run.locked_by != owner:
+            return False
+        self._runs[run_id] = dataclasses.replace(run, locked_until=lease_until_ms)
+        return True
+
+    # --- durably bulk leases (protocol.SupportsBulkLeases)
+
+    async def renew_run_locks(self, owner: str, lease_until_ms: int) -> int:
+        self._tick()
+        count = 0
+        for run_id, run in self._runs.items():
+            if run.locked_by == owner:
+                self._runs[run_id] = dataclasses.replace(run, locked_until=lease_until_ms)
+                count += 1
+        return count
+
+    async def release_locks_of(self, owner: str) -> int:
+        self._tick()
+        count = 0
+        for run_id, run in self._runs.items():
+            if run.locked_by == owner:
+                self._runs[run_id] = dataclasses.replace(run, locked_by=None, locked_until=None)
+                count += 1
+        return count
+
+    async def claim_run(
+        self, run_id: str, owner: str, lease_until_ms: int, now_ms: int
+    ) -> WorkflowRun | None:
+        self._tick()
+        if not self._try_lock(run_id, owner, lease_until_ms, now_ms):
+            return None
+        return _read_run(self._runs[run_id])
+
+    # ------------------------------------------------------------------ waiters (§3.5)
+
+    async def put_signal_waiter(self, waiter: SignalWaiter) -> None:
+        """Upsert by token: a later put for the same token replaces the row."""
+        self._tick()
+        self._waiters[waiter.token] = waiter
+
+    async def take_signal_waiter(self, token: str) -> SignalWaiter | None:
+        self._tick()
+        return self._waiters.pop(token, None)
+
+    async def list_signal_waiters(self, prefix: str) -> list[SignalWaiter]:
+        """Tokens starting with `prefix` (exact, case-sensitive), by (run_id, seq, token)."""
+        self._tick()
+        rows = [w for t, w in self._waiters.items() if t.startswith(prefix)]
+        rows.sort(key=lambda w: (w.run_id, w.seq, w.token))
+        return rows
+
+    async def remove_signal_waiter(self, waiter: SignalWaiter) -> None:
+        """Deletes only the row matching token AND run_id AND seq."""
+        self._tick()
+        current = self._waiters.get(waiter.token)
+        if current is not None and current.run_id == waiter.run_id and current.seq == waiter.seq:
+            del self._waiters[waiter.token]
+
+    # ------------------------------------------------------------------ buffers (§3.7–3.8)
+
+    async def buffer_signal(self, token: str, payload: JSONValue) -> None:
+        self._tick()
+        stored = _to_json(payload)
+        self._signals.setdefault(token, deque()).append(stored)
+
+    async def take_buffered_signal(self, token: str) -> BufferedSignal | None:
+        """Removes and returns the OLDEST payload for `token`; a NULL payload is still a hit."""
+        self._tick()
+        queue = self._signals.get(token)
+        if not queue:
+            return None
+        payload = queue.popleft()
+        if not queue:
+            del self._signals[token]
+        return BufferedSignal(payload=payload)
+
+    async def buffer_event(self, event: BufferedEvent) -> None:
+        self._tick()
+        if event.id in self._events:
+            raise ValueError(f"buffered event {event.id} already exists")
+        self._events[event.id] = dataclasses.replace(event, payload=_to_json(event.payload))
+
+    async def list_buffered_events(self, name: str, limit: int) -> list[BufferedEvent]:
+        """Oldest `published_at` first (ties by id), at most `limit`, not consuming."""
+        self._tick()
+        rows = [e for e in self._events.values() if e.name == name]
+        rows.sort(key=lambda e: (e.published_at, e.id))
+        return [dataclasses.replace(e, payload=_clone(e.payload)) for e in rows[: max(limit, 0)]]
+
+    async def remove_buffered_event(self, event_id: str) -> bool:
+        self._tick()
+        return self._events.pop(event_id, None) is not None
+
+    # ------------------------------------------------------------------ listing (§3.10, §6)
+
+    async def list_runs(self, query: RunQuery) -> list[WorkflowRun]:
+        """Matching runs, newest first (created_at DESC, id DESC), then offset/limit."""
+        self._tick()
+        rows = page(newest_first(self._select(query)), query.offset, query.limit)
+        return [_read_run(r) for r in rows]
+
+    async def count_runs(self, query: RunQuery) -> int:
+        """Number of runs matching `query`; `limit`/`offset` are ignored (0.77)."""
+        self._tick()
+        return len(self._select(query))
+
+
+if TYPE_CHECKING:
+    from durably._store.protocol import (
+        StateStore,
+        SupportsBulkLeases,
+        SupportsCheckpointCAS,
+        SupportsCheckpointLookups,
+        SupportsCountRuns,
+    )
+
+    _as_state_store: StateStore = InMemoryStateStore()
+    _as_cas: SupportsCheckpointCAS = InMemoryStateStore()
+    _as_count: SupportsCountRuns = InMemoryStateStore()
+    _as_lookups: SupportsCheckpointLookups = InMemoryStateStore()
+    _as_bulk: SupportsBulkLeases = InMemoryStateStore()
+
+
+__all__ = ["InMemoryStateStore"]
