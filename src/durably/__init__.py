@@ -1,1 +1,98 @@
-"""durably — durable workflows for asyncio Python."""
+"""durably — durable workflows for asyncio Python.
+
+Write a workflow as plain async Python; every step is checkpointed in SQLite (the embedded
+default) so a run survives crashes and restarts and resumes where it stopped.
+"""
+
+from durably._core.durations import parse_duration
+from durably._core.errors import (
+    ConcurrencyLimitError,
+    FatalError,
+    GatherError,
+    GatherItemFailure,
+    InputValidationError,
+    NestedWorkflowCallError,
+    NonDeterminismError,
+    RemoteStepError,
+    RunFailedError,
+    RunIdConflictError,
+    RunNotFoundError,
+    SerializationError,
+    SignalTimeoutError,
+    SingletonQueueFullError,
+    WorkflowBlocked,
+    WorkflowNotFoundError,
+)
+from durably._core.models import (
+    AttributeFilter,
+    RunQuery,
+    RunResult,
+    RunStatus,
+    SignalWaiter,
+    StepCheckpoint,
+    StepError,
+    StepEvent,
+    WorkflowRun,
+)
+from durably._engine.ctx import WorkflowCtx
+from durably._engine.engine import Engine
+from durably._engine.events import EngineEvent, MetricsSnapshot
+from durably._engine.handle import RunHandle, UpdateResult
+from durably._engine.registry import (
+    OnErrorInput,
+    OnErrorRoute,
+    RetryPolicy,
+    Step,
+    Workflow,
+    step,
+    workflow,
+)
+from durably._store.memory import InMemoryStateStore
+from durably._store.protocol import StateStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttributeFilter",
+    "ConcurrencyLimitError",
+    "Engine",
+    "EngineEvent",
+    "FatalError",
+    "GatherError",
+    "GatherItemFailure",
+    "InMemoryStateStore",
+    "InputValidationError",
+    "MetricsSnapshot",
+    "NestedWorkflowCallError",
+    "NonDeterminismError",
+    "OnErrorInput",
+    "OnErrorRoute",
+    "RemoteStepError",
+    "RetryPolicy",
+    "RunFailedError",
+    "RunHandle",
+    "RunIdConflictError",
+    "RunNotFoundError",
+    "RunQuery",
+    "RunResult",
+    "RunStatus",
+    "SerializationError",
+    "SignalTimeoutError",
+    "SignalWaiter",
+    "SingletonQueueFullError",
+    "StateStore",
+    "Step",
+    "StepCheckpoint",
+    "StepError",
+    "StepEvent",
+    "UpdateResult",
+    "Workflow",
+    "WorkflowBlocked",
+    "WorkflowCtx",
+    "WorkflowNotFoundError",
+    "WorkflowRun",
+    "__version__",
+    "parse_duration",
+    "step",
+    "workflow",
+]

@@ -46,7 +46,7 @@ def parse_duration(value: int | float | str) -> int:
     if isinstance(value, int | float):
         if not math.isfinite(value):
             raise ValueError(f"invalid duration: {value!r}")
-        return int(round(value))
+        return round(value)
     match = _DURATION_RE.match(value)
     if not match:
         raise ValueError(f"invalid duration: {value!r}")
@@ -54,19 +54,19 @@ def parse_duration(value: int | float | str) -> int:
     factor = _UNITS_MS.get(unit.lower())
     if factor is None:
         raise ValueError(f"unknown duration unit: {unit!r} in {value!r}")
-    return int(round(float(number) * factor))
+    return round(float(number) * factor)
 
 
 def to_ms(value: Duration) -> int:
     """api.md: a number is SECONDS, a timedelta is itself, a string as `parse_duration`."""
     if isinstance(value, timedelta):
-        return int(round(value.total_seconds() * 1000))
+        return round(value.total_seconds() * 1000)
     if isinstance(value, bool):
         raise ValueError(f"invalid duration: {value!r}")
     if isinstance(value, int | float):
         if not math.isfinite(value):
             raise ValueError(f"invalid duration: {value!r}")
-        return int(round(value * 1000))
+        return round(value * 1000)
     return parse_duration(value)
 
 

@@ -66,7 +66,7 @@ def utc_from_ms(ms: int) -> datetime:
 def ms_from_utc(value: datetime) -> int:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return int(round(value.timestamp() * 1000))
+    return round(value.timestamp() * 1000)
 
 
 def _iso(value: datetime | None) -> str | None:

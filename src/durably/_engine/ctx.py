@@ -1,0 +1,643 @@
+"""`WorkflowCtx`: the primitives a workflow body calls (engine.md §3, api.md §3).
+
+Every primitive is a plain method that claims its checkpoint position(s) synchronously and
+returns a coroutine (engine.md §2.2: "claim the position before the first await"), so
+`asyncio.gather(ctx.step(a, 1), ctx.step(b, 2))` numbers the calls in issue order no matter
+which completes first.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
+
+from durably._core.durations import Duration, to_ms, to_ms_or_none
+from durably._core.errors import (
+    ContinueAsNew,
+    FatalError,
+    NestedWorkflowCallError,
+    NonDeterminismError,
+    SignalTimeoutError,
+)
+from durably._core.jsonutil import compact
+from durably._core.models import JSONValue, SignalWaiter, StepCheckpoint, ms_from_utc
+from durably._engine.execution import STEP_SCOPE, Execution
+from durably._engine.registry import BackoffKind, RetryPolicy, Step, Workflow, _backoff_from
+from durably._engine.typed_io import PLAIN, ValueCodec
+
+if TYPE_CHECKING:
+    from durably._engine.engine import Engine
+
+I = TypeVar("I")
+O = TypeVar("O")
+
+
+def event_token_prefix(name: str) -> str:
+    return "event:" + _b64(name) + ":"
+
+
+def event_token(name: str, match: Mapping[str, Any] | None, run_id: str, seq: int) -> str:
+    """engine.md §3.6: `event:<b64 name>:<b64 JSON(match or {})>:<runId>#<seq>`."""
+    return f"{event_token_prefix(name)}{_b64(compact(dict(match or {})))}:{run_id}#{seq}"
+
+
+def match_of_token(token: str) -> dict[str, Any]:
+    import json
+
+    parts = token.split(":")
+    try:
+        return dict(json.loads(base64.b64decode(parts[2]).decode("utf-8")))
+    except Exception:
+        return {}
+
+
+def event_matches(payload: Any, match: Mapping[str, Any] | None) -> bool:
+    """engine.md §3.6: every match key's compact JSON equals the payload key's."""
+    if not match:
+        return True
+    if not isinstance(payload, dict):
+        return False
+    return all(k in payload and compact(payload[k]) == compact(v) for k, v in match.items())
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
+class _ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
+    """`ctx.logger`: drops records while the body replays recorded history."""
+
+    def __init__(self, logger: logging.Logger, execution: Execution):
+        super().__init__(logger, {"run_id": execution.run_id})
+        self._execution = execution
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if not self._execution.replaying:
+            super().log(level, msg, *args, **kwargs)
+
+    def isEnabledFor(self, level: int) -> bool:
+        return not self._execution.replaying and super().isEnabledFor(level)
+
+
+class WorkflowCtx:
+    """What a workflow body receives. Deterministic: all outside work goes through it."""
+
+    def __init__(self, execution: Execution):
+        self._ex = execution
+        self._engine: Engine = execution.engine
+        self.logger: logging.LoggerAdapter[logging.Logger] = _ReplayAwareLogger(
+            logging.getLogger(f"durably.workflow.{execution.workflow.name}"), execution
+        )
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def run_id(self) -> str:
+        return self._ex.run_id
+
+    @property
+    def workflow(self) -> str:
+        return self._ex.workflow.name
+
+    @property
+    def version(self) -> str:
+        return self._ex.run.workflow_version
+
+    @property
+    def is_replaying(self) -> bool:
+        return self._ex.replaying
+
+    def _guard(self, primitive: str) -> None:
+        scope = STEP_SCOPE.get()
+        if scope is not None and scope[0] is self._ex:
+            raise NestedWorkflowCallError(self._ex.run_id, primitive, scope[1])
+
+    def _claim(self, primitive: str, count: int = 1) -> int:
+        self._guard(primitive)
+        return self._ex.claim(count)
+
+    # ------------------------------------------------------------------ steps
+
+    @overload
+    def step(
+        self,
+        step: Step[I, O],
+        input: I,
+        *,
+        retries: int | None = ...,
+        backoff: str | Duration | None = ...,
+        backoff_ms: Duration | None = ...,
+        backoff_max_ms: Duration | None = ...,
+        jitter: bool | None = ...,
+        timeout: Duration | None = ...,
+        queue: str | None = ...,
+        priority: int | None = ...,
+        compensate: Any = ...,
+    ) -> Coroutine[Any, Any, O]: ...
+    @overload
+    def step(
+        self,
+        step: Step[None, O],
+        input: None = ...,
+        *,
+        retries: int | None = ...,
+        backoff: str | Duration | None = ...,
+        backoff_ms: Duration | None = ...,
+        backoff_max_ms: Duration | None = ...,
+        jitter: bool | None = ...,
+        timeout: Duration | None = ...,
+        queue: str | None = ...,
+        priority: int | None = ...,
+        compensate: Any = ...,
+    ) -> Coroutine[Any, Any, O]: ...
+    @overload
+    def step(
+        self,
+        step: str,
+        input: Any = ...,
+        *,
+        retries: int | None = ...,
+        backoff: str | Duration | None = ...,
+        backoff_ms: Duration | None = ...,
+        backoff_max_ms: Duration | None = ...,
+        jitter: bool | None = ...,
+        timeout: Duration | None = ...,
+        queue: str | None = ...,
+        priority: int | None = ...,
+        compensate: Any = ...,
+    ) -> Coroutine[Any, Any, Any]: ...
+    def step(
+        self,
+        step: Step[Any, Any] | str,
+        input: Any = None,
+        *,
+        retries: int | None = None,
+        backoff: str | Duration | None = None,
+        backoff_ms: Duration | None = None,
+        backoff_max_ms: Duration | None = None,
+        jitter: bool | None = None,
+        timeout: Duration | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        compensate: Any = None,
+    ) -> Coroutine[Any, Any, Any]:
+        """Run a step through the engine's transport and checkpoint its result (§3.1)."""
+        seq = self._claim("step")
+        if compensate is not None:
+            raise NotImplementedError("step compensation (sagas) is not supported yet")
+        if queue is not None:
+            raise NotImplementedError("flow-control queues are not supported yet")
+        if isinstance(step, Step):
+            definition: Step[Any, Any] | None = step
+            name = step.name
+        elif isinstance(step, str):
+            name = step
+            definition = self._engine.registry_step(name)
+        else:
+            raise TypeError(
+                f"ctx.step() takes a @durably.step function or a step name, not {step!r}"
+            )
+        base = definition.policy if definition is not None else RetryPolicy()
+        kind, base_ms = _backoff_from(backoff)
+        policy = base.overlay(
+            retries=retries,
+            backoff=kind,
+            backoff_ms=to_ms(backoff_ms) if backoff_ms is not None else base_ms,
+            backoff_max_ms=to_ms_or_none(backoff_max_ms),
+            jitter=jitter,
+        )
+        timeout_ms = (
+            to_ms(timeout)
+            if timeout is not None
+            else (definition.timeout_ms if definition is not None else None)
+        )
+        return self._ex.run_step(seq, name, definition, input, policy, timeout_ms)
+
+    def local_step(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[O] | O],
+        *,
+        retries: int | None = None,
+        backoff: BackoffKind | None = None,
+        backoff_ms: Duration | None = None,
+        backoff_max_ms: Duration | None = None,
+        jitter: bool | None = None,
+        compensate: Any = None,
+    ) -> Coroutine[Any, Any, O]:
+        """A checkpointed step executed in this process; `fn(log)` gets a StepLogger."""
+        seq = self._claim("local_step")
+        if compensate is not None:
+            raise NotImplementedError("local_step compensation (sagas) is not supported yet")
+        policy = RetryPolicy().overlay(
+            retries=retries,
+            backoff=backoff,
+            backoff_ms=to_ms_or_none(backoff_ms),
+            backoff_max_ms=to_ms_or_none(backoff_max_ms),
+            jitter=jitter,
+        )
+        return self._ex.run_local(
+            seq,
+            name,
+            fn,
+            pass_logger=True,
+            policy=policy,
+            track_start=self._engine.track_step_start,
+        )
+
+    def side_effect(self, fn: Callable[[], Awaitable[O] | O]) -> Coroutine[Any, Any, O]:
+        """Run `fn()` once and replay its recorded value (§3.3)."""
+        seq = self._claim("side_effect")
+        return self._ex.run_local(
+            seq, "sideEffect", fn, pass_logger=False, policy=RetryPolicy(), track_start=False
+        )
+
+    async def _now(self, seq: int) -> datetime:
+        ms = await self._ex.run_local(
+            seq,
+            "now",
+            self._engine.clock,
+            pass_logger=False,
+            policy=RetryPolicy(),
+            track_start=False,
+        )
+        return datetime.fromtimestamp(int(ms) / 1000.0, tz=UTC)
+
+    def now(self) -> Coroutine[Any, Any, datetime]:
+        """The recorded current time (aware UTC); the same value on every replay."""
+        return self._now(self._claim("now"))
+
+    # ------------------------------------------------------------------ timers
+
+    def sleep(self, duration: Duration) -> Coroutine[Any, Any, None]:
+        """A durable sleep: survives restarts; the deadline is computed once (§3.4)."""
+        seq = self._claim("sleep")
+        ms = to_ms(duration)
+        return self._sleep(seq, lambda: self._ex.now() + ms)
+
+    def sleep_until(self, when: datetime | int | float) -> Coroutine[Any, Any, None]:
+        """Sleep until an aware datetime (or epoch seconds)."""
+        seq = self._claim("sleep_until")
+        deadline = ms_from_utc(when) if isinstance(when, datetime) else int(when * 1000)
+        return self._sleep(seq, lambda: deadline)
+
+    async def _sleep(self, seq: int, deadline_of: Callable[[], int]) -> None:
+        ex = self._ex
+        cp = ex.snapshot.get(seq)
+        if cp is None:
+            wake_at = deadline_of()
+            await ex.save(ex.instant(seq, "sleep", "sleep", wake_at=wake_at))
+        else:
+            wake_at = cp.wake_at if cp.wake_at is not None else ex.now()
+        await ex.wait(None, wake_at)
+
+    # ------------------------------------------------------------------ signals
+
+    def wait_for_signal(
+        self, token: str, *, timeout: Duration | None = None
+    ) -> Coroutine[Any, Any, Any]:
+        """Wait for `engine.signal(token, payload)`; returns the payload (§3.5)."""
+        timeout_ms = to_ms_or_none(timeout)
+        if timeout_ms is None:
+            seq = self._claim("wait_for_signal")
+            return self._wait_token(seq, token, None, None, f"timeout:{token}")
+        deadline_seq = self._claim("wait_for_signal", 2)
+        return self._wait_token(
+            deadline_seq + 1, token, timeout_ms, deadline_seq, f"timeout:{token}"
+        )
+
+    def on_update(self, name: str, *, timeout: Duration | None = None) -> Coroutine[Any, Any, Any]:
+        """Wait for `engine.update(run_id, name, arg)`; returns the argument (§3.13)."""
+        return self.wait_for_signal(f"update:{self.run_id}:{name}", timeout=timeout)
+
+    async def _deadline(self, seq: int, name: str, timeout_ms: int) -> int:
+        ex = self._ex
+        cp = ex.snapshot.get(seq)
+        if cp is not None and cp.wake_at is not None:
+            return cp.wake_at
+        deadline = ex.now() + timeout_ms
+        await ex.save(ex.instant(seq, name, "sleep", wake_at=deadline))
+        return deadline
+
+    async def _wait_token(
+        self,
+        seq: int,
+        token: str,
+        timeout_ms: int | None,
+        deadline_seq: int | None,
+        deadline_name: str,
+        timeout_token: str | None = None,
+    ) -> Any:
+        ex = self._ex
+        store = self._engine.store
+        deadline = None
+        if timeout_ms is not None and deadline_seq is not None:
+            deadline = await self._deadline(deadline_seq, deadline_name, timeout_ms)
+        cp = ex.snapshot.get(seq)
+        if cp is not None and cp.status == "completed":
+            return cp.output
+        waiter = SignalWaiter(token=token, run_id=ex.run_id, seq=seq)
+        hit = await store.take_buffered_signal(token)
+        if hit is None and (deadline is None or ex.now() < deadline):
+            await store.put_signal_waiter(waiter)
+            # check-then-register-then-recheck (engine.md §3.5)
+            hit = await store.take_buffered_signal(token)
+            if hit is not None:
+                await store.remove_signal_waiter(waiter)
+        if hit is not None:
+            await ex.save(ex.instant(seq, f"signal:{token}", "signal", output=hit.payload))
+            return hit.payload
+        done = await ex.wait(seq, deadline)
+        if done is not None:
+            return done.output
+        # The deadline passed: remove only OUR waiter row, then take a last look in case a
+        # delivery raced the deadline.
+        await store.remove_signal_waiter(waiter)
+        fresh = await store.get_checkpoint(ex.run_id, seq)
+        if fresh is not None and fresh.status == "completed":
+            ex.snapshot[seq] = fresh
+            return fresh.output
+        assert timeout_ms is not None
+        raise SignalTimeoutError(timeout_token or token, timeout_ms)
+
+    # ------------------------------------------------------------------ events
+
+    def wait_for_event(
+        self,
+        name: str,
+        *,
+        match: Mapping[str, Any] | None = None,
+        timeout: Duration | None = None,
+    ) -> Coroutine[Any, Any, Any]:
+        """Wait for `engine.publish_event(name, payload)` whose payload matches (§3.6)."""
+        timeout_ms = to_ms_or_none(timeout)
+        if timeout_ms is None:
+            seq = self._claim("wait_for_event")
+            deadline_seq = None
+        else:
+            deadline_seq = self._claim("wait_for_event", 2)
+            seq = deadline_seq + 1
+        return self._wait_event(seq, name, dict(match or {}), timeout_ms, deadline_seq)
+
+    async def _wait_event(
+        self,
+        seq: int,
+        name: str,
+        match: dict[str, Any],
+        timeout_ms: int | None,
+        deadline_seq: int | None,
+    ) -> Any:
+        ex = self._ex
+        store = self._engine.store
+        deadline = None
+        if timeout_ms is not None and deadline_seq is not None:
+            deadline = await self._deadline(deadline_seq, f"timeout:event:{name}", timeout_ms)
+        cp = ex.snapshot.get(seq)
+        if cp is not None and cp.status == "completed":
+            return cp.output
+        token = event_token(name, match, ex.run_id, seq)
+        waiter = SignalWaiter(token=token, run_id=ex.run_id, seq=seq)
+        await store.put_signal_waiter(waiter)  # register FIRST, then scan the buffer
+        for event in await store.list_buffered_events(name, self._engine.event_scan_limit):
+            if event_matches(event.payload, match) and await store.remove_buffered_event(event.id):
+                await store.remove_signal_waiter(waiter)
+                await ex.save(ex.instant(seq, f"signal:{token}", "signal", output=event.payload))
+                return event.payload
+        return await self._finish_wait(seq, token, waiter, deadline, timeout_ms, f"event:{name}")
+
+    async def _finish_wait(
+        self,
+        seq: int,
+        token: str,
+        waiter: SignalWaiter,
+        deadline: int | None,
+        timeout_ms: int | None,
+        timeout_token: str,
+    ) -> Any:
+        ex = self._ex
+        done = await ex.wait(seq, deadline)
+        if done is not None:
+            return done.output
+        await self._engine.store.remove_signal_waiter(waiter)
+        fresh = await self._engine.store.get_checkpoint(ex.run_id, seq)
+        if fresh is not None and fresh.status == "completed":
+            ex.snapshot[seq] = fresh
+            return fresh.output
+        assert timeout_ms is not None
+        raise SignalTimeoutError(timeout_token, timeout_ms)
+
+    def set_event(self, key: str, value: JSONValue) -> Coroutine[Any, Any, None]:
+        """Publish a value readable with `engine.get_event(run_id, key)` (§3.13)."""
+        seq = self._claim("set_event")
+        return self._set_event(seq, key, PLAIN.to_json(value))
+
+    async def _set_event(self, seq: int, key: str, value: JSONValue) -> None:
+        ex = self._ex
+        name = f"event:{key}"
+        cp = ex.snapshot.get(seq)
+        ex.expect_name(seq, cp, name)
+        if cp is not None and cp.status == "completed":
+            return
+        await ex.save(ex.instant(seq, name, "local", output=value))
+
+    # ------------------------------------------------------------------ children
+
+    def child(
+        self,
+        workflow: Workflow[I, O] | str,
+        input: Any = None,
+        *,
+        id: str | None = None,
+        version: str | None = None,
+        priority: int | None = None,
+    ) -> Coroutine[Any, Any, O]:
+        """Start a child workflow and wait for its output; FatalError if it failed (§3.7)."""
+        seq = self._claim("child")
+        return self._child(seq, workflow, input, id, version, priority)
+
+    async def _child(
+        self,
+        seq: int,
+        workflow: Workflow[Any, Any] | str,
+        input: Any,
+        child_id: str | None,
+        version: str | None,
+        priority: int | None,
+    ) -> Any:
+        ex = self._ex
+        store = self._engine.store
+        child_id = child_id or f"{ex.run_id}.child.{seq}"
+        codec = workflow.output_codec if isinstance(workflow, Workflow) else PLAIN
+        token = f"child:{child_id}"
+        name = f"signal:{token}"
+        cp = ex.snapshot.get(seq)
+        if cp is not None and cp.status == "completed":
+            return _unwrap(child_id, cp.output, codec)
+        waiter = SignalWaiter(token=token, run_id=ex.run_id, seq=seq)
+        await store.put_signal_waiter(waiter)
+        hit = await store.take_buffered_signal(token)  # lost-wake guard (§3.7)
+        if hit is not None:
+            await store.remove_signal_waiter(waiter)
+            await ex.save(ex.instant(seq, name, "signal", output=hit.payload))
+            return _unwrap(child_id, hit.payload, codec)
+        if cp is None:
+            if await store.get_run(child_id) is None:
+                self._engine.start_child_soon(workflow, input, child_id, ex.run, version, priority)
+            await ex.save(ex.instant(seq, name, "signal", status="running"))
+        done = await ex.wait(seq, None)
+        assert done is not None
+        return _unwrap(child_id, done.output, codec)
+
+    def start_child(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any = None,
+        *,
+        id: str | None = None,
+        version: str | None = None,
+        priority: int | None = None,
+    ) -> Coroutine[Any, Any, str]:
+        """Start a child fire-and-forget; returns its run id (join later with `child`)."""
+        seq = self._claim("start_child")
+        return self._start_child(seq, workflow, input, id, version, priority)
+
+    async def _start_child(
+        self,
+        seq: int,
+        workflow: Workflow[Any, Any] | str,
+        input: Any,
+        child_id: str | None,
+        version: str | None,
+        priority: int | None,
+    ) -> str:
+        ex = self._ex
+        cp = ex.snapshot.get(seq)
+        if cp is not None and cp.status == "completed":
+            return str(cp.output)
+        child_id = child_id or f"{ex.run_id}.child.{seq}"
+        if await self._engine.store.get_run(child_id) is None:
+            self._engine.start_child_soon(workflow, input, child_id, ex.run, version, priority)
+        await ex.save(ex.instant(seq, f"spawn:{child_id}", "local", output=child_id))
+        return child_id
+
+    def all(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Fans (`ctx.all`) land with issue #4."""
+        raise NotImplementedError("ctx.all (fans) is not supported yet")
+
+    def all_settled(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Fans (`ctx.all_settled`) land with issue #4."""
+        raise NotImplementedError("ctx.all_settled (fans) is not supported yet")
+
+    # ------------------------------------------------------------------ operator hooks
+
+    def breakpoint(self, label: str | None = None) -> Coroutine[Any, Any, None]:
+        """Pause until an operator calls `engine.continue_run(run_id)` (§3.10)."""
+        seq = self._claim("breakpoint")
+        return self._breakpoint(seq, label)
+
+    async def _breakpoint(self, seq: int, label: str | None) -> None:
+        ex = self._ex
+        cp = ex.snapshot.get(seq)
+        if cp is not None and cp.status == "completed":
+            return
+        if cp is None:
+            name = "breakpoint" if label is None else f"breakpoint:{label}"
+            await ex.save(ex.instant(seq, name, "signal", status="pending"))
+        await self._engine.store.put_signal_waiter(
+            SignalWaiter(token=f"bp:{ex.run_id}:{seq}", run_id=ex.run_id, seq=seq)
+        )
+        await ex.wait(seq, None)
+
+    def patched(self, patch_id: str) -> Coroutine[Any, Any, bool]:
+        """True for runs that reach this point on new code, False for older runs (§3.11)."""
+        seq = self._claim("patched")
+        ex = self._ex
+        name = f"patch:{patch_id}"
+        cp = ex.snapshot.get(seq)
+        if cp is not None:
+            if cp.name == name:
+                return _value(True)
+            if cp.name.startswith("patch:"):
+                raise NonDeterminismError(ex.run_id, seq, name, cp.name)
+            ex.position -= 1  # an old run: the marker is transparent
+            return _value(False)
+        return self._write_patch(seq, name)
+
+    async def _write_patch(self, seq: int, name: str) -> bool:
+        await self._ex.save(self._ex.instant(seq, name, "local", output=True))
+        return True
+
+    def continue_as_new(self, input: Any = None) -> NoReturn:
+        """Complete this run and start a fresh one (`<id>~1`) with `input` (§3.12)."""
+        self._guard("continue_as_new")
+        raise ContinueAsNew(self._ex.workflow.input_codec.to_json(input))
+
+    def upsert_search_attributes(
+        self, attrs: Mapping[str, str | int | float | bool]
+    ) -> Coroutine[Any, Any, None]:
+        """Merge typed, queryable attributes into the run (§3.14)."""
+        seq = self._claim("upsert_search_attributes")
+        return self._upsert(seq, dict(attrs))
+
+    async def _upsert(self, seq: int, attrs: dict[str, Any]) -> None:
+        ex = self._ex
+        cp = ex.snapshot.get(seq)
+        ex.expect_name(seq, cp, "searchAttributes")
+        if cp is not None:
+            return
+        merged = {**(ex.run.search_attributes or {}), **attrs}
+        _validate_attributes(ex.workflow, merged)
+        await self._engine.store.update_run(ex.run_id, {"search_attributes": merged})
+        from durably._core.models import replace
+
+        ex.run = replace(ex.run, search_attributes=merged)
+        await ex.save(ex.instant(seq, "searchAttributes", "local", output=attrs))
+
+
+def _unwrap(child_id: str, completion: Any, codec: ValueCodec) -> Any:
+    """engine.md §3.7 `unwrapCompletion`."""
+    if isinstance(completion, dict) and completion.get("ok") is True:
+        return codec.from_json(completion.get("value"))
+    error = completion.get("error") if isinstance(completion, dict) else completion
+    code = completion.get("code") if isinstance(completion, dict) else None
+    details = completion.get("details") if isinstance(completion, dict) else None
+    raise FatalError(f'child "{child_id}" failed: {error}', code=code, details=details)
+
+
+async def _value(value: bool) -> bool:
+    return value
+
+
+def _validate_attributes(workflow: Workflow[Any, Any], merged: dict[str, Any]) -> None:
+    for key, value in merged.items():
+        if not isinstance(value, str | int | float | bool) or value is None:
+            raise FatalError(
+                f"workflow {workflow.name!r}: search attribute {key!r} must be a str, int, "
+                f"float or bool, not {type(value).__name__}",
+                code="invalid_search_attributes",
+            )
+    schema = workflow.search_attributes_schema
+    if schema is None:
+        return
+    try:
+        if hasattr(schema, "model_validate"):
+            schema.model_validate(merged)
+            return
+        result = schema(merged)
+        if isinstance(result, Awaitable):
+            raise FatalError("search attribute validators must be synchronous")
+        if isinstance(result, str) and result:
+            raise ValueError(result)
+    except FatalError:
+        raise
+    except Exception as exc:
+        raise FatalError(
+            f"workflow {workflow.name!r}: invalid search attributes {sorted(merged)}: {exc}",
+            code="invalid_search_attributes",
+        ) from exc
+
+
+_ = StepCheckpoint  # re-exported type used in annotations elsewhere

@@ -1,0 +1,302 @@
+"""Driving runs: lease → one turn (resident or replay) → settle (engine.md §1.6–1.8)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from durably._core.errors import (
+    ContinueAsNew,
+    RunEvicted,
+    SerializationError,
+    WorkflowSuspended,
+    error_of,
+)
+from durably._core.models import (
+    TERMINAL_RUN_STATUSES,
+    RunPatch,
+    RunStatus,
+    StepError,
+    WorkflowRun,
+    replace,
+)
+from durably._engine.ctx import WorkflowCtx
+from durably._engine.events import EngineEvent
+from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow
+
+if TYPE_CHECKING:
+    from durably._engine.engine import Engine
+
+log = logging.getLogger("durably")
+
+# Statuses a turn may still settle over; anything else was changed under it (cancel, ...).
+_LIVE: tuple[RunStatus, ...] = ("pending", "running", "suspended", "blocked", "cancelling")
+
+
+async def update_if_live(engine: Engine, run_id: str, patch: RunPatch) -> bool:
+    """Write a settle patch unless the run was settled meanwhile (never resurrect a run
+    another process cancelled; engine.md §1.8 "never resurrect")."""
+    conditional = getattr(engine.store, "update_run_if_status", None)
+    if conditional is not None:
+        return bool(await conditional(run_id, patch, _LIVE))
+    current = await engine.store.get_run(run_id)
+    if current is None or current.status not in _LIVE:
+        return False
+    await engine.store.update_run(run_id, patch)
+    return True
+
+
+async def run_one(engine: Engine, run_id: str) -> bool:
+    """engine.md §1.6 `runOne`: lease the run, then execute one turn on this instance.
+
+    Returns False when the lease could not be taken (another instance holds it).
+    """
+    if run_id in engine.executions:
+        return True
+    if engine.draining:
+        return False
+    now = engine.clock()
+    lease_until = now + engine.lease_ms
+    claim = getattr(engine.store, "claim_run", None)
+    if claim is not None:
+        run: WorkflowRun | None = await claim(run_id, engine.instance_id, lease_until, now)
+        if run is None:
+            return False
+    else:
+        if not await engine.store.try_lock_run(run_id, engine.instance_id, lease_until, now):
+            return False
+        run = await engine.store.get_run(run_id)
+        if run is None:
+            return False
+    if run_id in engine.executions:  # raced with another local dispatch
+        return True
+    await drive(engine, run)
+    return True
+
+
+async def drive(engine: Engine, run: WorkflowRun) -> None:
+    """Execute one turn of a run whose lease this instance holds."""
+    store = engine.store
+    if run.status in TERMINAL_RUN_STATUSES or (
+        engine.namespace is not None and run.namespace not in (engine.namespace, None)
+    ):
+        await store.release_run_lock(run.id)
+        return
+    workflow = engine.registration(run.workflow, run.workflow_version)
+    if workflow is None:
+        # engine.md §1.7 step 4: keep the prior version deployed so in-flight runs drain.
+        log.error(
+            "run %s needs workflow %s@%s, which is not registered on this engine — keep the "
+            "prior version deployed so in-flight runs can drain",
+            run.id,
+            run.workflow,
+            run.workflow_version,
+        )
+        await store.release_run_lock(run.id)
+        return
+    fresh = engine.fresh_runs.pop(run.id, False)
+    if run.status == "pending":
+        await store.update_run(run.id, {"status": "running"})
+        run = replace(run, status="running")
+        engine.events.emit(
+            EngineEvent(
+                type="run.started", run_id=run.id, workflow=run.workflow, namespace=run.namespace
+            )
+        )
+    elif run.status in ("suspended", "blocked"):
+        # durably: a re-driven run reads `running` while its turn executes, so a crash in
+        # the turn is found by recovery at once instead of at its old wakeAt.
+        await store.update_run(run.id, {"status": "running", "wake_at": None})
+        run = replace(run, status="running", wake_at=None)
+    # A run this instance created a moment ago has no checkpoints yet: skip the read.
+    checkpoints = [] if fresh else await store.list_checkpoints(run.id)
+    execution = Execution(engine, run, workflow, checkpoints)
+    engine.executions[run.id] = execution
+    task = asyncio.current_task()
+    execution.task = task
+    try:
+        await _turn(engine, execution)
+    finally:
+        engine.executions.pop(run.id, None)
+        engine.turn_finished()
+
+
+async def _turn(engine: Engine, ex: Execution) -> None:
+    ctx = WorkflowCtx(ex)
+    workflow = ex.workflow
+    token = AMBIENT_CTX.set(ctx)
+    try:
+        input_value = workflow.input_codec.from_json(ex.run.input)
+        result = await workflow.invoke(ctx, input_value)
+    except ReplayNow:
+        await engine.store.release_run_lock(ex.run_id)
+        engine.dispatch(ex.run_id)
+        return
+    except RunEvicted:
+        if not ex.cancelled:
+            await engine.store.release_run_lock(ex.run_id)
+        return
+    except WorkflowSuspended as suspended:
+        await _settle_suspended(engine, ex, suspended.wake_at)
+        return
+    except ContinueAsNew as cont:
+        await _settle_continued(engine, ex, cont.input)
+        return
+    except asyncio.CancelledError:
+        if ex.cancelled:
+            return  # engine.cancel wrote the outcome and released the lease
+        await _release_quietly(engine, ex.run_id)
+        raise
+    except Exception as exc:
+        if ex.cancelled:
+            return
+        await settle_failed(engine, ex.run, error_of(exc))
+        return
+    finally:
+        AMBIENT_CTX.reset(token)
+    if ex.cancelled:
+        return
+    try:
+        output = workflow.output_codec.to_json(result)
+    except SerializationError as exc:
+        await settle_failed(
+            engine,
+            ex.run,
+            StepError(
+                message=f"workflow {workflow.name!r} returned a value that cannot be stored: {exc}",
+                code="serialization",
+            ),
+        )
+        return
+    await settle_completed(engine, ex.run, output)
+
+
+async def _release_quietly(engine: Engine, run_id: str) -> None:
+    try:
+        await engine.store.release_run_lock(run_id)
+    except Exception:
+        log.debug("could not release the lease of %s", run_id, exc_info=True)
+
+
+async def settle_completed(engine: Engine, run: WorkflowRun, output: Any) -> None:
+    patch: RunPatch = {
+        "status": "completed",
+        "output": output,
+        "error": None,
+        "wake_at": None,
+        "locked_by": None,
+        "locked_until": None,
+    }
+    if not await update_if_live(engine, run.id, patch):
+        await _release_quietly(engine, run.id)
+        return
+    engine.events.emit(
+        EngineEvent(
+            type="run.completed",
+            run_id=run.id,
+            workflow=run.workflow,
+            namespace=run.namespace,
+            output=output,
+        )
+    )
+    engine.notify_parent(run.id, {"ok": True, "value": output})
+
+
+async def settle_failed(engine: Engine, run: WorkflowRun, error: StepError) -> None:
+    patch: RunPatch = {
+        "status": "failed",
+        "error": error,
+        "wake_at": None,
+        "locked_by": None,
+        "locked_until": None,
+    }
+    if not await update_if_live(engine, run.id, patch):
+        await _release_quietly(engine, run.id)
+        return
+    engine.events.emit(
+        EngineEvent(
+            type="run.failed",
+            run_id=run.id,
+            workflow=run.workflow,
+            namespace=run.namespace,
+            error=error,
+        )
+    )
+    engine.notify_parent(run.id, completion_of_failure(error))
+
+
+def completion_of_failure(error: StepError) -> dict[str, Any]:
+    completion: dict[str, Any] = {"ok": False, "error": error.message}
+    if error.code is not None:
+        completion["code"] = error.code
+    if error.details is not None:
+        completion["details"] = error.details
+    return completion
+
+
+async def _settle_suspended(engine: Engine, ex: Execution, wake_at: int | None) -> None:
+    """engine.md §1.8 `suspended`, plus the lost-wake guard of §9.8 for signal waits."""
+    natural = wake_at if wake_at is not None else engine.fallback_wake_at()
+    patch: RunPatch = {
+        "status": "suspended",
+        "wake_at": natural,
+        "locked_by": None,
+        "locked_until": None,
+    }
+    if not await update_if_live(engine, ex.run_id, patch):
+        await _release_quietly(engine, ex.run_id)
+        return
+    engine.events.emit(
+        EngineEvent(
+            type="run.suspended",
+            run_id=ex.run_id,
+            workflow=ex.run.workflow,
+            namespace=ex.run.namespace,
+        )
+    )
+    # A delivery that raced this turn found the lease taken and only nudged `wakeAt`,
+    # which the write above may have overwritten: look at the awaited rows once more.
+    for seq in sorted(ex.waiting_seqs):
+        cp = await engine.store.get_checkpoint(ex.run_id, seq)
+        if cp is not None and cp.status == "completed":
+            engine.dispatch(ex.run_id)
+            return
+
+
+async def _settle_continued(engine: Engine, ex: Execution, new_input: Any) -> None:
+    """engine.md §1.7 ContinueAsNew: complete (no output) and start `<id>~N` unpinned."""
+    run = ex.run
+    patch: RunPatch = {
+        "status": "completed",
+        "output": None,
+        "error": None,
+        "wake_at": None,
+        "locked_by": None,
+        "locked_until": None,
+    }
+    if not await update_if_live(engine, run.id, patch):
+        await _release_quietly(engine, run.id)
+        return
+    engine.events.emit(
+        EngineEvent(
+            type="run.completed", run_id=run.id, workflow=run.workflow, namespace=run.namespace
+        )
+    )
+    engine.notify_parent(run.id, {"ok": True, "value": None})
+    engine.spawn(
+        engine.start_raw(
+            run.workflow,
+            new_input,
+            next_continuation_id(run.id),
+            namespace=run.namespace,
+            tags=run.tags,
+        )
+    )
+
+
+def next_continuation_id(run_id: str) -> str:
+    base, sep, n = run_id.rpartition("~")
+    if sep and n.isdigit() and "~retry~" not in run_id[-(len(n) + 7) :]:
+        return f"{base}~{int(n) + 1}"
+    return f"{run_id}~1"

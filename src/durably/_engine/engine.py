@@ -1,0 +1,855 @@
+"""`durably.Engine`: start runs, drive them, signal them, observe them (api.md §2)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar, overload
+
+from pydantic import ValidationError
+
+from durably._core.errors import (
+    InputValidationError,
+    RunIdConflictError,
+    RunNotFoundError,
+    SerializationError,
+    WorkflowNotFoundError,
+    error_of,
+)
+from durably._core.models import (
+    JSONValue,
+    RunQuery,
+    RunResult,
+    SignalWaiter,
+    StepCheckpoint,
+    StepError,
+    WorkflowRun,
+    now_utc,
+    utc_from_ms,
+)
+from durably._engine import driver, operator, poller
+from durably._engine.ctx import event_matches, event_token_prefix, match_of_token
+from durably._engine.events import EngineEvent, EventBus, Listener, MetricsSnapshot
+from durably._engine.execution import AMBIENT_CTX, STEP_SCOPE, Execution
+from durably._engine.handle import RunHandle, UpdateResult, WaitUntil, is_settled
+from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
+from durably._engine.typed_io import PLAIN, ValueCodec, validation_details
+from durably._store.protocol import StateStore
+
+log = logging.getLogger("durably")
+
+I = TypeVar("I")
+O = TypeVar("O")
+
+_TUNING_DEFAULTS: dict[str, Any] = {
+    # engine.md §A.2 defaults
+    "lease_ms": 30_000,
+    "timer_poll_ms": 1_000,
+    "reconcile_ms": 300_000,
+    "max_recovery_attempts": None,
+    "drain_timeout_ms": 10_000,
+    "event_scan_limit": 50,
+    "track_step_start": True,
+    # durably
+    "always_replay": False,
+    "step_threads": 32,
+    "pending_batch": 100,
+}
+
+
+def _open_store(store: Any) -> tuple[StateStore, bool]:
+    if store is None:
+        store = os.environ.get("DURABLY_STORE") or "sqlite:///durably.db"
+    if isinstance(store, str):
+        if store in ("memory", "memory://"):
+            from durably._store.memory import InMemoryStateStore
+
+            return InMemoryStateStore(), True
+        from durably._store.sql import SqlStateStore
+
+        return SqlStateStore.from_url(store), True
+    try:
+        from sqlalchemy.ext.asyncio import AsyncEngine
+    except ImportError:  # pragma: no cover - sqlalchemy is a core dependency
+        AsyncEngine = None  # type: ignore[assignment,misc]
+    if AsyncEngine is not None and isinstance(store, AsyncEngine):
+        from durably._store.sql import SqlStateStore
+
+        return SqlStateStore(store), False
+    return store, False
+
+
+class Engine:
+    """The durable workflow engine.
+
+    `Engine()` uses the embedded SQLite default (`DURABLY_STORE`, else `sqlite:///durably.db`).
+    Use it as `async with Engine(...) as engine:` so pollers, recovery and drain run; calls
+    made before that open it lazily.
+
+    Tuning keywords (engine.md §A.2): `lease_ms`, `timer_poll_ms`, `reconcile_ms`,
+    `max_recovery_attempts`, `drain_timeout_ms`, `event_scan_limit`, `track_step_start`,
+    plus durably's `always_replay` (test mode: evict after every step and replay),
+    `step_threads` (size of the engine's own thread pool for sync user code) and
+    `pending_batch`.
+    """
+
+    def __init__(
+        self,
+        store: Any = None,
+        transport: Any = None,
+        *,
+        workflows: Iterable[Workflow[Any, Any]] | None = None,
+        steps: Iterable[Step[Any, Any]] | None = None,
+        namespace: str | None = "default",
+        drive: bool = True,
+        instance_id: str | None = None,
+        clock: Callable[[], int] | None = None,
+        codec: Any = None,
+        **tuning: Any,
+    ):
+        unknown = set(tuning) - set(_TUNING_DEFAULTS)
+        if unknown:
+            raise TypeError(f"unknown Engine option(s): {', '.join(sorted(unknown))}")
+        if transport is not None:
+            raise NotImplementedError(
+                "remote transports are not supported yet; omit `transport` to run steps in-process"
+            )
+        if codec is not None:
+            raise NotImplementedError("payload codecs are not supported yet")
+        opts = {**_TUNING_DEFAULTS, **tuning}
+        self.store, self._owns_store = _open_store(store)
+        self.namespace = namespace
+        self.drive_runs = drive
+        self._explicit_instance = instance_id is not None
+        self.instance_id = instance_id or f"durably-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.clock: Callable[[], int] = clock or (lambda: int(time.time() * 1000))
+        self.lease_ms = int(opts["lease_ms"])
+        self.timer_poll_ms = int(opts["timer_poll_ms"])
+        self.reconcile_ms = int(opts["reconcile_ms"])
+        self.max_recovery_attempts: int | None = opts["max_recovery_attempts"]
+        self.drain_timeout_ms = int(opts["drain_timeout_ms"])
+        self.event_scan_limit = int(opts["event_scan_limit"])
+        self.track_step_start = bool(opts["track_step_start"])
+        self.always_replay = bool(opts["always_replay"])
+        self.pending_batch = int(opts["pending_batch"])
+        self._step_threads = int(opts["step_threads"])
+
+        if workflows is None:
+            self._workflows = DEFAULT_REGISTRY
+        else:
+            self._workflows = Registry()
+            for wf in workflows:
+                self._workflows.add_workflow(wf)
+        self._steps: Registry | None = None
+        if steps is not None:
+            self._steps = Registry()
+            for st in steps:
+                self._steps.add_step(st)
+
+        self.events = EventBus()
+        self.events.subscribe(self._wake_watchers)
+        self.executions: dict[str, Execution] = {}
+        self.fresh_runs: dict[str, bool] = {}
+        self.dispatching: set[str] = set()
+        self._again: set[str] = set()
+        self.draining = False
+        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._background: list[asyncio.Task[Any]] = []
+        self._opened = False
+        self._open_lock: asyncio.Lock | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._update_validators: dict[tuple[str, str], Callable[[Any], Any]] = {}
+        self._dead_listeners: list[Callable[[WorkflowRun], Any]] = []
+        self._cancel_listeners: list[Callable[[str], Any]] = []
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # ================================================================== lifecycle
+
+    async def __aenter__(self) -> Engine:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Prepare the store and start the background loops (idempotent)."""
+        if self._opened:
+            return
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._opened:
+                return
+            ensure = getattr(self.store, "ensure_schema", None)
+            if ensure is not None:
+                await ensure()
+            if self._explicit_instance and self.drive_runs:
+                # A restart with the same instance_id: our previous life's leases are void.
+                release = getattr(self.store, "release_locks_of", None)
+                if release is not None:
+                    await release(self.instance_id)
+            self._executor = ThreadPoolExecutor(
+                max_workers=self._step_threads, thread_name_prefix="durably-step"
+            )
+            self.draining = False
+            if self.drive_runs:
+                self._background = [
+                    asyncio.create_task(poller.poll_loop(self), name="durably-poller"),
+                    asyncio.create_task(poller.lease_loop(self), name="durably-leases"),
+                ]
+            self._opened = True
+
+    async def close(self) -> None:
+        """Drain in-flight turns, stop the loops and close an owned store."""
+        if not self._opened:
+            if self._owns_store:
+                await self._close_store()
+            return
+        await self.drain(self.drain_timeout_ms / 1000.0)
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._background = []
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        self._opened = False
+        if self._owns_store:
+            await self._close_store()
+
+    async def _close_store(self) -> None:
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            await close()
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """engine.md §9.7: stop taking work, evict parked runs, wait for turns to finish."""
+        await poller.drain(self, self.drain_timeout_ms / 1000.0 if timeout is None else timeout)
+
+    async def _ensure_open(self) -> None:
+        if not self._opened:
+            await self.open()
+
+    # ================================================================== registry
+
+    def register(self, *items: Workflow[Any, Any] | Step[Any, Any]) -> None:
+        for item in items:
+            if isinstance(item, Workflow):
+                if self._workflows is DEFAULT_REGISTRY:
+                    DEFAULT_REGISTRY.add_workflow(item)
+                else:
+                    self._workflows.add_workflow(item)
+            else:
+                if self._steps is None:
+                    self._steps = Registry()
+                self._steps.add_step(item)
+
+    def registration(self, name: str, version: str | None = None) -> Workflow[Any, Any] | None:
+        return self._workflows.workflow(name, version)
+
+    def registered_workflows(self) -> list[Workflow[Any, Any]]:
+        return list(self._workflows.workflows.values())
+
+    def registry_step(self, name: str) -> Step[Any, Any] | None:
+        if self._steps is not None:
+            found = self._steps.step(name)
+            if found is not None:
+                return found
+        return DEFAULT_REGISTRY.step(name)
+
+    def _resolve(
+        self, workflow: Workflow[Any, Any] | str, version: str | None
+    ) -> Workflow[Any, Any]:
+        name = workflow.name if isinstance(workflow, Workflow) else str(workflow)
+        if isinstance(workflow, Workflow) and version is None:
+            version = workflow.version
+            if self.registration(name, version) is None:
+                self.register(workflow)
+        found = self.registration(name, version)
+        if found is not None:
+            return found
+        versions = self._workflows.versions_of(name)
+        if version is not None:
+            raise WorkflowNotFoundError(
+                f"workflow {name}@{version} is not registered — a pinned start never falls "
+                f"back to another version (registered: {', '.join(versions) or 'none'})"
+            )
+        raise WorkflowNotFoundError(f"workflow {name} is not registered")
+
+    # ================================================================== starting runs
+
+    def prepare_input(self, workflow: Workflow[Any, Any], input: Any) -> JSONValue:
+        """Validate a start input against the workflow's annotation/validator → JSON."""
+        try:
+            typed = workflow.input_codec.validate(input)
+        except ValidationError as exc:
+            raise InputValidationError(
+                workflow.name, str(exc).replace("\n", "; "), validation_details(exc)
+            ) from None
+        try:
+            json_input = workflow.input_codec.to_json(typed)
+        except SerializationError as exc:
+            raise InputValidationError(workflow.name, str(exc)) from None
+        if workflow.validate_input is not None:
+            verdict = workflow.validate_input(typed)
+            if isinstance(verdict, str) and verdict:
+                raise InputValidationError(workflow.name, verdict)
+        return json_input
+
+    async def start(
+        self,
+        workflow: Workflow[I, O] | str,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        tags: Sequence[str] | None = None,
+        search_attributes: dict[str, str | int | float | bool] | None = None,
+        priority: int | None = None,
+        version: str | None = None,
+        namespace: str | None = None,
+    ) -> RunHandle[O]:
+        """Enqueue a run and return at once (engine.md §1.5). Idempotent by `run_id`."""
+        await self._ensure_open()
+        wf = self._resolve(workflow, version)
+        json_input = self.prepare_input(wf, input)
+        rid = await self._create_run(
+            wf,
+            json_input,
+            run_id=run_id,
+            tags=tags,
+            search_attributes=search_attributes,
+            priority=priority,
+            namespace=namespace,
+        )
+        return RunHandle(self, rid, wf)
+
+    async def _create_run(
+        self,
+        wf: Workflow[Any, Any],
+        json_input: JSONValue,
+        *,
+        run_id: str | None,
+        tags: Sequence[str] | None = None,
+        search_attributes: dict[str, str | int | float | bool] | None = None,
+        priority: int | None = None,
+        namespace: str | None = None,
+    ) -> str:
+        rid = run_id or str(uuid.uuid4())
+        if run_id is not None:
+            existing = await self.store.get_run(rid)
+            if existing is not None:
+                if existing.workflow != wf.name:
+                    raise RunIdConflictError(rid, existing.workflow, wf.name)
+                return rid  # engine.md §1.5 step 4: idempotent
+        merged = list(dict.fromkeys([*wf.tags, *(tags or ())]))
+        merged = [t for t in merged if t != "durable:singleton:admitted"]
+        now = now_utc()
+        run = WorkflowRun(
+            id=rid,
+            workflow=wf.name,
+            workflow_version=wf.version,
+            status="pending",
+            input=json_input,
+            tags=tuple(merged) if merged else None,
+            search_attributes=dict(search_attributes) if search_attributes else None,
+            namespace=namespace or self.namespace or "default",
+            priority=priority,
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            await self.store.create_run(run)
+        except SerializationError:
+            raise
+        except Exception:
+            # A concurrent start with the same id won the insert: the start is idempotent.
+            existing = await self.store.get_run(rid)
+            if existing is None:
+                raise
+            if existing.workflow != wf.name:
+                raise RunIdConflictError(rid, existing.workflow, wf.name) from None
+            return rid
+        self.fresh_runs[rid] = True
+        self.dispatch(rid)
+        return rid
+
+    async def start_raw(
+        self,
+        workflow: str,
+        json_input: JSONValue,
+        run_id: str,
+        *,
+        version: str | None = None,
+        namespace: str | None = None,
+        tags: Sequence[str] | None = None,
+        priority: int | None = None,
+    ) -> str:
+        wf = self._resolve(workflow, version)
+        return await self._create_run(
+            wf,
+            self.prepare_input(wf, json_input),
+            run_id=run_id,
+            tags=tags,
+            namespace=namespace,
+            priority=priority,
+        )
+
+    async def execute(
+        self,
+        workflow: Workflow[I, O] | str,
+        input: Any = None,
+        *,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> O:
+        """Start and wait for the output; `RunFailedError` if the run does not complete."""
+        handle: RunHandle[O] = await self.start(workflow, input, **options)
+        return await handle.result(timeout=timeout)
+
+    def handle(self, run_id: str) -> RunHandle[Any]:
+        return RunHandle(self, run_id)
+
+    def start_child_soon(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any,
+        child_id: str,
+        parent: WorkflowRun,
+        version: str | None,
+        priority: int | None,
+    ) -> None:
+        """engine.md §3.7 deferred child start; a failed start fails the awaiting parent."""
+
+        async def start_child() -> None:
+            name = workflow.name if isinstance(workflow, Workflow) else workflow
+            try:
+                wf = self._resolve(workflow, version)
+                await self._create_run(
+                    wf,
+                    self.prepare_input(wf, input),
+                    run_id=child_id,
+                    namespace=parent.namespace,
+                    priority=priority,
+                )
+            except Exception as exc:
+                self.notify_parent(
+                    child_id,
+                    {"ok": False, "error": f'child workflow "{name}" failed to start: {exc}'},
+                )
+
+        self.spawn(start_child())
+
+    # ================================================================== dispatch
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run a coroutine in the background, tracked so it is not garbage-collected."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("durably background task failed", exc_info=task.exception())
+
+    def dispatch(self, run_id: str, *, nudge: bool = False) -> None:
+        """engine.md §1.6 default dispatcher: a deferred `run_one` on this instance.
+
+        With `nudge`, a run whose lease another process holds gets its wakeAt set to now.
+        """
+        if not self.drive_runs or self.draining:
+            return
+        if run_id in self.dispatching:
+            # A turn of this run is being dispatched here: run one more turn after it.
+            self._again.add(run_id)
+            return
+        self.dispatching.add(run_id)
+        self._idle.clear()
+
+        async def go() -> None:
+            try:
+                while True:
+                    self._again.discard(run_id)
+                    acquired = await driver.run_one(self, run_id)
+                    if nudge and not acquired:
+                        await self.nudge(run_id)
+                    if run_id not in self._again or self.draining:
+                        break
+            finally:
+                self._again.discard(run_id)
+                self.dispatching.discard(run_id)
+                self.turn_finished()
+
+        self.spawn(go())
+
+    def turn_finished(self) -> None:
+        if not self.executions and not self.dispatching:
+            self._idle.set()
+
+    def fallback_wake_at(self) -> int | None:
+        """engine.md §1.8/§9.4: the reconcile safety-net wake for event-waiting suspends."""
+        return self.clock() + self.reconcile_ms if self.reconcile_ms > 0 else None
+
+    # ================================================================== in-process transport
+
+    async def invoke_step(
+        self,
+        execution: Execution,
+        step: Step[Any, Any] | None,
+        name: str,
+        json_input: JSONValue,
+        in_codec: ValueCodec,
+        timeout_ms: int | None,
+    ) -> tuple[JSONValue, StepError | None]:
+        """Run a step handler in this process; (output JSON, None) or (None, error).
+
+        Async handlers run on the loop; sync handlers on the engine's own thread pool,
+        never the loop's default executor. Handlers run outside the ambient workflow ctx
+        (engine.md §3), inside the nested-call guard scope.
+        """
+        if step is None:
+            return None, StepError(message=f"no handler for {name}", retryable=False)
+        scope = STEP_SCOPE.set((execution, name))
+        ambient = AMBIENT_CTX.set(None)
+        try:
+            value = in_codec.from_json(json_input)
+            if step.is_async:
+                awaitable: Any = step.invoke(value)
+            else:
+                assert self._executor is not None
+                context = contextvars.copy_context()
+                awaitable = asyncio.get_running_loop().run_in_executor(
+                    self._executor, context.run, step.invoke, value
+                )
+            if timeout_ms is not None:
+                result = await asyncio.wait_for(awaitable, timeout_ms / 1000.0)
+            else:
+                result = await awaitable
+            return step.output_codec.to_json(result), None
+        except TimeoutError:
+            return None, StepError(
+                message=f'step "{name}" timed out after {timeout_ms}ms',
+                code="timeout",
+                retryable=True,
+            )
+        except SerializationError as exc:
+            return None, StepError(
+                message=f'step "{name}" returned a value that cannot be stored: {exc}',
+                code="serialization",
+                retryable=False,
+            )
+        except ValidationError as exc:
+            return None, StepError(
+                message=f'step "{name}": {exc}', code="validation", retryable=False
+            )
+        except Exception as exc:
+            return None, error_of(exc)
+        finally:
+            AMBIENT_CTX.reset(ambient)
+            STEP_SCOPE.reset(scope)
+
+    # ================================================================== signals & events
+
+    async def signal(self, token: str, payload: Any = None) -> RunResult | None:
+        """engine.md §3.5: deliver to the waiting run, or buffer for a later wait."""
+        await self._ensure_open()
+        payload = PLAIN.to_json(payload)
+        waiter = await self.store.take_signal_waiter(token)
+        if waiter is None:
+            await self.store.buffer_signal(token, payload)
+            waiter = await self.store.take_signal_waiter(token)
+            if waiter is None:
+                return None
+            hit = await self.store.take_buffered_signal(token)
+            if hit is None:
+                return None  # the waiting side consumed it itself
+            payload = hit.payload
+        return await self.deliver(waiter, payload)
+
+    async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> RunResult | None:
+        at = utc_from_ms(self.clock())
+        cp = StepCheckpoint(
+            run_id=waiter.run_id,
+            seq=waiter.seq,
+            name=f"signal:{waiter.token}",
+            kind="signal",
+            step_id=f"{waiter.run_id}:{waiter.seq}",
+            status="completed",
+            output=payload,
+            parallel_group=waiter.parallel_group,
+            attempts=1,
+            enqueued_at=at,
+            started_at=at,
+            finished_at=at,
+        )
+        await self.store.save_checkpoint(cp)
+        await self.redrive(waiter.run_id, cp)
+        run = await self.store.get_run(waiter.run_id)
+        return RunResult(run.id, run.status, run.output, run.error) if run else None
+
+    async def redrive(self, run_id: str, cp: StepCheckpoint | None = None) -> None:
+        """Wake a run after something it waits for happened (engine.md §1.7 `_redrive`)."""
+        execution = self.executions.get(run_id)
+        if execution is not None:
+            if execution.resident:
+                execution.deliver(cp.seq if cp else None, cp)
+            return  # a classic turn in flight re-checks its awaited rows when it settles
+        if self.drive_runs and not self.draining:
+            self.dispatch(run_id, nudge=True)
+        else:
+            await self.nudge(run_id)
+
+    async def nudge(self, run_id: str) -> None:
+        """The run is driven elsewhere (another process holds its lease, or this engine does
+        not drive): make it due now, so the holder's timer poll wakes it (engine.md §9.4)."""
+        await driver.update_if_live(self, run_id, {"wake_at": self.clock()})
+
+    def notify_parent(self, run_id: str, completion: dict[str, Any]) -> None:
+        """engine.md §1.8: deferred `signal('child:<runId>', completion)`."""
+
+        async def notify() -> None:
+            await self.signal(f"child:{run_id}", completion)
+            if "~retry~" in run_id and completion.get("ok"):
+                await self.signal(f"child:{run_id.split('~retry~')[0]}", completion)
+
+        self.spawn(notify())
+
+    async def publish_event(
+        self, name: str, payload: Any = None, *, id: str | None = None, buffer: bool = True
+    ) -> int:
+        """engine.md §3.6: signal matching waiters, start `on_event` workflows, else buffer."""
+        await self._ensure_open()
+        payload = PLAIN.to_json(payload)
+        touched = 0
+        for waiter in await self.store.list_signal_waiters(event_token_prefix(name)):
+            if event_matches(payload, match_of_token(waiter.token)):
+                taken = await self.store.take_signal_waiter(waiter.token)
+                if taken is not None:
+                    await self.deliver(taken, payload)
+                    touched += 1
+        for wf in list(self._workflows.latest.values()):
+            if name in wf.on_event:
+                try:
+                    await self._create_run(
+                        wf,
+                        self.prepare_input(wf, payload),
+                        run_id=f"evt:{id or uuid.uuid4()}:{wf.name}",
+                    )
+                    touched += 1
+                except Exception:
+                    log.exception("on_event start of %s for %s failed", wf.name, name)
+        if touched or buffer is False:
+            return touched
+        from durably._core.models import BufferedEvent
+
+        event = BufferedEvent(
+            id=id or str(uuid.uuid4()), name=name, payload=payload, published_at=self.clock()
+        )
+        await self.store.buffer_event(event)
+        for waiter in await self.store.list_signal_waiters(event_token_prefix(name)):
+            if event_matches(payload, match_of_token(waiter.token)):
+                if await self.store.remove_buffered_event(event.id):
+                    taken = await self.store.take_signal_waiter(waiter.token)
+                    if taken is not None:
+                        await self.deliver(taken, payload)
+                        return 1
+                    await self.store.buffer_event(event)  # put it back: nobody took it
+                break
+        return 0
+
+    async def get_event(self, run_id: str, key: str) -> Any:
+        """engine.md §3.13: the latest value `ctx.set_event(key, …)` recorded, or None."""
+        lookup = getattr(self.store, "get_latest_checkpoint_by_name", None)
+        if lookup is not None:
+            cp = await lookup(run_id, f"event:{key}")
+        else:
+            rows = [
+                c for c in await self.store.list_checkpoints(run_id) if c.name == f"event:{key}"
+            ]
+            cp = rows[-1] if rows else None
+        return cp.output if cp is not None else None
+
+    def register_update_validator(
+        self, workflow: Workflow[Any, Any] | str, name: str, fn: Callable[[Any], Any]
+    ) -> None:
+        wf_name = workflow.name if isinstance(workflow, Workflow) else workflow
+        self._update_validators[(wf_name, name)] = fn
+
+    async def update(self, run_id: str, name: str, arg: Any = None) -> UpdateResult:
+        """engine.md §3.13: validate, then deliver to `ctx.on_update(name)`."""
+        run = await self.store.get_run(run_id)
+        if run is None:
+            return UpdateResult(False, f"run {run_id} not found")
+        validator = self._update_validators.get((run.workflow, name))
+        if validator is not None:
+            try:
+                verdict = validator(arg)
+            except Exception as exc:
+                return UpdateResult(False, str(exc) or type(exc).__name__)
+            if isinstance(verdict, str) and verdict:
+                return UpdateResult(False, verdict)
+        result = await self.signal(f"update:{run_id}:{name}", arg)
+        return UpdateResult(True, None, result is not None)
+
+    # ================================================================== reading
+
+    async def get_run(self, run_id: str) -> WorkflowRun | None:
+        return await self.store.get_run(run_id)
+
+    async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
+        return await self.store.list_checkpoints(run_id)
+
+    async def list_runs(self, **query: Any) -> list[WorkflowRun]:
+        return await self.store.list_runs(RunQuery(**query))
+
+    async def wait_for_run(
+        self, run_id: str, timeout: float | None = None, until: WaitUntil = "settled"
+    ) -> WorkflowRun:
+        """engine.md §1.9: resolve when the run is settled (or terminal)."""
+        await self._ensure_open()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        changed = asyncio.Event()
+        self._watchers.setdefault(run_id, set()).add(changed)
+        try:
+            while True:
+                changed.clear()
+                run = await self.store.get_run(run_id)
+                if run is None:
+                    raise RunNotFoundError(f"run {run_id} not found")
+                if is_settled(run, until):
+                    return run
+                # Runs driven here announce changes through events; others are polled.
+                poll = 5.0 if run_id in self.executions else 0.25
+                if deadline is not None:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise TimeoutError(
+                            f"waitForRun({run_id}) timed out after {int(timeout * 1000)}ms"  # type: ignore[operator]
+                        )
+                    poll = min(poll, remaining)
+                try:
+                    await asyncio.wait_for(changed.wait(), poll)
+                except TimeoutError:
+                    pass
+        finally:
+            watchers = self._watchers.get(run_id)
+            if watchers is not None:
+                watchers.discard(changed)
+                if not watchers:
+                    del self._watchers[run_id]
+
+    def _wake_watchers(self, event: EngineEvent) -> None:
+        if event.type.startswith("run."):
+            for changed in self._watchers.get(event.run_id, ()):
+                changed.set()
+
+    # ================================================================== observing
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Receive every EngineEvent (engine.md §12); returns the unsubscribe function."""
+        return self.events.subscribe(listener)
+
+    def metrics(self) -> MetricsSnapshot:
+        return self.events.snapshot()
+
+    def on_dead(self, listener: Callable[[WorkflowRun], Any]) -> Callable[[], None]:
+        self._dead_listeners.append(listener)
+        return lambda: self._dead_listeners.remove(listener)
+
+    def on_cancel(self, listener: Callable[[str], Any]) -> Callable[[], None]:
+        self._cancel_listeners.append(listener)
+        return lambda: self._cancel_listeners.remove(listener)
+
+    def fire_dead(self, run: WorkflowRun) -> None:
+        for listener in tuple(self._dead_listeners):
+            try:
+                listener(run)
+            except Exception:
+                log.exception("on_dead listener failed")
+
+    def fire_cancel(self, run_id: str) -> None:
+        for listener in tuple(self._cancel_listeners):
+            try:
+                listener(run_id)
+            except Exception:
+                log.exception("on_cancel listener failed")
+
+    # ================================================================== operator actions
+
+    async def cancel(self, run_id: str, *, compensate: bool = False) -> RunResult | None:
+        await self._ensure_open()
+        return await operator.cancel(self, run_id, compensate=compensate)
+
+    async def requeue(self, run_id: str) -> RunResult | None:
+        await self._ensure_open()
+        return await operator.requeue(self, run_id)
+
+    async def retry_with_input(
+        self, run_id: str, input: Any, *, new_run_id: str | None = None
+    ) -> str | None:
+        await self._ensure_open()
+        return await operator.retry_with_input(self, run_id, input, new_run_id)
+
+    async def continue_run(self, run_id: str) -> RunResult | None:
+        await self._ensure_open()
+        return await operator.continue_run(self, run_id)
+
+    async def redispatch_pending(self, run_id: str) -> dict[str, Any] | None:
+        await self._ensure_open()
+        return await operator.redispatch_pending(self, run_id)
+
+    async def delete_run(self, run_id: str) -> int:
+        await self._ensure_open()
+        return await operator.delete_run(self, run_id)
+
+    async def get_run_children(self, run_id: str) -> list[str]:
+        return await operator.get_run_children(self, run_id)
+
+    async def resume(self, run_id: str) -> None:
+        """Explicit re-drive of a run on this instance (engine.md §1.7)."""
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise RunNotFoundError(f"run {run_id} not found")
+        await driver.run_one(self, run_id)
+
+    # ================================================================== polling (tests/ops)
+
+    async def run_pending(self) -> int:
+        return await poller.run_pending(self)
+
+    async def recover_incomplete(self) -> int:
+        return await poller.recover_incomplete(self)
+
+    async def resume_due_timers(self) -> int:
+        return await poller.resume_due_timers(self)
+
+    async def sweep_timeouts(self) -> int:
+        return await poller.sweep_timeouts(self)
+
+    async def wait_idle(self, timeout: float | None = None) -> None:
+        """Wait until no turn is executing or dispatched on this instance (tests)."""
+        await asyncio.wait_for(self._idle.wait(), timeout)
+
+
+@overload
+def jittered(base_ms: int) -> int: ...
+@overload
+def jittered(base_ms: int, spread_ms: int) -> int: ...
+def jittered(base_ms: int, spread_ms: int = 250) -> int:
+    return base_ms + random.randint(-spread_ms, spread_ms)

@@ -1,0 +1,174 @@
+"""Engine events and the metrics snapshot (engine.md §12)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from durably._core.models import JSONValue, StepError, _drop_none, _iso, now_utc
+
+log = logging.getLogger("durably")
+
+EngineEventType = Literal[
+    "run.started",
+    "run.completed",
+    "run.failed",
+    "run.suspended",
+    "run.blocked",
+    "run.routed",
+    "run.unrouted",
+    "step.started",
+    "step.completed",
+    "step.failed",
+    "step.progress",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEvent:
+    type: EngineEventType
+    run_id: str
+    workflow: str | None = None
+    namespace: str | None = None
+    seq: int | None = None
+    name: str | None = None
+    kind: str | None = None
+    output: JSONValue = None
+    error: StepError | None = None
+    duration_ms: float | None = None
+    queue_ms: float | None = None
+    attempt: int | None = None
+    reason: str | None = None
+    at: datetime = field(default_factory=now_utc)
+
+    def to_json(self) -> dict[str, Any]:
+        return _drop_none(
+            {
+                "type": self.type,
+                "runId": self.run_id,
+                "workflow": self.workflow,
+                "namespace": self.namespace,
+                "seq": self.seq,
+                "name": self.name,
+                "kind": self.kind,
+                "output": self.output,
+                "error": self.error.to_json() if self.error else None,
+                "durationMs": self.duration_ms,
+                "queueMs": self.queue_ms,
+                "attempt": self.attempt,
+                "reason": self.reason,
+                "at": _iso(self.at),
+            }
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    """engine.md §12 `collectMetrics`."""
+
+    runs: dict[str, int]
+    routed_by_code: dict[str, int]
+    steps: dict[str, int]
+    by_workflow: dict[str, dict[str, int]]
+    step_duration: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runs": dict(self.runs),
+            "routedByCode": dict(self.routed_by_code),
+            "steps": dict(self.steps),
+            "byWorkflow": {k: dict(v) for k, v in self.by_workflow.items()},
+            "stepDuration": {
+                "sumMs": self.step_duration["sum_ms"],
+                "count": self.step_duration["count"],
+            },
+        }
+
+    def to_prometheus(self) -> str:
+        lines = []
+        for event, n in self.runs.items():
+            lines.append(f'durable_runs_total{{event="{event}"}} {n}')
+        for event, n in self.steps.items():
+            lines.append(f'durable_steps_total{{event="{event}"}} {n}')
+        for wf, counts in self.by_workflow.items():
+            for event, n in counts.items():
+                lines.append(
+                    f'durable_runs_by_workflow_total{{workflow="{wf}",event="{event}"}} {n}'
+                )
+        for code, n in self.routed_by_code.items():
+            lines.append(f'durable_runs_routed_by_code_total{{code="{code}"}} {n}')
+        lines.append(f"durable_step_duration_ms_sum {self.step_duration['sum_ms']}")
+        lines.append(f"durable_step_duration_count {int(self.step_duration['count'])}")
+        return "\n".join(lines) + "\n"
+
+
+Listener = Callable[[EngineEvent], Any]
+
+
+class EventBus:
+    """Synchronous fan-out to listeners; listener errors are swallowed (engine.md §12)."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+        self._runs = {
+            "started": 0,
+            "completed": 0,
+            "failed": 0,
+            "suspended": 0,
+            "routed": 0,
+            "unrouted": 0,
+        }
+        self._steps = {"started": 0, "completed": 0, "failed": 0}
+        self._by_workflow: dict[str, dict[str, int]] = {}
+        self._routed_by_code: dict[str, int] = {}
+        self._duration_sum = 0.0
+        self._duration_count = 0
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            try:
+                self._listeners.remove(listener)
+            except ValueError:
+                pass
+
+        return unsubscribe
+
+    def emit(self, event: EngineEvent) -> None:
+        self._count(event)
+        for listener in tuple(self._listeners):
+            try:
+                listener(event)
+            except Exception:  # engine.md §12: listener errors are swallowed
+                log.exception("durably event listener failed")
+
+    def _count(self, event: EngineEvent) -> None:
+        kind, _, what = event.type.partition(".")
+        if kind == "run" and what in self._runs:
+            self._runs[what] += 1
+            if what in ("started", "completed", "failed"):
+                per = self._by_workflow.setdefault(
+                    event.workflow or "unknown", {"started": 0, "completed": 0, "failed": 0}
+                )
+                per[what] += 1
+            if what == "routed":
+                code = (event.error.code if event.error else None) or "*"
+                self._routed_by_code[code] = self._routed_by_code.get(code, 0) + 1
+        elif kind == "step" and what in self._steps:
+            self._steps[what] += 1
+            if what == "completed" and event.duration_ms is not None:
+                self._duration_sum += event.duration_ms
+                self._duration_count += 1
+
+    def snapshot(self) -> MetricsSnapshot:
+        return MetricsSnapshot(
+            runs=dict(self._runs),
+            routed_by_code=dict(self._routed_by_code),
+            steps=dict(self._steps),
+            by_workflow={k: dict(v) for k, v in self._by_workflow.items()},
+            step_duration={"sum_ms": self._duration_sum, "count": float(self._duration_count)},
+        )

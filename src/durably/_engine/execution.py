@@ -1,0 +1,547 @@
+"""One run executing on this engine instance: its snapshot, parking and step execution.
+
+Two ways to wait (engine.md §1.7 vs durably's resident mode):
+
+* **Resident** (default): a body that waits (sleep, signal, child, retry backoff) stays alive
+  in memory. The run is written `suspended` with its `wakeAt` (so a crash leaves a durable,
+  recoverable state) while this instance keeps the lease, and the parked coroutine is woken
+  in place by an in-memory timer or by a delivery on this instance. A run that stays on its
+  instance is therefore never replayed (issue #2 "no replay on the hot path").
+* **Classic** (after eviction, and in `always_replay` test mode): a wait raises
+  `WorkflowSuspended`, the turn ends, and a later turn replays the body from its checkpoints.
+
+Both modes write the same checkpoints, so a run can move between them at any step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from durably._core.errors import (
+    ContinueAsNew,
+    NonDeterminismError,
+    RemoteStepError,
+    RunEvicted,
+    WorkflowSuspended,
+    _ControlFlow,
+    error_of,
+)
+from durably._core.models import (
+    CheckpointKind,
+    CheckpointStatus,
+    JSONValue,
+    RunStatus,
+    StepCheckpoint,
+    StepError,
+    StepEvent,
+    WorkflowRun,
+    replace,
+    utc_from_ms,
+)
+from durably._engine.events import EngineEvent
+from durably._engine.registry import RetryPolicy, Step, Workflow
+from durably._engine.typed_io import PLAIN, ValueCodec
+
+if TYPE_CHECKING:
+    from durably._engine.engine import Engine
+
+log = logging.getLogger("durably")
+
+# engine.md §3 nested-call guard: (owning execution, step name) while a step body runs.
+STEP_SCOPE: contextvars.ContextVar[tuple[Execution, str] | None] = contextvars.ContextVar(
+    "durably_step_scope", default=None
+)
+# The ctx of the workflow body running on this async path (engine.md §3 "ambient ctx").
+AMBIENT_CTX: contextvars.ContextVar[Any] = contextvars.ContextVar("durably_ctx", default=None)
+
+
+class ReplayNow(_ControlFlow):
+    """`always_replay` test mode: end the turn after a live checkpoint and replay at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    kind: Literal["delivered", "timer", "recheck"]
+
+
+@dataclass(slots=True)
+class _Parked:
+    seq: int | None
+    deadline: int | None
+    future: asyncio.Future[Wake]
+    timer: asyncio.TimerHandle | None = None
+
+
+class StepLogger:
+    """The `log` handed to a local step body (engine.md §3.15), collecting StepEvents."""
+
+    def __init__(self, clock: Callable[[], int]):
+        self._clock = clock
+        self.events: list[StepEvent] = []
+
+    def _add(self, level: str, message: str, data: JSONValue = None) -> None:
+        self.events.append(StepEvent(at=self._clock(), level=level, message=message, data=data))
+
+    def debug(self, message: str, data: JSONValue = None) -> None:
+        self._add("debug", message, data)
+
+    def info(self, message: str, data: JSONValue = None) -> None:
+        self._add("info", message, data)
+
+    def warn(self, message: str, data: JSONValue = None) -> None:
+        self._add("warn", message, data)
+
+    warning = warn
+
+    def error(self, message: str, data: JSONValue = None) -> None:
+        self._add("error", message, data)
+
+
+class Execution:
+    """The in-memory state of one run while this instance drives it."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        run: WorkflowRun,
+        workflow: Workflow[Any, Any],
+        checkpoints: list[StepCheckpoint],
+    ):
+        self.engine = engine
+        self.run = run
+        self.run_id = run.id
+        self.workflow = workflow
+        self.snapshot: dict[int, StepCheckpoint] = {cp.seq: cp for cp in checkpoints}
+        self.replay_frontier = max((cp.seq for cp in checkpoints if cp.seq >= 0), default=-1)
+        self.position = 0
+        self.task: asyncio.Task[Any] | None = None
+        self.parked: dict[int, _Parked] = {}
+        self._park_ids = 0
+        self.active_steps = 0
+        self.store_status: RunStatus = run.status
+        self.cancelled = False
+        self.resident = not engine.always_replay
+        self.waiting_seqs: set[int] = set()
+
+    # ------------------------------------------------------------------ positions
+
+    def claim(self, count: int = 1) -> int:
+        seq = self.position
+        self.position += count
+        return seq
+
+    @property
+    def replaying(self) -> bool:
+        return self.position <= self.replay_frontier
+
+    def now(self) -> int:
+        return self.engine.clock()
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def instant(
+        self,
+        seq: int,
+        name: str,
+        kind: CheckpointKind,
+        *,
+        output: JSONValue = None,
+        input: JSONValue = None,
+        status: CheckpointStatus = "completed",
+        wake_at: int | None = None,
+        parallel_group: str | None = None,
+    ) -> StepCheckpoint:
+        """An "instant" checkpoint (engine.md §2.1): all timestamps now, attempts 1."""
+        at = utc_from_ms(self.now())
+        return StepCheckpoint(
+            run_id=self.run_id,
+            seq=seq,
+            name=name,
+            kind=kind,
+            step_id=f"{self.run_id}:{seq}",
+            status=status,
+            input=input,
+            output=output,
+            wake_at=wake_at,
+            parallel_group=parallel_group,
+            attempts=1,
+            enqueued_at=at,
+            started_at=at,
+            finished_at=at,
+        )
+
+    async def save(self, cp: StepCheckpoint) -> None:
+        await self.engine.store.save_checkpoint(cp)
+        self.snapshot[cp.seq] = cp
+
+    def after_live_checkpoint(self) -> None:
+        """always_replay: evict after every live step so the next turn replays it."""
+        if self.engine.always_replay:
+            raise ReplayNow()
+
+    def emit(self, type_: Any, **fields: Any) -> None:
+        self.engine.events.emit(
+            EngineEvent(type=type_, run_id=self.run_id, workflow=self.run.workflow, **fields)
+        )
+
+    def expect_name(self, seq: int, cp: StepCheckpoint | None, name: str) -> None:
+        # engine.md §2.4: a recorded checkpoint with another name at this position.
+        if cp is not None and cp.name != name:
+            raise NonDeterminismError(self.run_id, seq, name, cp.name)
+
+    # ------------------------------------------------------------------ waiting
+
+    async def wait(self, seq: int | None, deadline: int | None) -> StepCheckpoint | None:
+        """Wait until the checkpoint at `seq` is completed (returns it) or `deadline` passes
+        (returns None). Classic mode suspends the turn instead of waiting."""
+        while True:
+            if seq is not None:
+                cp = self.snapshot.get(seq)
+                if cp is not None and cp.status == "completed":
+                    return cp
+            if deadline is not None and self.now() >= deadline:
+                return None
+            if not self.resident:
+                if seq is not None:
+                    self.waiting_seqs.add(seq)
+                raise WorkflowSuspended(deadline)
+            wake = await self._park(seq, deadline)
+            if wake.kind == "recheck" and seq is not None:
+                fresh = await self.engine.store.get_checkpoint(self.run_id, seq)
+                if fresh is not None:
+                    self.snapshot[seq] = fresh
+
+    async def _park(self, seq: int | None, deadline: int | None) -> Wake:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Wake] = loop.create_future()
+        self._park_ids += 1
+        key = self._park_ids
+        parked = _Parked(seq, deadline, future)
+        if deadline is not None:
+            delay = max(0.0, (deadline - self.now()) / 1000.0)
+            parked.timer = loop.call_later(delay, _resolve, future, Wake("timer"))
+        self.parked[key] = parked
+        try:
+            await self.mark_suspended()
+            if seq is not None and not future.done():
+                # Lost-wake guard: a delivery from another process may have written our
+                # checkpoint before our `suspended` write; its nudge then came too early.
+                fresh = await self.engine.store.get_checkpoint(self.run_id, seq)
+                if fresh is not None and fresh.status == "completed":
+                    self.snapshot[seq] = fresh
+                    _resolve(future, Wake("delivered"))
+            wake = await future
+        finally:
+            self.parked.pop(key, None)
+            if parked.timer is not None:
+                parked.timer.cancel()
+        if not self.parked and self.store_status == "suspended":
+            await self.mark_running()
+        return wake
+
+    async def mark_suspended(self) -> None:
+        """Record a resident wait durably: status `suspended` and the earliest wake time."""
+        if self.active_steps or not self.parked or self.cancelled:
+            return
+        deadlines = [p.deadline for p in self.parked.values() if p.deadline is not None]
+        wake_at = min(deadlines) if deadlines else self.engine.fallback_wake_at()
+        if self.store_status == "suspended" and self.run.wake_at == wake_at:
+            return
+        self.store_status = "suspended"
+        self.run = replace(self.run, status="suspended", wake_at=wake_at)
+        await self.engine.store.update_run(self.run_id, {"status": "suspended", "wake_at": wake_at})
+        self.emit("run.suspended", namespace=self.run.namespace)
+
+    async def mark_running(self) -> None:
+        if self.cancelled:
+            return
+        self.store_status = "running"
+        self.run = replace(self.run, status="running", wake_at=None)
+        await self.engine.store.update_run(self.run_id, {"status": "running", "wake_at": None})
+
+    def deliver(self, seq: int | None, cp: StepCheckpoint | None) -> None:
+        """A wake for this resident run: a delivered checkpoint, or a nudge to re-check."""
+        if cp is not None:
+            self.snapshot[cp.seq] = cp
+        for parked in list(self.parked.values()):
+            if cp is not None and parked.seq == cp.seq:
+                _resolve(parked.future, Wake("delivered"))
+            elif cp is None and (seq is None or parked.seq == seq):
+                _resolve(parked.future, Wake("recheck"))
+
+    def evict(self) -> None:
+        """Drop the resident coroutine; the run's durable state is already written."""
+        self.resident = False
+        for parked in list(self.parked.values()):
+            if not parked.future.done():
+                parked.future.set_exception(RunEvicted())
+
+    @property
+    def is_parked(self) -> bool:
+        return bool(self.parked) and self.active_steps == 0
+
+    # ------------------------------------------------------------------ steps
+
+    async def run_step(
+        self,
+        seq: int,
+        name: str,
+        step: Step[Any, Any] | None,
+        input: Any,
+        policy: RetryPolicy,
+        timeout_ms: int | None,
+    ) -> Any:
+        """ctx.step through the in-process transport (engine.md §3.1, §5.2).
+
+        durably: the in-process transport writes ONE checkpoint per attempt (the result),
+        not a `pending` row before it: the dispatching process is the executing process, so
+        a crash loses both and recovery replays to the same position and runs it again.
+        """
+        out_codec = step.output_codec if step is not None else PLAIN
+        in_codec = step.input_codec if step is not None else PLAIN
+        cp = self.snapshot.get(seq)
+        self.expect_name(seq, cp, name)
+        if cp is not None and cp.status == "completed":
+            return out_codec.from_json(cp.output)
+        json_input = in_codec.to_json(input)
+        attempt = 1
+        if cp is not None and cp.status == "failed":
+            err = cp.error or StepError(message="step failed")
+            if err.retryable is False or cp.attempts >= policy.max_attempts:
+                raise RemoteStepError(err)
+            wake = cp.wake_at
+            if wake is None:
+                # engine.md §5.2: stamp the retry deadline once, so it is crash-stable.
+                wake = self.now() + policy.delay_ms(max(1, cp.attempts))
+                cp = replace(cp, wake_at=wake)
+                await self.save(cp)
+            if self.now() < wake:
+                await self.wait(None, wake)
+            attempt = cp.attempts + 1
+        elif cp is not None:
+            attempt = max(1, cp.attempts)  # a dispatch that never settled: run it again
+        while True:
+            started = self.now()
+            self.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
+            self.active_steps += 1
+            try:
+                output, error = await self.engine.invoke_step(
+                    self, step, name, json_input, in_codec, timeout_ms
+                )
+            finally:
+                self.active_steps -= 1
+            finished = self.now()
+            if error is None:
+                done = self._step_row(
+                    seq,
+                    name,
+                    "remote",
+                    "completed",
+                    json_input,
+                    attempt,
+                    started,
+                    finished,
+                    output=output,
+                )
+                await self.save(done)
+                self.emit(
+                    "step.completed",
+                    seq=seq,
+                    name=name,
+                    kind="remote",
+                    output=output,
+                    duration_ms=float(finished - started),
+                    queue_ms=0.0,
+                )
+                await self._resuspend_if_idle()
+                self.after_live_checkpoint()
+                return out_codec.from_json(output)
+            final = error.retryable is False or attempt >= policy.max_attempts
+            wake_at = None if final else finished + policy.delay_ms(attempt)
+            failed = self._step_row(
+                seq,
+                name,
+                "remote",
+                "failed",
+                json_input,
+                attempt,
+                started,
+                finished,
+                error=error,
+                wake_at=wake_at,
+            )
+            await self.save(failed)
+            self.emit(
+                "step.failed",
+                seq=seq,
+                name=name,
+                kind="remote",
+                error=error,
+                duration_ms=float(finished - started),
+                attempt=attempt,
+            )
+            if final:
+                await self._resuspend_if_idle()
+                raise RemoteStepError(error)
+            self.after_live_checkpoint()
+            if wake_at is not None and self.now() < wake_at:
+                await self.wait(None, wake_at)
+            attempt += 1
+
+    async def _resuspend_if_idle(self) -> None:
+        # A step finished while other waits of a gather are parked: the body is idle again.
+        if self.parked and not self.active_steps and self.store_status != "suspended":
+            await self.mark_suspended()
+
+    def _step_row(
+        self,
+        seq: int,
+        name: str,
+        kind: CheckpointKind,
+        status: CheckpointStatus,
+        input: JSONValue,
+        attempts: int,
+        started: int,
+        finished: int,
+        *,
+        output: JSONValue = None,
+        error: StepError | None = None,
+        wake_at: int | None = None,
+        events: tuple[StepEvent, ...] | None = None,
+    ) -> StepCheckpoint:
+        return StepCheckpoint(
+            run_id=self.run_id,
+            seq=seq,
+            name=name,
+            kind=kind,
+            step_id=f"{self.run_id}:{seq}",
+            status=status,
+            input=input,
+            output=output,
+            error=error,
+            attempts=attempts,
+            wake_at=wake_at,
+            events=events or None,
+            enqueued_at=utc_from_ms(started),
+            started_at=utc_from_ms(started),
+            finished_at=utc_from_ms(finished),
+        )
+
+    async def run_local(
+        self,
+        seq: int,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        pass_logger: bool,
+        policy: RetryPolicy,
+        track_start: bool,
+        codec: ValueCodec = PLAIN,
+    ) -> Any:
+        """ctx.local_step / side_effect / now (engine.md §3.2–3.3): in-process, local retry."""
+        cp = self.snapshot.get(seq)
+        self.expect_name(seq, cp, name)
+        if cp is not None and cp.status == "completed":
+            return codec.from_json(cp.output)
+        started = self.now()
+        self.emit("step.started", seq=seq, name=name, kind="local")
+        if track_start:
+            await self.save(
+                self._step_row(seq, name, "local", "running", None, 1, started, started)
+            )
+        attempt = 1
+        while True:
+            logger = StepLogger(self.engine.clock)
+            token = STEP_SCOPE.set((self, name))
+            self.active_steps += 1
+            try:
+                result = fn(logger) if pass_logger else fn()
+                if isinstance(result, Awaitable):
+                    result = await result
+                output = codec.to_json(result)
+            except Exception as exc:
+                finished = self.now()
+                error = error_of(exc)
+                if getattr(exc, "retryable", None) is False or attempt >= policy.max_attempts:
+                    await self.save(
+                        self._step_row(
+                            seq,
+                            name,
+                            "local",
+                            "failed",
+                            None,
+                            attempt,
+                            started,
+                            finished,
+                            error=error,
+                            events=tuple(logger.events),
+                        )
+                    )
+                    self.emit(
+                        "step.failed",
+                        seq=seq,
+                        name=name,
+                        kind="local",
+                        error=error,
+                        attempt=attempt,
+                    )
+                    raise
+                delay = policy.delay_ms(attempt)
+                if delay:
+                    await asyncio.sleep(delay / 1000.0)  # engine.md §5.3: not durable
+                attempt += 1
+                continue
+            finally:
+                self.active_steps -= 1
+                STEP_SCOPE.reset(token)
+            finished = self.now()
+            await self.save(
+                self._step_row(
+                    seq,
+                    name,
+                    "local",
+                    "completed",
+                    None,
+                    attempt,
+                    started,
+                    finished,
+                    output=output,
+                    events=tuple(logger.events),
+                )
+            )
+            self.emit(
+                "step.completed",
+                seq=seq,
+                name=name,
+                kind="local",
+                output=output,
+                duration_ms=float(finished - started),
+            )
+            self.after_live_checkpoint()
+            return codec.from_json(output)
+
+
+def _resolve(future: asyncio.Future[Wake], wake: Wake) -> None:
+    if not future.done():
+        future.set_result(wake)
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+__all__ = [
+    "AMBIENT_CTX",
+    "STEP_SCOPE",
+    "ContinueAsNew",
+    "Execution",
+    "ReplayNow",
+    "StepLogger",
+    "Wake",
+]

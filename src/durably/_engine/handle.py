@@ -1,0 +1,70 @@
+"""`RunHandle` (api.md §2) and the settled/terminal predicates of `wait_for_run` (§1.9)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from durably._core.errors import RunFailedError
+from durably._core.models import RunStatus, WorkflowRun
+
+if TYPE_CHECKING:
+    from durably._engine.engine import Engine
+    from durably._engine.registry import Workflow
+
+O = TypeVar("O")
+
+WaitUntil = Literal["settled", "terminal"]
+
+
+def is_settled(run: WorkflowRun, until: WaitUntil) -> bool:
+    """engine.md §1.9: `settled` = not pending/running/cancelling and not awaiting a remote
+    decision (blocked and plain suspended count); `terminal` = completed/failed/cancelled/dead."""
+    if until == "terminal":
+        return run.is_terminal
+    if run.status in ("pending", "running", "cancelling"):
+        return False
+    return not (run.status == "suspended" and run.awaiting_decision_task_id)
+
+
+class RunHandle(Generic[O]):
+    """A started run: `await handle.result()` for its output."""
+
+    def __init__(self, engine: Engine, run_id: str, workflow: Workflow[Any, O] | None = None):
+        self._engine = engine
+        self.run_id = run_id
+        self._workflow = workflow
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.run_id!r}>"
+
+    async def result(self, timeout: float | None = None) -> O:
+        """Wait until the run is terminal; its output, or `RunFailedError`."""
+        run = await self._engine.wait_for_run(self.run_id, timeout=timeout, until="terminal")
+        if run.status != "completed":
+            raise RunFailedError(run.id, run.status, run.error)
+        workflow = self._workflow or self._engine.registration(run.workflow, run.workflow_version)
+        if workflow is None:
+            value: O = run.output
+            return value
+        decoded: O = workflow.output_codec.from_json(run.output)
+        return decoded
+
+    async def wait(self, timeout: float | None = None) -> WorkflowRun:
+        """Wait until the run is settled (terminal, suspended or blocked)."""
+        return await self._engine.wait_for_run(self.run_id, timeout=timeout, until="settled")
+
+    async def status(self) -> RunStatus:
+        run = await self._engine.get_run(self.run_id)
+        if run is None:
+            raise LookupError(f"run {self.run_id} not found")
+        return run.status
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateResult:
+    """engine.md §3.13 `update`: accepted, or the reason it was rejected."""
+
+    accepted: bool
+    reason: str | None = None
+    delivered: bool = False

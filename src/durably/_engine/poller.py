@@ -1,0 +1,233 @@
+"""Background work of a driving engine: pick-up, recovery, timers, leases, drain (§9)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from durably._core.models import StepError
+from durably._engine import operator
+from durably._engine.events import EngineEvent
+
+if TYPE_CHECKING:
+    from durably._engine.engine import Engine
+
+log = logging.getLogger("durably")
+
+
+async def poll_loop(engine: Engine) -> None:
+    """engine.md §1.6: every `timer_poll_ms`, never overlapping: pending → recovery →
+    due timers → execution timeouts. The first pass runs at once (boot recovery)."""
+    while True:
+        try:
+            await poll_once(engine)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("durably poller pass failed; retrying on the next tick")
+        await asyncio.sleep(engine.timer_poll_ms / 1000.0)
+
+
+async def poll_once(engine: Engine) -> None:
+    if engine.draining:
+        return
+    await run_pending(engine)
+    await recover_incomplete(engine)
+    await resume_due_timers(engine)
+    await sweep_timeouts(engine)
+
+
+async def run_pending(engine: Engine) -> int:
+    """engine.md §1.6 `runPending`: oldest pending runs first, each under a lease."""
+    if engine.draining:
+        return 0
+    runs = await engine.store.list_pending_runs(engine.pending_batch, engine.namespace)
+    count = 0
+    for run in runs:
+        if run.id not in engine.executions and run.id not in engine.dispatching:
+            engine.dispatch(run.id)
+            count += 1
+    return count
+
+
+async def recover_incomplete(engine: Engine) -> int:
+    """engine.md §9.2: re-enqueue `running`/`cancelling` runs whose owner's lease lapsed."""
+    if engine.draining:
+        return 0
+    store = engine.store
+    recovered = 0
+    for run in await store.list_incomplete_runs(engine.namespace):
+        if run.id in engine.executions or run.id in engine.dispatching:
+            continue
+        now = engine.clock()
+        if run.locked_until is not None and run.locked_until > now:
+            continue  # a live turn owns it (saves a write per poll)
+        if not await store.try_lock_run(run.id, engine.instance_id, now + engine.lease_ms, now):
+            continue
+        attempts = (run.recovery_attempts or 0) + 1
+        cap = engine.max_recovery_attempts
+        if cap is not None and attempts > cap:
+            # engine.md §5.6: dead-letter a poison pill.
+            error = StepError(
+                message=f"run exceeded maxRecoveryAttempts ({cap}) — moved to dead-letter",
+                code="max_recovery_attempts",
+            )
+            await store.update_run(
+                run.id,
+                {
+                    "status": "dead",
+                    "error": error,
+                    "recovery_attempts": attempts,
+                    "locked_by": None,
+                    "locked_until": None,
+                },
+            )
+            engine.events.emit(
+                EngineEvent(
+                    type="run.failed",
+                    run_id=run.id,
+                    workflow=run.workflow,
+                    namespace=run.namespace,
+                    error=error,
+                )
+            )
+            dead = await store.get_run(run.id)
+            if dead is not None:
+                engine.fire_dead(dead)
+            engine.notify_parent(run.id, {"ok": False, "error": error.message, "code": error.code})
+            continue
+        status = "pending" if run.status == "running" else run.status
+        await store.update_run(
+            run.id,
+            {
+                "status": status,
+                "recovery_attempts": attempts,
+                "locked_by": None,
+                "locked_until": None,
+            },
+        )
+        log.info("recovered run %s (attempt %d)", run.id, attempts)
+        engine.dispatch(run.id)
+        recovered += 1
+    return recovered
+
+
+async def resume_due_timers(engine: Engine) -> int:
+    """engine.md §9.3: re-drive suspended runs whose wakeAt is due."""
+    if engine.draining:
+        return 0
+    due = await engine.store.list_due_timers(engine.clock(), engine.namespace)
+    count = 0
+    for run in due:
+        execution = engine.executions.get(run.id)
+        if execution is not None:
+            if execution.resident:
+                execution.deliver(None, None)  # re-check what it waits for
+            continue
+        if run.locked_until is not None and run.locked_until > engine.clock():
+            continue  # resident on another instance; its own poller wakes it
+        engine.dispatch(run.id)
+        count += 1
+    return count
+
+
+async def sweep_timeouts(engine: Engine) -> int:
+    """engine.md §8.7: cancel runs older than their workflow's `execution_timeout`."""
+    swept = 0
+    now = engine.clock()
+    seen: set[str] = set()
+    for wf in engine.registered_workflows():
+        timeout = wf.execution_timeout_ms
+        if timeout is None or wf.name in seen:
+            continue
+        seen.add(wf.name)
+        runs = await engine.list_runs(
+            workflow=wf.name, statuses=["running", "suspended"], namespace=engine.namespace
+        )
+        for run in runs:
+            created_ms = int(run.created_at.timestamp() * 1000)
+            if created_ms <= now - timeout:
+                error = StepError(message="execution timeout", code="execution_timeout")
+                if await operator.cancel_with(engine, run, error):
+                    swept += 1
+    return swept
+
+
+async def lease_loop(engine: Engine) -> None:
+    """Renew the leases of every run this instance drives: ONE statement per interval
+    (durably `renew_run_locks`), falling back to one renewal per run (engine.md §9.1)."""
+    interval = max(50, engine.lease_ms // 2) / 1000.0
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await renew_leases(engine)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("durably lease renewal failed")
+
+
+async def renew_leases(engine: Engine) -> None:
+    held = list(engine.executions)
+    if not held:
+        return
+    until = engine.clock() + engine.lease_ms
+    bulk = getattr(engine.store, "renew_run_locks", None)
+    if bulk is not None:
+        renewed = await bulk(engine.instance_id, until)
+        if renewed >= len(held):
+            return
+    lost: list[str] = []
+    for run_id in held:
+        if run_id not in engine.executions:
+            continue
+        if bulk is None:
+            if not await engine.store.renew_run_lock(run_id, engine.instance_id, until):
+                lost.append(run_id)
+            continue
+        run = await engine.store.get_run(run_id)
+        if run is not None and run.locked_by != engine.instance_id and run_id in engine.executions:
+            lost.append(run_id)
+    for run_id in lost:
+        execution = engine.executions.get(run_id)
+        if execution is None:
+            continue
+        # Another instance owns the run now: stop driving it here (no more writes).
+        log.warning("lost the lease of run %s; dropping it on this instance", run_id)
+        execution.cancelled = True
+        execution.evict()
+        if execution.task is not None:
+            execution.task.cancel()
+
+
+async def drain(engine: Engine, timeout: float) -> None:
+    """engine.md §9.7: stop taking work; parked runs are evicted (they are durably
+    suspended and their leases released so another instance can take them at once); turns
+    still executing get `timeout` seconds, then are cancelled and their leases released."""
+    engine.draining = True
+    for execution in list(engine.executions.values()):
+        if execution.is_parked:
+            execution.evict()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while engine.executions or engine.dispatching:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        for execution in list(engine.executions.values()):
+            if execution.is_parked:
+                execution.evict()
+        await asyncio.sleep(min(0.02, remaining))
+    for run_id, execution in list(engine.executions.items()):
+        execution.cancelled = True
+        if execution.task is not None:
+            execution.task.cancel()
+        try:
+            await engine.store.release_run_lock(run_id)
+        except Exception:
+            log.debug("could not release %s during drain", run_id, exc_info=True)
+    # Let background notifications (child completions, deliveries) finish briefly.
+    pending = [t for t in engine._tasks if not t.done()]
+    if pending:
+        await asyncio.wait(pending, timeout=max(0.0, min(1.0, deadline - loop.time())))
