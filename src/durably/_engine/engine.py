@@ -32,6 +32,7 @@ from durably._core.models import (
     StepError,
     WorkflowRun,
     now_utc,
+    replace,
     utc_from_ms,
 )
 from durably._engine import driver, operator, poller
@@ -160,7 +161,7 @@ class Engine:
         self.dispatching: set[str] = set()
         self._again: set[str] = set()
         self.draining = False
-        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._watchers: dict[str, set[_RunWatch]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._background: list[asyncio.Task[Any]] = []
         self._opened = False
@@ -349,12 +350,6 @@ class Engine:
         namespace: str | None = None,
     ) -> str:
         rid = run_id or str(uuid.uuid4())
-        if run_id is not None:
-            existing = await self.store.get_run(rid)
-            if existing is not None:
-                if existing.workflow != wf.name:
-                    raise RunIdConflictError(rid, existing.workflow, wf.name)
-                return rid  # engine.md §1.5 step 4: idempotent
         merged = list(dict.fromkeys([*wf.tags, *(tags or ())]))
         merged = [t for t in merged if t != "durable:singleton:admitted"]
         now = now_utc()
@@ -372,11 +367,13 @@ class Engine:
             updated_at=now,
         )
         try:
+            # Insert first and read only on conflict: one round trip for a new run.
             await self.store.create_run(run)
         except SerializationError:
             raise
         except Exception:
-            # A concurrent start with the same id won the insert: the start is idempotent.
+            # engine.md §1.5 step 4: a run with this id exists — the start is idempotent
+            # (same workflow) or a conflict (another workflow).
             existing = await self.store.get_run(rid)
             if existing is None:
                 raise
@@ -724,11 +721,18 @@ class Engine:
         await self._ensure_open()
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        changed = asyncio.Event()
+        changed = _RunWatch()
         self._watchers.setdefault(run_id, set()).add(changed)
         try:
+            run: WorkflowRun | None = None
             while True:
                 changed.clear()
+                completion = changed.completion
+                if run is not None and completion is not None:
+                    # This instance completed the run: its event carries the output, so
+                    # no store read is needed to return the final state.
+                    return replace(run, status="completed", output=completion.output,
+                                   error=None)
                 run = await self.store.get_run(run_id)
                 if run is None:
                     raise RunNotFoundError(f"run {run_id} not found")
@@ -757,6 +761,8 @@ class Engine:
     def _wake_watchers(self, event: EngineEvent) -> None:
         if event.type.startswith("run."):
             for changed in self._watchers.get(event.run_id, ()):
+                if event.type == "run.completed":
+                    changed.completion = event
                 changed.set()
 
     # ================================================================== observing
@@ -847,8 +853,24 @@ class Engine:
         await asyncio.wait_for(self._idle.wait(), timeout)
 
 
+class _RunWatch(asyncio.Event):
+    """Set on every run.* event of one run; remembers a local run.completed event."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.completion: EngineEvent | None = None
+
+
 @overload
 def jittered(base_ms: int) -> int: ...
+class _RunWatch(asyncio.Event):
+    """Set on every run.* event of one run; remembers a local run.completed event."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.completion: EngineEvent | None = None
+
+
 @overload
 def jittered(base_ms: int, spread_ms: int) -> int: ...
 def jittered(base_ms: int, spread_ms: int = 250) -> int:

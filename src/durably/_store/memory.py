@@ -34,6 +34,7 @@ from durably._core.models import (
     JSONValue,
     RunPatch,
     RunQuery,
+    RunStatus,
     SignalWaiter,
     StepCheckpoint,
     StepError,
@@ -313,6 +314,17 @@ class InMemoryStateStore:
         if "search_attributes" in changes:
             self._unindex_attributes(current)
             self._index_attributes(run_id, changes["search_attributes"])
+
+    async def update_run_if_status(
+        self, run_id: str, patch: RunPatch, statuses: Sequence[RunStatus]
+    ) -> bool:
+        """(durably) `update_run` only while the run's status is one of `statuses`."""
+        current = self._runs.get(run_id)
+        if current is None or current.status not in statuses:
+            self._tick()
+            return False
+        await self.update_run(run_id, patch)
+        return True
 
     async def get_run(self, run_id: str) -> WorkflowRun | None:
         self._tick()

@@ -20,6 +20,7 @@ from durably._core.models import (
     JSONValue,
     RunPatch,
     RunQuery,
+    RunStatus,
     SignalWaiter,
     StepCheckpoint,
     WorkflowRun,
@@ -91,9 +92,7 @@ class SupportsClose(Protocol):
 
 class SupportsCheckpointCAS(Protocol):
     async def save_checkpoint_if_pending(self, cp: StepCheckpoint) -> bool: ...
-    async def save_checkpoints_if_pending(
-        self, cps: Sequence[StepCheckpoint]
-    ) -> list[bool]: ...
+    async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]: ...
 
 
 class SupportsCountRuns(Protocol):
@@ -130,6 +129,16 @@ class SupportsBulkLeases(Protocol):
     ) -> WorkflowRun | None: ...
 
 
+class SupportsConditionalUpdate(Protocol):
+    """(durably) `update_run` applied only while the run's status is one of `statuses`; one
+    conditional UPDATE whose row count is the answer. The engine settles turns through it
+    so a run cancelled by another process is never resurrected (engine.md §1.8)."""
+
+    async def update_run_if_status(
+        self, run_id: str, patch: RunPatch, statuses: Sequence[RunStatus]
+    ) -> bool: ...
+
+
 __all__ = [
     "StateStore",
     "StateStoreUnavailable",
@@ -137,6 +146,7 @@ __all__ = [
     "SupportsCheckpointCAS",
     "SupportsCheckpointLookups",
     "SupportsClose",
+    "SupportsConditionalUpdate",
     "SupportsCountRuns",
     "SupportsEnsureSchema",
 ]

@@ -1,0 +1,160 @@
+"""Sequential-step throughput on the embedded default (issue #2; WORKLOADS.md W1 and W4).
+
+Prints one JSON object per workload:
+
+* ``w4_1000_steps``: one workflow of 1,000 sequential no-op ``inc`` steps;
+* ``w1_200x10``: 200 workflows of 10 steps each, all submitted back to back.
+
+Each reports wall time, steps per second, p50/p99 workflow latency (W1) and the number of
+store statements per step (``statement_count`` of the store divided by the steps; it counts
+the runs' start and finish too). Every workload runs in a fresh SQLite file.
+
+Usage::
+
+    python benchmarks/sequential.py                 # SQLite in a temp dir
+    python benchmarks/sequential.py --store memory  # the in-memory reference store
+    python benchmarks/sequential.py --reps 3        # median of 3 repetitions
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import durably
+from durably import WorkflowCtx
+
+
+@durably.step("bench.inc")
+async def inc(x: int) -> int:
+    return x + 1
+
+
+@durably.workflow("bench.seq")
+async def seq_wf(ctx: WorkflowCtx, n: int) -> int:
+    x = 0
+    for _ in range(n):
+        x = await ctx.step(inc, x)
+    return x
+
+
+def _store_url(kind: str, directory: str, name: str) -> str:
+    if kind == "memory":
+        return "memory"
+    path = os.path.join(directory, f"{name}.db")
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    return f"sqlite:///{path}"
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    rank = max(1, round(p / 100 * len(ordered)))  # nearest rank
+    return ordered[rank - 1]
+
+
+async def one_long(url: str, steps: int) -> dict[str, Any]:
+    async with durably.Engine(store=url, workflows=[seq_wf], steps=[inc]) as engine:
+        before = engine.store.statement_count  # type: ignore[attr-defined]
+        t0 = time.perf_counter()
+        result = await engine.execute(seq_wf, steps, run_id="w4-0", timeout=540)
+        wall = time.perf_counter() - t0
+        statements = engine.store.statement_count - before  # type: ignore[attr-defined]
+    return {
+        "workload": f"w4_{steps}_steps",
+        "ok": result == steps,
+        "wall_s": round(wall, 4),
+        "steps_per_s": round(steps / wall, 1),
+        "us_per_step": round(wall / steps * 1e6, 1),
+        "statements": statements,
+        "statements_per_step": round(statements / steps, 3),
+    }
+
+
+async def many_short(url: str, workflows: int, steps: int) -> dict[str, Any]:
+    async with durably.Engine(store=url, workflows=[seq_wf], steps=[inc]) as engine:
+        before = engine.store.statement_count  # type: ignore[attr-defined]
+        latencies: list[float] = []
+
+        async def one(i: int) -> int:
+            submitted = time.perf_counter()
+            handle = await engine.start(seq_wf, steps, run_id=f"w1-{i}")
+            value = await handle.result(timeout=540)
+            latencies.append((time.perf_counter() - submitted) * 1000)
+            return value
+
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(one(i) for i in range(workflows)))
+        wall = time.perf_counter() - t0
+        statements = engine.store.statement_count - before  # type: ignore[attr-defined]
+    total = workflows * steps
+    return {
+        "workload": f"w1_{workflows}x{steps}",
+        "ok": all(r == steps for r in results),
+        "wall_s": round(wall, 4),
+        "wf_per_s": round(workflows / wall, 1),
+        "steps_per_s": round(total / wall, 1),
+        "p50_ms": round(_pct(latencies, 50), 2),
+        "p99_ms": round(_pct(latencies, 99), 2),
+        "statements": statements,
+        "statements_per_step": round(statements / total, 3),
+    }
+
+
+def _median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
+    ordered = sorted(results, key=lambda r: r["wall_s"])
+    chosen = dict(ordered[len(ordered) // 2])
+    chosen["reps"] = len(results)
+    chosen["wall_s_min"] = ordered[0]["wall_s"]
+    chosen["wall_s_max"] = ordered[-1]["wall_s"]
+    return chosen
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", choices=["sqlite", "memory"], default="sqlite")
+    parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--long-steps", type=int, default=1000)
+    parser.add_argument("--workflows", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args()
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="durably-bench-") as directory:
+        for name, make in (
+            ("long", lambda url: one_long(url, args.long_steps)),
+            ("many", lambda url: many_short(url, args.workflows, args.steps)),
+        ):
+            runs = []
+            for rep in range(args.reps):
+                url = _store_url(args.store, directory, f"{name}-{rep}")
+                runs.append(await make(url))
+            report = _median_run(runs)
+            report.update(
+                {
+                    "peer": "durably",
+                    "peer_version": durably.__version__,
+                    "backend": args.store,
+                    "python": sys.version.split()[0],
+                    "peak_rss_mb": round(
+                        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+                    ),
+                    "loadavg_1m": round(os.getloadavg()[0], 2),
+                    "median_of": statistics.median(range(1, args.reps + 1)),
+                }
+            )
+            ok = ok and bool(report["ok"])
+            print(json.dumps(report), flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))
