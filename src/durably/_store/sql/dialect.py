@@ -1,0 +1,454 @@
+"""Every difference between the SQLite and PostgreSQL flavours of the SQL store lives here.
+
+- URL normalisation (`sqlite://…` → `sqlite+aiosqlite://…`, `postgresql://…` →
+  `postgresql+asyncpg://…`) and default engine options (in-memory SQLite gets a `StaticPool`);
+- the per-connection SQLite pragmas (WAL, `synchronous=NORMAL`, `busy_timeout`, no FKs,
+  case-sensitive LIKE);
+- column types that differ (`REAL` vs `DOUBLE PRECISION`, `AUTOINCREMENT` vs `IDENTITY`);
+- upsert (`INSERT … ON CONFLICT … DO UPDATE` exists on both, via each dialect's `insert`);
+- RETURNING support (SQLite ≥ 3.35), prefix predicates and the "take the oldest buffered
+  signal" statement;
+- the schema lock for migrations (`BEGIN IMMEDIATE` on SQLite, `pg_advisory_xact_lock` on PG);
+- the connection strategy (`Connector`): SQLite allows one writer, so every write of a process
+  goes through ONE dedicated connection guarded by an `asyncio.Lock` (other processes wait on
+  `busy_timeout`), while reads use the pool (WAL readers never block the writer). PostgreSQL
+  uses the pool for everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
+from typing import Any, TypeVar, cast
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql as _pg
+from sqlalchemy.dialects import sqlite as _sqlite
+from sqlalchemy.engine import URL, Dialect, make_url
+from sqlalchemy.engine.default import DefaultDialect
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+from sqlalchemy.sql.dml import Insert
+
+T = TypeVar("T")
+Work = Callable[[AsyncConnection], Awaitable[T]]
+
+SQLITE = "sqlite"
+POSTGRESQL = "postgresql"
+
+BUSY_TIMEOUT_MS = 10_000
+SQLITE_PRAGMAS: tuple[str, ...] = (
+    # busy_timeout first: switching to WAL briefly needs the write lock.
+    f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
+    "PRAGMA journal_mode=WAL",
+    "PRAGMA synchronous=NORMAL",
+    "PRAGMA foreign_keys=OFF",
+    "PRAGMA case_sensitive_like=ON",
+)
+SCHEMA_LOCK_KEY = "durable_schema"
+
+_SQLITE_SYNC_DRIVERS = {"sqlite", "sqlite+pysqlite"}
+_PG_SYNC_DRIVERS = {"postgresql", "postgres", "postgresql+psycopg2", "postgresql+pg8000"}
+
+
+# ------------------------------------------------------------------ column types
+
+
+def double_type() -> sa.types.TypeEngine[float]:
+    """`num_value`: DOUBLE PRECISION on PostgreSQL, REAL on SQLite (store.md §5.1)."""
+    return sa.Double().with_variant(sa.REAL(), SQLITE)
+
+
+def identity_pk_column(name: str) -> sa.Column[int]:
+    """Autoincrement primary key: `INTEGER PRIMARY KEY AUTOINCREMENT` on SQLite (a rowid
+    alias; the table needs `sqlite_autoincrement=True`), `BIGINT GENERATED ALWAYS AS IDENTITY`
+    on PostgreSQL."""
+    return sa.Column(
+        name,
+        sa.BigInteger().with_variant(sa.Integer(), SQLITE),
+        sa.Identity(always=True),
+        primary_key=True,
+        nullable=False,
+    )
+
+
+# Rendered into the frozen DDL text of migrations (same meaning as the two helpers above).
+def ddl_double(name: str) -> str:
+    return "REAL" if name == SQLITE else "DOUBLE PRECISION"
+
+
+def ddl_identity_pk(name: str) -> str:
+    if name == SQLITE:
+        return "INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT"
+    return "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+
+
+def ddl_now_ms(name: str) -> str:
+    """SQL expression for the current time in epoch milliseconds (BIGINT)."""
+    if name == SQLITE:
+        return "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+    return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+
+
+# ------------------------------------------------------------------ URLs and engines
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Map a user URL onto the async driver durably uses for it.
+
+    `sqlite:///rel.db`, `sqlite:////abs.db`, `sqlite://` (memory) → `sqlite+aiosqlite`;
+    `postgresql://` / `postgres://` → `postgresql+asyncpg`. An explicit async driver is kept.
+    """
+    parsed = make_url(url) if isinstance(url, str) else url
+    driver = parsed.drivername
+    if driver in _SQLITE_SYNC_DRIVERS:
+        return parsed.set(drivername="sqlite+aiosqlite")
+    if driver in _PG_SYNC_DRIVERS:
+        return parsed.set(drivername="postgresql+asyncpg")
+    return parsed
+
+
+def dialect_name_of(url: URL) -> str:
+    backend = url.get_backend_name()
+    if backend not in (SQLITE, POSTGRESQL):
+        raise ValueError(f"unsupported database for the durably SQL store: {backend!r}")
+    return backend
+
+
+def is_memory_sqlite(url: URL) -> bool:
+    if url.get_backend_name() != SQLITE:
+        return False
+    database = url.database or ""
+    return database in ("", ":memory:") or url.query.get("mode") == "memory"
+
+
+def _supports_skip_autocommit_rollback() -> bool:
+    return "skip_autocommit_rollback" in inspect.signature(DefaultDialect.__init__).parameters
+
+
+def default_engine_options(url: URL) -> dict[str, Any]:
+    if url.get_backend_name() != SQLITE:
+        return {}
+    # DBAPI autocommit: a single statement is its own transaction (one round trip, no
+    # BEGIN/COMMIT); multi-statement work issues BEGIN IMMEDIATE / COMMIT itself.
+    options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"}
+    if _supports_skip_autocommit_rollback():
+        options["skip_autocommit_rollback"] = True
+    if is_memory_sqlite(url):
+        # One shared connection, so every session sees the same in-memory database.
+        options["poolclass"] = StaticPool
+    return options
+
+
+def _apply_sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        for pragma in SQLITE_PRAGMAS:
+            cursor.execute(pragma)
+    finally:
+        cursor.close()
+
+
+def install_sqlite_pragmas(engine: AsyncEngine) -> None:
+    """Run `SQLITE_PRAGMAS` on every new DBAPI connection of `engine` (idempotent)."""
+    if engine.dialect.name != SQLITE:
+        return
+    target = engine.sync_engine
+    if not event.contains(target, "connect", _apply_sqlite_pragmas):
+        event.listen(target, "connect", _apply_sqlite_pragmas)
+
+
+def create_engine(url: str | URL, **engine_options: Any) -> AsyncEngine:
+    """An `AsyncEngine` for `url` with durably's defaults (caller options win)."""
+    normalized = normalize_url(url)
+    dialect_name_of(normalized)
+    options = default_engine_options(normalized)
+    options.update(engine_options)
+    engine = create_async_engine(normalized, **options)
+    install_sqlite_pragmas(engine)
+    return engine
+
+
+def sqlite_returning_supported() -> bool:
+    return sqlite3.sqlite_version_info >= (3, 35, 0)
+
+
+def offline_dialect(name: str) -> Dialect:
+    """A SQLAlchemy dialect for rendering SQL without a connection."""
+    factory: Any = _sqlite.dialect if name == SQLITE else _pg.dialect
+    return cast(Dialect, factory())
+
+
+# ------------------------------------------------------------------ per-dialect SQL
+
+
+def _prefix_upper_bound(prefix: str) -> str | None:
+    """Smallest string greater than every string starting with `prefix` (code-point order)."""
+    chars = list(prefix)
+    while chars:
+        code = ord(chars[-1]) + 1
+        if 0xD800 <= code <= 0xDFFF:
+            code = 0xE000  # surrogates cannot be stored as UTF-8
+        if code <= 0x10FFFF:
+            chars[-1] = chr(code)
+            return "".join(chars)
+        chars.pop()
+    return None
+
+
+class SqlDialect:
+    """The SQL that differs between SQLite and PostgreSQL, for one engine."""
+
+    def __init__(self, name: str, *, returning: bool | None = None) -> None:
+        if name not in (SQLITE, POSTGRESQL):
+            raise ValueError(f"unsupported database for the durably SQL store: {name!r}")
+        self.name = name
+        self.is_sqlite = name == SQLITE
+        if returning is None:
+            returning = sqlite_returning_supported() if self.is_sqlite else True
+        #: `UPDATE/DELETE … RETURNING` (SQLite ≥ 3.35, PostgreSQL always).
+        self.supports_returning = returning
+        # SQLite compares TEXT with BINARY collation (= code-point order), so a range
+        # predicate can use an index for prefix scans; PostgreSQL's default collation cannot.
+        self.prefix_range = self.is_sqlite
+
+    # --- upsert
+
+    def insert(self, table: sa.Table) -> Insert:
+        if self.is_sqlite:
+            return _sqlite.insert(table)
+        return _pg.insert(table)
+
+    def upsert(self, table: sa.Table, key_columns: Sequence[str]) -> Insert:
+        """`INSERT … ON CONFLICT (keys) DO UPDATE SET every other column = excluded.column`."""
+        keys = set(key_columns)
+        stmt: Any = self.insert(table)
+        excluded = stmt.excluded
+        return stmt.on_conflict_do_update(  # type: ignore[no-any-return]
+            index_elements=list(key_columns),
+            set_={c.name: excluded[c.name] for c in table.c if c.name not in keys},
+        )
+
+    def insert_ignore(self, table: sa.Table, key_columns: Sequence[str]) -> Insert:
+        stmt: Any = self.insert(table)
+        return stmt.on_conflict_do_nothing(index_elements=list(key_columns))  # type: ignore[no-any-return]
+
+    # --- prefix matching (store.md §5.4: never LIKE)
+
+    def prefix_params(self, prefix: str) -> tuple[bool, dict[str, Any]]:
+        """(use the ranged statement?, bind parameters) for `prefix_predicate`."""
+        params: dict[str, Any] = {"p": prefix, "plen": len(prefix)}
+        if self.prefix_range and prefix:
+            upper = _prefix_upper_bound(prefix)
+            if upper is not None:
+                params["p_hi"] = upper
+                return True, params
+        return False, params
+
+    @staticmethod
+    def prefix_predicate(column: sa.ColumnElement[str], *, ranged: bool) -> sa.ColumnElement[bool]:
+        """`substr(col, 1, :plen) = :p` (exact, case-sensitive), plus an index-friendly
+        `col >= :p AND col < :p_hi` range when `ranged` (see `prefix_params`)."""
+        exact = sa.func.substr(column, 1, sa.bindparam("plen", type_=sa.Integer)) == sa.bindparam(
+            "p", type_=sa.Text
+        )
+        if not ranged:
+            return exact
+        return sa.and_(
+            column >= sa.bindparam("p", type_=sa.Text),
+            column < sa.bindparam("p_hi", type_=sa.Text),
+            exact,
+        )
+
+    @staticmethod
+    def literal_prefix_predicate(
+        column: sa.ColumnElement[str], prefix: str
+    ) -> sa.ColumnElement[bool]:
+        return sa.func.substr(column, 1, len(prefix)) == prefix
+
+    # --- buffered signals (store.md §3.7)
+
+    def take_oldest_signal(self, table: sa.Table) -> sa.Executable:
+        """`DELETE … WHERE id = (oldest id for :token) RETURNING payload`.
+
+        PostgreSQL locks the picked row with `FOR UPDATE SKIP LOCKED` so two concurrent
+        takers get two different rows instead of one of them finding nothing.
+        """
+        oldest = (
+            sa.select(table.c.id)
+            .where(table.c.token == sa.bindparam("token", type_=sa.Text))
+            .order_by(table.c.id)
+            .limit(1)
+        )
+        if not self.is_sqlite:
+            oldest = oldest.with_for_update(skip_locked=True)
+        return (
+            sa.delete(table)
+            .where(table.c.id == oldest.scalar_subquery())
+            .returning(table.c.payload)
+        )
+
+    # --- schema lock (migrations)
+
+    def schema_lock_statement(self) -> str | None:
+        """Run first inside the migration transaction (PostgreSQL); SQLite's `BEGIN
+        IMMEDIATE` already holds the single write lock."""
+        if self.is_sqlite:
+            return None
+        return f"SELECT pg_advisory_xact_lock(hashtext('{SCHEMA_LOCK_KEY}'))"
+
+    def connector(self, engine: AsyncEngine) -> Connector:
+        if self.is_sqlite:
+            return SqliteConnector(engine)
+        return PoolConnector(engine)
+
+
+# ------------------------------------------------------------------ connection strategies
+
+
+class Connector:
+    """How the store obtains connections. `work` runs on a connection; with `tx=True` the
+    whole of `work` is one transaction (rolled back if it raises)."""
+
+    async def read(self, work: Work[T]) -> T:
+        raise NotImplementedError
+
+    async def write(self, work: Work[T], *, tx: bool = False) -> T:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        return None
+
+
+class SqliteConnector(Connector):
+    """One dedicated writer connection per store, serialised by an `asyncio.Lock`.
+
+    The writer runs in DBAPI autocommit mode: a single statement commits by itself;
+    multi-statement work is wrapped in `BEGIN IMMEDIATE` … `COMMIT` (the write lock is taken
+    up front, so a concurrent process waits on `busy_timeout` instead of failing with a
+    deadlock between two deferred transactions). Writer work is shielded from cancellation:
+    a cancelled caller never leaves the shared connection mid-transaction.
+
+    Reads use the engine's pool (WAL readers do not block the writer), except for an
+    in-memory database whose single `StaticPool` connection is the writer itself.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._lock = asyncio.Lock()
+        self._conn: AsyncConnection | None = None
+        self._shared = isinstance(engine.sync_engine.pool, StaticPool)
+
+    async def _writer(self) -> AsyncConnection:
+        conn = self._conn
+        if conn is not None and not conn.closed and not conn.invalidated:
+            return conn
+        if conn is not None:
+            self._conn = None
+            with suppress(Exception):
+                await conn.close()
+        conn = await self._engine.connect()
+        try:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            for pragma in SQLITE_PRAGMAS:
+                await conn.exec_driver_sql(pragma)
+        except BaseException:
+            with suppress(Exception):
+                await conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    async def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with suppress(Exception):
+                await conn.invalidate()
+            with suppress(Exception):
+                await conn.close()
+
+    async def _locked(self, work: Work[T], tx: bool) -> T:
+        async with self._lock:
+            conn = await self._writer()
+            if not tx:
+                try:
+                    return await work(conn)
+                except BaseException:
+                    if conn.invalidated:
+                        await self._discard()
+                    raise
+            await conn.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                result = await work(conn)
+                await conn.exec_driver_sql("COMMIT")
+            except BaseException:
+                try:
+                    await conn.exec_driver_sql("ROLLBACK")
+                except BaseException:
+                    await self._discard()
+                raise
+            return result
+
+    async def write(self, work: Work[T], *, tx: bool = False) -> T:
+        return await asyncio.shield(self._locked(work, tx))
+
+    async def read(self, work: Work[T]) -> T:
+        if self._shared:
+            return await self.write(work, tx=False)
+        async with self._engine.connect() as conn:
+            return await work(conn)
+
+    async def close(self) -> None:
+        async with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                with suppress(Exception):
+                    await conn.close()
+
+
+class PoolConnector(Connector):
+    """PostgreSQL: pooled connections; single statements in autocommit, `tx` work in
+    `engine.begin()`."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def read(self, work: Work[T]) -> T:
+        async with self._autocommit.connect() as conn:
+            return await work(conn)
+
+    async def write(self, work: Work[T], *, tx: bool = False) -> T:
+        if tx:
+            async with self._engine.begin() as conn:
+                return await work(conn)
+        async with self._autocommit.connect() as conn:
+            return await work(conn)
+
+
+__all__ = [
+    "POSTGRESQL",
+    "SQLITE",
+    "SQLITE_PRAGMAS",
+    "Connector",
+    "PoolConnector",
+    "SqlDialect",
+    "SqliteConnector",
+    "create_engine",
+    "ddl_double",
+    "ddl_identity_pk",
+    "ddl_now_ms",
+    "default_engine_options",
+    "dialect_name_of",
+    "double_type",
+    "identity_pk_column",
+    "install_sqlite_pragmas",
+    "is_memory_sqlite",
+    "normalize_url",
+    "offline_dialect",
+    "sqlite_returning_supported",
+]

@@ -1,0 +1,202 @@
+"""The fresh schema of the SQL store, declared once as SQLAlchemy Core `MetaData` (store.md §5.2).
+
+Column names are the cross-store contract (`DURABLE_CANONICAL_COLUMNS`): a row written by one
+store implementation must be readable by another, so they follow §5.2 exactly. Timestamps are
+BIGINT epoch milliseconds, JSON documents TEXT, `num_value` REAL (SQLite) / DOUBLE PRECISION
+(PostgreSQL). There are no foreign keys: deletes are explicit and transactional.
+
+This module describes the *current* schema. The versioned migrations in `migrations.py` are the
+frozen history that produces it; `tests/sql/test_schema.py` proves the two agree.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    text,
+)
+
+from durably._store.sql.dialect import double_type, identity_pk_column
+
+metadata = MetaData()
+
+# ------------------------------------------------------------------ durable_workflow_runs
+
+runs = Table(
+    "durable_workflow_runs",
+    metadata,
+    Column("id", Text, nullable=False),
+    Column("workflow", Text, nullable=False),
+    Column("workflow_version", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("input", Text),  # JSON
+    Column("output", Text),  # JSON
+    Column("error", Text),  # JSON StepError
+    Column("wake_at", BigInteger),
+    Column("locked_by", Text),
+    Column("locked_until", BigInteger),
+    Column("awaiting_decision_task_id", Text),
+    Column("recovery_attempts", Integer),
+    Column("tags", Text),  # JSON array of strings (canonical; durable_run_tags mirrors it)
+    Column("search_attributes", Text),  # JSON object
+    Column("priority", Integer),
+    Column("namespace", Text, nullable=False, server_default=text("'default'")),
+    Column("origin", Text),  # NULL = unknown; never defaulted
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("id"),
+)
+Index("durable_workflow_runs_status_wake_at_idx", runs.c.status, runs.c.wake_at)
+Index("durable_workflow_runs_workflow_status_idx", runs.c.workflow, runs.c.status)
+Index(
+    "durable_workflow_runs_namespace_status_idx",
+    runs.c.namespace,
+    runs.c.status,
+    runs.c.created_at,
+)
+Index("durable_workflow_runs_created_at_idx", runs.c.created_at)
+Index("durable_workflow_runs_status_updated_at_idx", runs.c.status, runs.c.updated_at)
+# durably: bulk lease renewal / release by owner (SupportsBulkLeases)
+Index("durable_workflow_runs_locked_by_idx", runs.c.locked_by)
+
+# ------------------------------------------------------------------ durable_step_checkpoints
+
+checkpoints = Table(
+    "durable_step_checkpoints",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("step_id", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("input", Text),  # JSON
+    Column("output", Text),  # JSON
+    Column("error", Text),  # JSON
+    Column("events", Text),  # JSON array of StepEvent
+    Column("attempts", Integer, nullable=False),
+    Column("worker_group", Text),
+    Column("parallel_group", Text),
+    Column("wake_at", BigInteger),
+    Column("enqueued_at", BigInteger),  # NULL => read as started_at
+    Column("started_at", BigInteger, nullable=False),
+    Column("finished_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("run_id", "seq"),
+)
+Index(
+    "durable_step_checkpoints_group_idx",
+    checkpoints.c.run_id,
+    checkpoints.c.parallel_group,
+    checkpoints.c.status,
+    checkpoints.c.seq,
+)
+
+# ------------------------------------------------------------------ durable_run_attributes
+
+attributes = Table(
+    "durable_run_attributes",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("str_value", Text),
+    Column("num_value", double_type()),
+    PrimaryKeyConstraint("run_id", "key"),
+)
+Index("durable_run_attributes_key_num_idx", attributes.c.key, attributes.c.num_value)
+Index("durable_run_attributes_key_str_idx", attributes.c.key, attributes.c.str_value)
+
+# ------------------------------------------------------------------ durable_run_tags (durably)
+
+tags = Table(
+    "durable_run_tags",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("tag", Text, nullable=False),
+    PrimaryKeyConstraint("run_id", "tag"),
+)
+Index("durable_run_tags_tag_idx", tags.c.tag, tags.c.run_id)
+
+# ------------------------------------------------------------------ durable_signal_waiters
+
+waiters = Table(
+    "durable_signal_waiters",
+    metadata,
+    Column("token", Text, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("parallel_group", Text),
+    PrimaryKeyConstraint("token"),
+)
+Index("durable_signal_waiters_run_id_idx", waiters.c.run_id, waiters.c.seq)
+
+# ------------------------------------------------------------------ durable_buffered_signals
+
+buffered_signals = Table(
+    "durable_buffered_signals",
+    metadata,
+    identity_pk_column("id"),
+    Column("token", Text, nullable=False),
+    Column("payload", Text),  # JSON
+    sqlite_autoincrement=True,
+)
+Index("durable_buffered_signals_token_idx", buffered_signals.c.token, buffered_signals.c.id)
+
+# ------------------------------------------------------------------ durable_buffered_events
+
+buffered_events = Table(
+    "durable_buffered_events",
+    metadata,
+    Column("id", Text, nullable=False),  # caller-minted uuid
+    Column("name", Text, nullable=False),
+    Column("payload", Text),  # JSON
+    Column("published_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("id"),
+)
+Index(
+    "durable_buffered_events_name_published_at_idx",
+    buffered_events.c.name,
+    buffered_events.c.published_at,
+)
+
+# ------------------------------------------------------------------ durable_schema_version
+
+# One row per applied migration (migrations.py). Bootstrap table: never migrated itself.
+schema_version = Table(
+    "durable_schema_version",
+    metadata,
+    Column("version", Integer, nullable=False),
+    Column("applied_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("version"),
+)
+
+# Column order used by every run / checkpoint SELECT (rows.py maps by position).
+RUN_COLUMNS = tuple(runs.c)
+CHECKPOINT_COLUMNS = tuple(checkpoints.c)
+
+
+def durable_managed_tables() -> list[str]:
+    """Names of every table the SQL store owns (store.md §5.2), for host migration tools."""
+    return [t.name for t in metadata.sorted_tables]
+
+
+__all__ = [
+    "CHECKPOINT_COLUMNS",
+    "RUN_COLUMNS",
+    "attributes",
+    "buffered_events",
+    "buffered_signals",
+    "checkpoints",
+    "durable_managed_tables",
+    "metadata",
+    "runs",
+    "schema_version",
+    "tags",
+    "waiters",
+]

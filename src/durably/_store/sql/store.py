@@ -1,0 +1,653 @@
+"""SqlStateStore: the StateStore on SQLAlchemy 2 async Core, for SQLite and PostgreSQL.
+
+One implementation serves both databases; everything that differs lives in `dialect.py`.
+Every method is one round trip where the contract allows it (a single autocommitted
+statement); work that must be atomic across several statements (side-table rewrites, deletes,
+batched compare-and-set) runs in one transaction. `statement_count` counts every SQL statement
+the store executes (an `executemany` counts once; BEGIN/COMMIT and schema DDL are not counted).
+
+Hot-path statements are built once per store with named bind parameters, so SQLAlchemy's
+compiled cache serves them without re-compilation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import bindparam
+from sqlalchemy.engine import CursorResult
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from durably._core.models import (
+    BufferedEvent,
+    BufferedSignal,
+    JSONValue,
+    RunPatch,
+    RunQuery,
+    SignalWaiter,
+    StepCheckpoint,
+    WorkflowRun,
+    now_utc,
+)
+from durably._store.sql import rows as _rows
+from durably._store.sql.dialect import SqlDialect, create_engine, install_sqlite_pragmas
+from durably._store.sql.migrations import apply_on
+from durably._store.sql.predicates import namespace_predicate, run_query_predicates
+from durably._store.sql.schema import (
+    CHECKPOINT_COLUMNS,
+    RUN_COLUMNS,
+    attributes,
+    buffered_events,
+    buffered_signals,
+    checkpoints,
+    runs,
+    tags,
+    waiters,
+)
+
+Result = CursorResult[*tuple[Any, ...]]
+
+_INCOMPLETE_STATUSES = ("running", "cancelling")
+_CP_KEYS = ("run_id", "seq")
+_KEY_CHUNK = 400  # (run_id, seq) pairs per IN list: well under SQLite's parameter limit
+_WAITER_COLUMNS = (waiters.c.token, waiters.c.run_id, waiters.c.seq, waiters.c.parallel_group)
+_EVENT_COLUMNS = (
+    buffered_events.c.id,
+    buffered_events.c.name,
+    buffered_events.c.payload,
+    buffered_events.c.published_at,
+)
+
+
+def _cas_params(row: dict[str, Any]) -> dict[str, Any]:
+    """Parameters of the compare-and-set UPDATE: every non-key column + the key binds."""
+    params = {k: v for k, v in row.items() if k not in _CP_KEYS}
+    params["w_run_id"] = row["run_id"]
+    params["w_seq"] = row["seq"]
+    return params
+
+
+class SqlStateStore:
+    """The SQL StateStore (store.md §3, §5–§8) for SQLite (aiosqlite) and PostgreSQL (asyncpg).
+
+    Construct with an `AsyncEngine` (`owns_engine=True` makes `close()` dispose it) or with
+    `SqlStateStore.from_url(url, **engine_options)`. Call `ensure_schema()` once at boot.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        owns_engine: bool = False,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.engine = engine
+        self._owns_engine = owns_engine
+        self._clock: Callable[[], datetime] = clock or now_utc
+        self.dialect = SqlDialect(engine.dialect.name)
+        install_sqlite_pragmas(engine)
+        self._cx = self.dialect.connector(engine)
+        self._schema_ready = False
+        #: SQL statements executed so far (benchmarks divide it by the number of steps).
+        self.statement_count: int = 0
+        self._build_statements()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        **engine_options: Any,
+    ) -> SqlStateStore:
+        """`sqlite:///rel.db`, `sqlite:////abs.db`, `sqlite://` (memory), `sqlite+aiosqlite://…`
+        or `postgresql://…` (mapped to asyncpg). The store owns (and closes) the engine."""
+        return cls(create_engine(url, **engine_options), owns_engine=True, clock=clock)
+
+    async def __aenter__(self) -> SqlStateStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"SqlStateStore({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    # ------------------------------------------------------------------ statements
+
+    def _build_statements(self) -> None:
+        d = self.dialect
+        r, c, w = runs.c, checkpoints.c, waiters.c
+        bp = bindparam
+
+        self._q_insert_run = sa.insert(runs)
+        self._q_get_run = sa.select(*RUN_COLUMNS).where(r.id == bp("id"))
+        self._q_update_run = sa.update(runs).where(r.id == bp("w_id"))
+        self._q_delete_run_rows = (
+            sa.delete(checkpoints).where(c.run_id == bp("run_id")),
+            sa.delete(waiters).where(w.run_id == bp("run_id")),
+            sa.delete(attributes).where(attributes.c.run_id == bp("run_id")),
+            sa.delete(tags).where(tags.c.run_id == bp("run_id")),
+            sa.delete(runs).where(r.id == bp("run_id")),
+        )
+        self._q_insert_tags = sa.insert(tags)
+        self._q_insert_attrs = sa.insert(attributes)
+        self._q_delete_tags = sa.delete(tags).where(tags.c.run_id == bp("run_id"))
+        self._q_delete_attrs = sa.delete(attributes).where(attributes.c.run_id == bp("run_id"))
+
+        # checkpoints
+        self._q_get_cp = sa.select(*CHECKPOINT_COLUMNS).where(
+            c.run_id == bp("run_id"), c.seq == bp("seq")
+        )
+        self._q_save_cp = d.upsert(checkpoints, _CP_KEYS)
+        self._q_cas_cp = sa.update(checkpoints).where(
+            c.run_id == bp("w_run_id"), c.seq == bp("w_seq"), c.status == "pending"
+        )
+        self._q_pending_keys = (
+            sa.select(c.run_id, c.seq)
+            .where(
+                sa.tuple_(c.run_id, c.seq).in_(bp("keys", expanding=True)),
+                c.status == "pending",
+            )
+            .with_for_update()
+        )
+        self._q_list_cps = (
+            sa.select(*CHECKPOINT_COLUMNS).where(c.run_id == bp("run_id")).order_by(c.seq)
+        )
+        self._q_latest_cp = (
+            sa.select(*CHECKPOINT_COLUMNS)
+            .where(c.run_id == bp("run_id"), c.name == bp("name"))
+            .order_by(c.seq.desc())
+            .limit(1)
+        )
+        self._q_count_cps = sa.select(sa.func.count()).where(
+            c.run_id == bp("run_id"),
+            c.seq >= bp("lo"),
+            c.seq <= bp("hi"),
+            c.status.in_(bp("statuses", expanding=True)),
+        )
+
+        # leases
+        lockable = sa.and_(
+            r.id == bp("w_id"),
+            sa.or_(r.locked_until.is_(None), r.locked_until <= bp("w_now")),
+        )
+        self._q_try_lock = (
+            sa.update(runs)
+            .where(lockable)
+            .values(locked_by=bp("w_owner"), locked_until=bp("w_until"))
+        )
+        self._q_claim = self._q_try_lock.returning(*RUN_COLUMNS) if d.supports_returning else None
+        self._q_release = (
+            sa.update(runs).where(r.id == bp("w_id")).values(locked_by=None, locked_until=None)
+        )
+        self._q_renew = (
+            sa.update(runs)
+            .where(r.id == bp("w_id"), r.locked_by == bp("w_owner"))
+            .values(locked_until=bp("w_until"))
+        )
+        self._q_renew_all = (
+            sa.update(runs).where(r.locked_by == bp("w_owner")).values(locked_until=bp("w_until"))
+        )
+        self._q_release_all = (
+            sa.update(runs)
+            .where(r.locked_by == bp("w_owner"))
+            .values(locked_by=None, locked_until=None)
+        )
+
+        # waiters
+        order = (w.run_id, w.seq, w.token)
+        self._q_put_waiter = d.upsert(waiters, ("token",))
+        self._q_get_waiter = sa.select(*_WAITER_COLUMNS).where(w.token == bp("token"))
+        self._q_delete_waiter = sa.delete(waiters).where(w.token == bp("token"))
+        self._q_take_waiter = (
+            self._q_delete_waiter.returning(*_WAITER_COLUMNS) if d.supports_returning else None
+        )
+        self._q_all_waiters = sa.select(*_WAITER_COLUMNS).order_by(*order)
+        self._q_waiters_plain = (
+            sa.select(*_WAITER_COLUMNS)
+            .where(d.prefix_predicate(w.token, ranged=False))
+            .order_by(*order)
+        )
+        self._q_waiters_ranged = (
+            sa.select(*_WAITER_COLUMNS)
+            .where(d.prefix_predicate(w.token, ranged=True))
+            .order_by(*order)
+        )
+        self._q_remove_waiter = sa.delete(waiters).where(
+            w.token == bp("token"), w.run_id == bp("run_id"), w.seq == bp("seq")
+        )
+
+        # buffered signals and events
+        bs, be = buffered_signals.c, buffered_events.c
+        self._q_buffer_signal = sa.insert(buffered_signals)
+        self._q_take_signal = (
+            d.take_oldest_signal(buffered_signals) if d.supports_returning else None
+        )
+        self._q_oldest_signal = (
+            sa.select(bs.id, bs.payload).where(bs.token == bp("token")).order_by(bs.id).limit(1)
+        )
+        self._q_delete_signal = sa.delete(buffered_signals).where(bs.id == bp("id"))
+        self._q_buffer_event = sa.insert(buffered_events)
+        self._q_list_events = (
+            sa.select(*_EVENT_COLUMNS)
+            .where(be.name == bp("name"))
+            .order_by(be.published_at, be.id)
+            .limit(bp("lim", type_=sa.Integer))
+        )
+        self._q_remove_event = sa.delete(buffered_events).where(be.id == bp("id"))
+
+    async def _exec(
+        self,
+        conn: AsyncConnection,
+        stmt: sa.Executable,
+        params: dict[str, Any] | list[dict[str, Any]] | None = None,
+    ) -> Result:
+        self.statement_count += 1
+        return await conn.execute(stmt, params)
+
+    async def _write1(self, stmt: sa.Executable, params: Any = None) -> Result:
+        """One statement on the write path (autocommitted by itself)."""
+
+        async def work(conn: AsyncConnection) -> Result:
+            return await self._exec(conn, stmt, params)
+
+        return await self._cx.write(work)
+
+    async def _write_count(self, stmt: sa.Executable, params: Any = None) -> int:
+        async def work(conn: AsyncConnection) -> int:
+            return int((await self._exec(conn, stmt, params)).rowcount)
+
+        return await self._cx.write(work)
+
+    async def _read_all(self, stmt: sa.Executable, params: Any = None) -> list[Any]:
+        async def work(conn: AsyncConnection) -> list[Any]:
+            return list((await self._exec(conn, stmt, params)).all())
+
+        return await self._cx.read(work)
+
+    async def _read_first(self, stmt: sa.Executable, params: Any = None) -> Any:
+        async def work(conn: AsyncConnection) -> Any:
+            return (await self._exec(conn, stmt, params)).first()
+
+        return await self._cx.read(work)
+
+    async def _read_scalar(self, stmt: sa.Executable, params: Any = None) -> int:
+        async def work(conn: AsyncConnection) -> int:
+            value = (await self._exec(conn, stmt, params)).scalar()
+            return int(value or 0)
+
+        return await self._cx.read(work)
+
+    # ------------------------------------------------------------------ lifecycle (optional)
+
+    async def ensure_schema(self) -> None:
+        """Apply pending migrations (`migrations.upgrade` to `HEAD`); idempotent and safe to
+        run concurrently from several processes."""
+        if self._schema_ready:
+            return
+
+        async def work(conn: AsyncConnection) -> list[str]:
+            return await apply_on(conn, self.dialect)
+
+        await self._cx.write(work, tx=True)
+        self._schema_ready = True
+
+    async def close(self) -> None:
+        await self._cx.close()
+        if self._owns_engine:
+            await self.engine.dispose()
+
+    # ------------------------------------------------------------------ runs (§3.1)
+
+    async def create_run(self, run: WorkflowRun) -> None:
+        params = _rows.run_to_sql(run)
+        attr_rows = _rows.attribute_rows(run.id, run.search_attributes)
+        tag_rows = _rows.tag_rows(run.id, run.tags)
+        if not attr_rows and not tag_rows:
+            await self._write1(self._q_insert_run, params)
+            return
+
+        async def work(conn: AsyncConnection) -> None:
+            await self._exec(conn, self._q_insert_run, params)
+            if tag_rows:
+                await self._exec(conn, self._q_insert_tags, tag_rows)
+            if attr_rows:
+                await self._exec(conn, self._q_insert_attrs, attr_rows)
+
+        await self._cx.write(work, tx=True)
+
+    async def update_run(self, run_id: str, patch: RunPatch) -> None:
+        """Presence-based patch (store.md §3.1); a missing run is a silent no-op."""
+        converters = _rows.PATCH_CONVERTERS
+        unknown = [k for k in patch if k not in converters]
+        if unknown:
+            raise ValueError(f"unknown RunPatch key(s): {sorted(unknown)}")
+        values: dict[str, Any] = {}
+        items: dict[str, Any] = dict(patch)
+        for key, value in items.items():
+            if key in ("created_at", "updated_at") and value is None:
+                continue  # written only when non-None
+            convert = converters[key]
+            values[key] = convert(value) if convert is not None else value
+        if not values:
+            return  # an empty effective patch issues no UPDATE
+        if "updated_at" not in values:
+            values["updated_at"] = _rows.ms(self._clock())
+        rewrite_attrs = "search_attributes" in items
+        rewrite_tags = "tags" in items
+        attr_rows = (
+            _rows.attribute_rows(run_id, items["search_attributes"]) if rewrite_attrs else []
+        )
+        tag_rows = _rows.tag_rows(run_id, items["tags"]) if rewrite_tags else []
+        values["w_id"] = run_id
+        if not rewrite_attrs and not rewrite_tags:
+            await self._write1(self._q_update_run, values)
+            return
+
+        async def work(conn: AsyncConnection) -> None:
+            result = await self._exec(conn, self._q_update_run, values)
+            if result.rowcount == 0:
+                return  # missing run: never create orphan side rows
+            key = {"run_id": run_id}
+            if rewrite_attrs:
+                await self._exec(conn, self._q_delete_attrs, key)
+                if attr_rows:
+                    await self._exec(conn, self._q_insert_attrs, attr_rows)
+            if rewrite_tags:
+                await self._exec(conn, self._q_delete_tags, key)
+                if tag_rows:
+                    await self._exec(conn, self._q_insert_tags, tag_rows)
+
+        await self._cx.write(work, tx=True)
+
+    async def get_run(self, run_id: str) -> WorkflowRun | None:
+        row = await self._read_first(self._q_get_run, {"id": run_id})
+        return _rows.run_from_row(row) if row is not None else None
+
+    async def delete_run(self, run_id: str) -> None:
+        """The run and its checkpoints, waiters, attribute and tag rows, in one transaction
+        (children first). Buffered signals/events are token/name keyed and kept."""
+        params = {"run_id": run_id}
+
+        async def work(conn: AsyncConnection) -> None:
+            for stmt in self._q_delete_run_rows:
+                await self._exec(conn, stmt, params)
+
+        await self._cx.write(work, tx=True)
+
+    # ------------------------------------------------------------------ checkpoints (§3.2)
+
+    async def get_checkpoint(self, run_id: str, seq: int) -> StepCheckpoint | None:
+        row = await self._read_first(self._q_get_cp, {"run_id": run_id, "seq": seq})
+        return _rows.checkpoint_from_row(row) if row is not None else None
+
+    async def save_checkpoint(self, cp: StepCheckpoint) -> None:
+        """Upsert on (run_id, seq): the whole row is replaced."""
+        await self._write1(self._q_save_cp, _rows.checkpoint_to_sql(cp))
+
+    async def save_checkpoint_if_pending(self, cp: StepCheckpoint) -> bool:
+        """Write `cp` iff its row exists with status `pending` (one conditional UPDATE)."""
+        params = _cas_params(_rows.checkpoint_to_sql(cp))
+        return await self._write_count(self._q_cas_cp, params) == 1
+
+    async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
+        """Batched compare-and-set: per-entry results in input order, each entry compared
+        against what the earlier entries wrote; one transaction (all or nothing).
+
+        Two statements for any batch size: one SELECT of the keys still `pending` (locked
+        `FOR UPDATE` on PostgreSQL; SQLite holds its write lock from `BEGIN IMMEDIATE`), then
+        one `executemany` of the conditional UPDATE with each key's final row.
+        """
+        if not cps:
+            return []
+        rows = [_rows.checkpoint_to_sql(cp) for cp in cps]  # validate all before writing
+        if len(rows) == 1:
+            return [await self._write_count(self._q_cas_cp, _cas_params(rows[0])) == 1]
+        keys = list(dict.fromkeys((row["run_id"], row["seq"]) for row in rows))
+
+        async def work(conn: AsyncConnection) -> list[bool]:
+            status: dict[tuple[str, int], str] = {}
+            for start in range(0, len(keys), _KEY_CHUNK):
+                chunk = keys[start : start + _KEY_CHUNK]
+                found = await self._exec(conn, self._q_pending_keys, {"keys": chunk})
+                for found_row in found:
+                    status[(found_row[0], int(found_row[1]))] = "pending"
+            results: list[bool] = []
+            final: dict[tuple[str, int], dict[str, Any]] = {}
+            for row in rows:
+                key = (row["run_id"], row["seq"])
+                won = status.get(key) == "pending"
+                if won:
+                    status[key] = row["status"]  # a later entry sees this write
+                    final[key] = row
+                results.append(won)
+            if final:
+                await self._exec(conn, self._q_cas_cp, [_cas_params(r) for r in final.values()])
+            return results
+
+        return await self._cx.write(work, tx=True)
+
+    async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
+        found = await self._read_all(self._q_list_cps, {"run_id": run_id})
+        return [_rows.checkpoint_from_row(row) for row in found]
+
+    async def get_latest_checkpoint_by_name(self, run_id: str, name: str) -> StepCheckpoint | None:
+        row = await self._read_first(self._q_latest_cp, {"run_id": run_id, "name": name})
+        return _rows.checkpoint_from_row(row) if row is not None else None
+
+    async def list_checkpoints_by_name_prefix(
+        self, run_id: str, prefixes: Sequence[str]
+    ) -> list[StepCheckpoint]:
+        """Names starting with any prefix (exact, case-sensitive: `substr`, never LIKE)."""
+        if not prefixes:
+            return []
+        c = checkpoints.c
+        wanted = list(dict.fromkeys(prefixes))
+        matches = [self.dialect.literal_prefix_predicate(c.name, p) for p in wanted]
+        stmt = (
+            sa.select(*CHECKPOINT_COLUMNS)
+            .where(c.run_id == run_id, matches[0] if len(matches) == 1 else sa.or_(*matches))
+            .order_by(c.seq)
+        )
+        return [_rows.checkpoint_from_row(row) for row in await self._read_all(stmt)]
+
+    async def count_checkpoints(
+        self, run_id: str, from_seq: int, to_seq: int, statuses: Sequence[str]
+    ) -> int:
+        """Rows with `from_seq <= seq <= to_seq` (inclusive) and a listed status."""
+        if not statuses:
+            return 0
+        params = {"run_id": run_id, "lo": from_seq, "hi": to_seq, "statuses": list(statuses)}
+        return await self._read_scalar(self._q_count_cps, params)
+
+    # ------------------------------------------------------------------ pick-up scans (§3.3)
+
+    def _scan(self, *preds: sa.ColumnElement[bool], namespace: str | None) -> sa.Select[Any]:
+        ns = namespace_predicate(namespace)
+        where = [*preds, ns] if ns is not None else list(preds)
+        return sa.select(*RUN_COLUMNS).where(*where)
+
+    async def list_incomplete_runs(self, namespace: str | None = None) -> list[WorkflowRun]:
+        r = runs.c
+        stmt = self._scan(r.status.in_(_INCOMPLETE_STATUSES), namespace=namespace).order_by(
+            r.created_at, r.id
+        )
+        return [_rows.run_from_row(row) for row in await self._read_all(stmt)]
+
+    async def list_pending_runs(
+        self, limit: int, namespace: str | None = None
+    ) -> list[WorkflowRun]:
+        """FIFO by (created_at, id); the namespace filter applies before the limit."""
+        r = runs.c
+        stmt = (
+            self._scan(r.status == "pending", namespace=namespace)
+            .order_by(r.created_at, r.id)
+            .limit(max(int(limit), 0))
+        )
+        return [_rows.run_from_row(row) for row in await self._read_all(stmt)]
+
+    async def list_due_timers(
+        self, now_ms: int, namespace: str | None = None, limit: int | None = None
+    ) -> list[WorkflowRun]:
+        """Suspended runs with `wake_at <= now_ms`, ordered by (wake_at, id)."""
+        r = runs.c
+        stmt = self._scan(
+            r.status == "suspended",
+            r.wake_at.is_not(None),
+            r.wake_at <= int(now_ms),
+            namespace=namespace,
+        ).order_by(r.wake_at, r.id)
+        if limit is not None:
+            stmt = stmt.limit(max(int(limit), 0))
+        return [_rows.run_from_row(row) for row in await self._read_all(stmt)]
+
+    # ------------------------------------------------------------------ leases (§3.4)
+
+    async def try_lock_run(self, run_id: str, owner: str, lease_until_ms: int, now_ms: int) -> bool:
+        """One conditional UPDATE: free or expired (`locked_until <= now_ms`) leases only."""
+        params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms, "w_now": now_ms}
+        return await self._write_count(self._q_try_lock, params) == 1
+
+    async def release_run_lock(self, run_id: str) -> None:
+        await self._write1(self._q_release, {"w_id": run_id})
+
+    async def renew_run_lock(self, run_id: str, owner: str, lease_until_ms: int) -> bool:
+        params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms}
+        return await self._write_count(self._q_renew, params) == 1
+
+    async def renew_run_locks(self, owner: str, lease_until_ms: int) -> int:
+        """(durably) Extend every lease held by `owner` in one UPDATE; rows touched."""
+        return await self._write_count(
+            self._q_renew_all, {"w_owner": owner, "w_until": lease_until_ms}
+        )
+
+    async def release_locks_of(self, owner: str) -> int:
+        """(durably) Clear every lease held by `owner` in one UPDATE; rows touched."""
+        return await self._write_count(self._q_release_all, {"w_owner": owner})
+
+    async def claim_run(
+        self, run_id: str, owner: str, lease_until_ms: int, now_ms: int
+    ) -> WorkflowRun | None:
+        """`try_lock_run` returning the locked row: one `UPDATE … RETURNING`."""
+        params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms, "w_now": now_ms}
+        if self._q_claim is not None:
+            row = (await self._write1(self._q_claim, params)).first()
+            return _rows.run_from_row(row) if row is not None else None
+
+        async def work(conn: AsyncConnection) -> WorkflowRun | None:
+            if (await self._exec(conn, self._q_try_lock, params)).rowcount != 1:
+                return None
+            found = (await self._exec(conn, self._q_get_run, {"id": run_id})).first()
+            return _rows.run_from_row(found) if found is not None else None
+
+        return await self._cx.write(work, tx=True)
+
+    # ------------------------------------------------------------------ waiters (§3.5)
+
+    async def put_signal_waiter(self, waiter: SignalWaiter) -> None:
+        """Upsert by token (replaces run_id, seq, parallel_group)."""
+        params = {
+            "token": waiter.token,
+            "run_id": waiter.run_id,
+            "seq": waiter.seq,
+            "parallel_group": waiter.parallel_group,
+        }
+        await self._write1(self._q_put_waiter, params)
+
+    async def take_signal_waiter(self, token: str) -> SignalWaiter | None:
+        """Remove and return the row atomically (`DELETE … RETURNING`): taken exactly once."""
+        params = {"token": token}
+        if self._q_take_waiter is not None:
+            row = (await self._write1(self._q_take_waiter, params)).first()
+            return _rows.waiter_from_row(row) if row is not None else None
+
+        async def work(conn: AsyncConnection) -> SignalWaiter | None:
+            found = (await self._exec(conn, self._q_get_waiter, params)).first()
+            if found is None:
+                return None
+            await self._exec(conn, self._q_delete_waiter, params)
+            return _rows.waiter_from_row(found)
+
+        return await self._cx.write(work, tx=True)
+
+    async def list_signal_waiters(self, prefix: str) -> list[SignalWaiter]:
+        """Tokens starting with `prefix` (exact, case-sensitive), by (run_id, seq, token)."""
+        if prefix == "":
+            found = await self._read_all(self._q_all_waiters)
+        else:
+            ranged, params = self.dialect.prefix_params(prefix)
+            stmt = self._q_waiters_ranged if ranged else self._q_waiters_plain
+            found = await self._read_all(stmt, params)
+        return [_rows.waiter_from_row(row) for row in found]
+
+    async def remove_signal_waiter(self, waiter: SignalWaiter) -> None:
+        """Delete only the row matching token AND run_id AND seq."""
+        params = {"token": waiter.token, "run_id": waiter.run_id, "seq": waiter.seq}
+        await self._write1(self._q_remove_waiter, params)
+
+    # ------------------------------------------------------------------ buffers (§3.7–3.8)
+
+    async def buffer_signal(self, token: str, payload: JSONValue) -> None:
+        params = {"token": token, "payload": _rows.json_or_null(payload)}
+        await self._write1(self._q_buffer_signal, params)
+
+    async def take_buffered_signal(self, token: str) -> BufferedSignal | None:
+        """Remove and return the OLDEST payload for `token` (a NULL payload is still a hit)."""
+        params = {"token": token}
+        if self._q_take_signal is not None:
+            row = (await self._write1(self._q_take_signal, params)).first()
+            return BufferedSignal(payload=_rows.json_from_sql(row[0])) if row is not None else None
+
+        async def work(conn: AsyncConnection) -> BufferedSignal | None:
+            found = (await self._exec(conn, self._q_oldest_signal, params)).first()
+            if found is None:
+                return None
+            await self._exec(conn, self._q_delete_signal, {"id": found[0]})
+            return BufferedSignal(payload=_rows.json_from_sql(found[1]))
+
+        return await self._cx.write(work, tx=True)
+
+    async def buffer_event(self, event: BufferedEvent) -> None:
+        params = {
+            "id": event.id,
+            "name": event.name,
+            "payload": _rows.json_or_null(event.payload),
+            "published_at": int(event.published_at),
+        }
+        await self._write1(self._q_buffer_event, params)
+
+    async def list_buffered_events(self, name: str, limit: int) -> list[BufferedEvent]:
+        """Oldest `published_at` first (ties by id), at most `limit`, not consuming."""
+        found = await self._read_all(self._q_list_events, {"name": name, "lim": max(limit, 0)})
+        return [_rows.event_from_row(row) for row in found]
+
+    async def remove_buffered_event(self, event_id: str) -> bool:
+        return await self._write_count(self._q_remove_event, {"id": event_id}) == 1
+
+    # ------------------------------------------------------------------ listing (§3.10, §6)
+
+    async def list_runs(self, query: RunQuery) -> list[WorkflowRun]:
+        """Matching runs, newest first (created_at DESC, id DESC), paged in SQL."""
+        r = runs.c
+        stmt = (
+            sa.select(*RUN_COLUMNS)
+            .where(*run_query_predicates(query))
+            .order_by(r.created_at.desc(), r.id.desc())
+        )
+        if query.limit is not None:
+            stmt = stmt.limit(max(int(query.limit), 0))
+        if query.offset:
+            stmt = stmt.offset(max(int(query.offset), 0))
+        return [_rows.run_from_row(row) for row in await self._read_all(stmt)]
+
+    async def count_runs(self, query: RunQuery) -> int:
+        """Runs matching `query`; `limit`/`offset` are ignored."""
+        stmt = sa.select(sa.func.count()).select_from(runs).where(*run_query_predicates(query))
+        return await self._read_scalar(stmt)
+
+
+__all__ = ["SqlStateStore"]
