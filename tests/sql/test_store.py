@@ -86,6 +86,40 @@ async def test_statement_count_of_multi_statement_methods(store: SqlStateStore) 
     assert await count(store, store.delete_run("r1")) == 5
 
 
+async def test_hot_paths_take_one_driver_call(
+    store: SqlStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prebuilt statements bypass SQLAlchemy's 4-call cursor dance (one aiosqlite call)."""
+    import aiosqlite.core
+
+    calls: list[str] = []
+    real: Any = aiosqlite.core.Connection._execute
+
+    async def spy(self: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(getattr(fn, "__name__", "?"))
+        return await real(self, fn, *args, **kwargs)
+
+    await store.get_run("warm-up")  # opens the pooled reader
+    monkeypatch.setattr(aiosqlite.core.Connection, "_execute", spy)
+    cases: list[tuple[str, Any]] = [
+        ("create_run", store.create_run(make_run())),
+        ("save_checkpoint", store.save_checkpoint(make_cp(status="pending"))),
+        ("get_run", store.get_run("r1")),
+        ("get_checkpoint", store.get_checkpoint("r1", 0)),
+        ("update_run", store.update_run("r1", {"status": "suspended", "wake_at": 5})),
+        ("save_checkpoint_if_pending", store.save_checkpoint_if_pending(make_cp())),
+        ("claim_run", store.claim_run("r1", "A", 10, 0)),
+        ("list_checkpoints", store.list_checkpoints("r1")),
+        ("list_due_timers", store.list_due_timers(10, "default", 5)),
+        ("count_checkpoints", store.count_checkpoints("r1", 0, 9, ["pending", "failed"])),
+        ("take_buffered_signal", store.take_buffered_signal("t")),
+    ]
+    for name, coro in cases:
+        calls.clear()
+        await coro
+        assert len(calls) == 1, (name, calls)
+
+
 # ------------------------------------------------------------------ protocol shape
 
 
@@ -187,6 +221,7 @@ async def no_returning(db_path: Path) -> AsyncIterator[SqlStateStore]:
     store = SqlStateStore.from_url(sqlite_url(db_path))
     store.dialect = SqlDialect("sqlite", returning=False)
     store._build_statements()
+    store._register_statements()
     await store.ensure_schema()
     yield store
     await store.close()
@@ -218,15 +253,13 @@ async def test_batched_cas_rolls_back_on_a_database_error(
 ) -> None:
     for seq in range(3):
         await store.save_checkpoint(make_cp(seq=seq, status="pending"))
-    real_exec = store._exec
+    real_many = store._many
 
-    async def failing_exec(conn: Any, stmt: Any, params: Any = None) -> Any:
-        if isinstance(params, list):  # the executemany UPDATE: write, then blow up
-            await real_exec(conn, stmt, params)
-            raise RuntimeError("injected")
-        return await real_exec(conn, stmt, params)
+    async def failing_many(session: Any, stmt: Any, params: Any) -> None:
+        await real_many(session, stmt, params)  # the executemany UPDATE writes, then blows up
+        raise RuntimeError("injected")
 
-    monkeypatch.setattr(store, "_exec", failing_exec)
+    monkeypatch.setattr(store, "_many", failing_many)
     with pytest.raises(RuntimeError, match="injected"):
         await store.save_checkpoints_if_pending([make_cp(seq=s) for s in range(3)])
     monkeypatch.undo()
@@ -396,3 +429,64 @@ async def test_buffered_events_order_and_claim(store: SqlStateStore) -> None:
     assert await store.remove_buffered_event("e1") is True
     assert await store.remove_buffered_event("e1") is False
     assert [e.id for e in await store.list_buffered_events("evt", 10)] == ["e0", "e2"]
+
+
+# ------------------------------------------------------------------ errors and PostgreSQL SQL
+
+
+async def test_duplicate_create_raises_integrity_error(store: SqlStateStore) -> None:
+    from sqlalchemy.exc import IntegrityError
+
+    await store.create_run(make_run())
+    with pytest.raises(IntegrityError):
+        await store.create_run(make_run())
+    with pytest.raises(IntegrityError):
+        await store.create_run(make_run(tags=("a",)))  # the transactional path
+    await store.buffer_event(BufferedEvent("e", "n", None, 1))
+    with pytest.raises(IntegrityError):
+        await store.buffer_event(BufferedEvent("e", "n", None, 1))
+    # the writer connection is still healthy
+    await store.update_run("r1", {"status": "completed"})
+    run = await store.get_run("r1")
+    assert run is not None and run.status == "completed" and run.tags is None
+
+
+def test_every_statement_compiles_for_postgresql() -> None:
+    """No PostgreSQL server here: at least prove the SQL renders for the PG dialect."""
+    from durably._store.sql.dialect import offline_dialect
+    from durably._store.sql.predicates import run_query_predicates
+
+    pg_dialect = offline_dialect("postgresql")
+
+    pg = SqlStateStore.__new__(SqlStateStore)
+    pg.dialect = SqlDialect("postgresql")
+    pg._build_statements()
+    rendered = {}
+    for name, value in vars(pg).items():
+        if name.startswith("_q_"):
+            for stmt in value if isinstance(value, tuple) else (value,):
+                if stmt is not None:
+                    rendered[name] = str(stmt.compile(dialect=pg_dialect))
+    assert "ON CONFLICT (run_id, seq) DO UPDATE" in rendered["_q_save_cp"]
+    assert "FOR UPDATE SKIP LOCKED" in rendered["_q_take_signal"]
+    assert "RETURNING" in rendered["_q_claim"] and "RETURNING" in rendered["_q_take_waiter"]
+    assert "FOR UPDATE" in rendered["_q_pending_keys"]
+    query = RunQuery(
+        workflows=["a"],
+        statuses=["running", "failed"],
+        tags=["x", "y"],
+        namespace="default",
+        origins=["p", None],
+        attributes=[AttributeFilter("k", "in", values=(1, "1", True))],
+        limit=5,
+        offset=2,
+    )
+    import sqlalchemy as sa
+
+    from durably._store.sql.schema import runs
+
+    stmt = sa.select(runs.c.id).where(*run_query_predicates(query)).limit(5).offset(2)
+    sql = str(stmt.compile(dialect=pg_dialect))
+    assert sql.count("EXISTS") == 2 and "LIMIT" in sql and "origin IS NULL" in sql
+    empty = sa.select(runs.c.id).where(*run_query_predicates(RunQuery(tags=[])))
+    assert "WHERE false" in str(empty.compile(dialect=pg_dialect))

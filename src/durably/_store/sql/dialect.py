@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import suppress
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import closing, suppress
 from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
@@ -35,7 +37,8 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.dml import Insert
 
 T = TypeVar("T")
-Work = Callable[[AsyncConnection], Awaitable[T]]
+Work = Callable[["Session"], Awaitable[T]]
+Params = dict[str, Any] | None
 
 SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
@@ -177,6 +180,16 @@ def sqlite_returning_supported() -> bool:
     return sqlite3.sqlite_version_info >= (3, 35, 0)
 
 
+def sqlite_json_supported() -> bool:
+    """JSON1 (`json_each`) is built in since SQLite 3.38 and in nearly every older build."""
+    try:
+        with closing(sqlite3.connect(":memory:")) as conn:
+            conn.execute("SELECT value FROM json_each('[1]')").fetchall()
+    except sqlite3.Error:
+        return False
+    return True
+
+
 def offline_dialect(name: str) -> Dialect:
     """A SQLAlchemy dialect for rendering SQL without a connection."""
     factory: Any = _sqlite.dialect if name == SQLITE else _pg.dialect
@@ -215,6 +228,9 @@ class SqlDialect:
         # SQLite compares TEXT with BINARY collation (= code-point order), so a range
         # predicate can use an index for prefix scans; PostgreSQL's default collation cannot.
         self.prefix_range = self.is_sqlite
+        # SQLite passes variable-length lists as ONE JSON parameter (`json_each`), so the
+        # statement text stays fixed (prebuilt, one driver call); PostgreSQL expands IN lists.
+        self.json_lists = self.is_sqlite and sqlite_json_supported()
 
     # --- upsert
 
@@ -236,6 +252,37 @@ class SqlDialect:
     def insert_ignore(self, table: sa.Table, key_columns: Sequence[str]) -> Insert:
         stmt: Any = self.insert(table)
         return stmt.on_conflict_do_nothing(index_elements=list(key_columns))  # type: ignore[no-any-return]
+
+    # --- variable-length IN lists with a fixed statement text
+
+    def in_list(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+        """`column IN (<list bound as :name>)`; bind the value from `list_value`."""
+        if self.json_lists:
+            members: sa.Select[Any] = sa.select(sa.literal_column("value")).select_from(
+                sa.func.json_each(sa.bindparam(name, type_=sa.Text))
+            )
+            return column.in_(members)
+        return column.in_(sa.bindparam(name, expanding=True))
+
+    def list_value(self, values: Sequence[Any]) -> Any:
+        return json.dumps(list(values)) if self.json_lists else list(values)
+
+    def in_pairs(
+        self, first: sa.ColumnElement[Any], second: sa.ColumnElement[Any], name: str
+    ) -> sa.ColumnElement[bool]:
+        """`(first, second) IN (<pairs bound as :name>)`; bind the value from `pairs_value`."""
+        if self.json_lists:
+            value: sa.ColumnClause[Any] = sa.literal_column("value")
+            members = sa.select(
+                sa.func.json_extract(value, "$[0]"), sa.func.json_extract(value, "$[1]")
+            ).select_from(sa.func.json_each(sa.bindparam(name, type_=sa.Text)))
+            return sa.tuple_(first, second).in_(members)
+        return sa.tuple_(first, second).in_(sa.bindparam(name, expanding=True))
+
+    def pairs_value(self, pairs: Sequence[tuple[Any, Any]]) -> Any:
+        if self.json_lists:
+            return json.dumps([list(p) for p in pairs])
+        return [tuple(p) for p in pairs]
 
     # --- prefix matching (store.md §5.4: never LIKE)
 
@@ -307,12 +354,179 @@ class SqlDialect:
         return PoolConnector(engine)
 
 
+# ------------------------------------------------------------------ sessions
+
+
+class Session:
+    """Runs statements on one connection through SQLAlchemy (`AsyncConnection.execute`).
+
+    `fetch` returns all rows (SELECT or `… RETURNING`), `execute` the affected-row count,
+    `executemany` runs one statement over many parameter sets (one driver call).
+    """
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def fetch(self, stmt: sa.Executable, params: Params = None) -> Sequence[Sequence[Any]]:
+        return (await self.conn.execute(stmt, params)).all()
+
+    async def execute(self, stmt: sa.Executable, params: Params = None) -> int:
+        return int((await self.conn.execute(stmt, params)).rowcount)
+
+    async def executemany(self, stmt: sa.Executable, params: list[dict[str, Any]]) -> None:
+        await self.conn.execute(stmt, params)
+
+    async def sql(self, text: str) -> None:
+        await self.conn.exec_driver_sql(text)
+
+
+class _Compiled:
+    __slots__ = ("defaults", "names", "processors", "sql")
+
+    def __init__(
+        self,
+        sql: str,
+        names: Sequence[str],
+        defaults: dict[str, Any],
+        processors: dict[str, Callable[[Any], Any]],
+    ) -> None:
+        self.sql = sql
+        self.names = tuple(names)
+        self.defaults = defaults
+        # SQLAlchemy's bind processors (e.g. `to_float` for REAL), applied like it would.
+        self.processors = processors
+
+    def args(self, params: dict[str, Any] | None) -> list[Any]:
+        values = params or {}
+        defaults = self.defaults
+        out = [values[n] if n in values else defaults[n] for n in self.names]
+        if self.processors:
+            for i, name in enumerate(self.names):
+                proc = self.processors.get(name)
+                if proc is not None and out[i] is not None:
+                    out[i] = proc(out[i])
+        return out
+
+
+class FastStatements:
+    """SQLite fast path for the store's prebuilt statements.
+
+    SQLAlchemy's aiosqlite adapter spends four thread hops per statement (cursor, execute,
+    fetch, close). For statements the store builds once (`register`), we compile them once per
+    parameter-key set with SQLAlchemy and run the SQL text directly on the aiosqlite
+    connection SQLAlchemy hands out: ONE hop (`execute` / `execute_fetchall` /
+    `executemany`). A statement that needs SQLAlchemy at execution time (expanding IN lists,
+    bind processors) is detected at compile time and keeps the regular path, as do dynamic
+    statements (list filters) that are never registered.
+    """
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._dialect = dialect
+        self._registered: dict[int, sa.Executable] = {}
+        self._cache: dict[tuple[int, tuple[str, ...], bool], _Compiled | None] = {}
+
+    def register(self, *stmts: sa.Executable | None) -> None:
+        for stmt in stmts:
+            if stmt is not None:
+                self._registered[id(stmt)] = stmt
+
+    def compiled(
+        self, stmt: sa.Executable, params: dict[str, Any] | None, many: bool = False
+    ) -> _Compiled | None:
+        if id(stmt) not in self._registered:
+            return None
+        keys = tuple(sorted(params)) if params else ()
+        cache_key = (id(stmt), keys, many)
+        try:
+            return self._cache[cache_key]
+        except KeyError:
+            pass
+        compiled: Any = stmt.compile(  # type: ignore[attr-defined]
+            dialect=self._dialect, column_keys=list(keys), for_executemany=many
+        )
+        entry: _Compiled | None = None
+        names = compiled.positiontup
+        processors: Any = getattr(compiled, "_bind_processors", None)
+        eligible = (
+            names is not None
+            and isinstance(processors, Mapping)
+            and "POSTCOMPILE" not in compiled.string
+            and not compiled.literal_execute_params
+            and not compiled.post_compile_params
+        )
+        if eligible:
+            entry = _Compiled(compiled.string, names, dict(compiled.params), dict(processors))
+        self._cache[cache_key] = entry
+        return entry
+
+
+def _wrap_dbapi_error(sql: str, args: Any, error: Exception) -> Exception:
+    return sa.exc.DBAPIError.instance(sql, args, error, sqlite3.Error)
+
+
+class SqliteSession(Session):
+    """`Session` whose registered statements run in one aiosqlite call (see FastStatements)."""
+
+    def __init__(self, conn: AsyncConnection, raw: Any, fast: FastStatements) -> None:
+        super().__init__(conn)
+        self._raw = raw
+        self._fast = fast
+        # The SQLAlchemy path is not safe for concurrent use of one AsyncConnection; the
+        # one-call fast path is (aiosqlite queues calls on its thread).
+        self._sa_lock = asyncio.Lock()
+
+    async def fetch(self, stmt: sa.Executable, params: Params = None) -> Sequence[Sequence[Any]]:
+        entry = self._fast.compiled(stmt, params)
+        if entry is None:
+            async with self._sa_lock:
+                return await super().fetch(stmt, params)
+        args = entry.args(params)
+        try:
+            rows: Sequence[Sequence[Any]] = await self._raw.execute_fetchall(entry.sql, args)
+        except sqlite3.Error as error:
+            raise _wrap_dbapi_error(entry.sql, args, error) from error
+        return rows
+
+    async def execute(self, stmt: sa.Executable, params: Params = None) -> int:
+        entry = self._fast.compiled(stmt, params)
+        if entry is None:
+            async with self._sa_lock:
+                return await super().execute(stmt, params)
+        args = entry.args(params)
+        try:
+            cursor = await self._raw.execute(entry.sql, args)
+        except sqlite3.Error as error:
+            raise _wrap_dbapi_error(entry.sql, args, error) from error
+        return int(cursor.rowcount)
+
+    async def executemany(self, stmt: sa.Executable, params: list[dict[str, Any]]) -> None:
+        entry = self._fast.compiled(stmt, params[0], many=True) if params else None
+        if entry is None:
+            async with self._sa_lock:
+                await super().executemany(stmt, params)
+            return
+        rows = [entry.args(p) for p in params]
+        try:
+            await self._raw.executemany(entry.sql, rows)
+        except sqlite3.Error as error:
+            raise _wrap_dbapi_error(entry.sql, rows, error) from error
+
+    async def sql(self, text: str) -> None:
+        try:
+            await self._raw.execute(text)
+        except sqlite3.Error as error:
+            raise _wrap_dbapi_error(text, (), error) from error
+
+
 # ------------------------------------------------------------------ connection strategies
 
 
 class Connector:
-    """How the store obtains connections. `work` runs on a connection; with `tx=True` the
+    """How the store obtains connections. `work` runs with a `Session`; with `tx=True` the
     whole of `work` is one transaction (rolled back if it raises)."""
+
+    def register(self, *stmts: sa.Executable | None) -> None:
+        """Statements built once by the store (eligible for a driver fast path)."""
 
     async def read(self, work: Work[T]) -> T:
         raise NotImplementedError
@@ -324,14 +538,65 @@ class Connector:
         return None
 
 
-class SqliteConnector(Connector):
-    """One dedicated writer connection per store, serialised by an `asyncio.Lock`.
+class _Gate:
+    """FIFO shared/exclusive gate for the SQLite writer connection.
 
-    The writer runs in DBAPI autocommit mode: a single statement commits by itself;
-    multi-statement work is wrapped in `BEGIN IMMEDIATE` … `COMMIT` (the write lock is taken
-    up front, so a concurrent process waits on `busy_timeout` instead of failing with a
-    deadlock between two deferred transactions). Writer work is shielded from cancellation:
-    a cancelled caller never leaves the shared connection mid-transaction.
+    Single autocommitted statements take it SHARED: several can be queued on the aiosqlite
+    connection at once (its worker thread runs them back to back, in order), which pipelines
+    the thread hops of concurrent writers. A multi-statement transaction takes it EXCLUSIVE,
+    so no foreign statement can land between its BEGIN and COMMIT. Waiters are served in
+    arrival order (consecutive shared waiters together), so transactions never starve.
+    Only used from shielded tasks, so a waiter is never cancelled.
+    """
+
+    def __init__(self) -> None:
+        self._shared = 0
+        self._exclusive = False
+        self._waiters: deque[tuple[bool, asyncio.Future[None]]] = deque()
+
+    async def acquire(self, exclusive: bool) -> None:
+        if not self._waiters and not self._exclusive and (not exclusive or not self._shared):
+            if exclusive:
+                self._exclusive = True
+            else:
+                self._shared += 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((exclusive, future))
+        await future
+
+    def release(self, exclusive: bool) -> None:
+        if exclusive:
+            self._exclusive = False
+        else:
+            self._shared -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and not self._exclusive:
+            exclusive, future = self._waiters[0]
+            if exclusive:
+                if self._shared:
+                    return
+                self._waiters.popleft()
+                self._exclusive = True
+                future.set_result(None)
+                return
+            self._waiters.popleft()
+            self._shared += 1
+            future.set_result(None)
+
+
+class SqliteConnector(Connector):
+    """One dedicated writer connection per store; SQLite allows a single writer.
+
+    The writer runs in DBAPI autocommit mode: a single statement commits by itself (and
+    concurrent single statements are pipelined on the connection, see `_Gate`);
+    multi-statement work is wrapped in `BEGIN IMMEDIATE` … `COMMIT` under the exclusive gate
+    (the write lock is taken up front, so a concurrent process waits on `busy_timeout` instead
+    of failing with a deadlock between two deferred transactions). Writer work is shielded
+    from cancellation: a cancelled caller never leaves the shared connection
+    mid-transaction (its statement still completes).
 
     Reads use the engine's pool (WAL readers do not block the writer), except for an
     in-memory database whose single `StaticPool` connection is the writer itself.
@@ -339,75 +604,104 @@ class SqliteConnector(Connector):
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._lock = asyncio.Lock()
-        self._conn: AsyncConnection | None = None
+        self._gate = _Gate()
+        self._open_lock = asyncio.Lock()
+        self._writer_session: SqliteSession | None = None
         self._shared = isinstance(engine.sync_engine.pool, StaticPool)
+        self._fast = FastStatements(engine.dialect)
 
-    async def _writer(self) -> AsyncConnection:
-        conn = self._conn
-        if conn is not None and not conn.closed and not conn.invalidated:
-            return conn
-        if conn is not None:
-            self._conn = None
-            with suppress(Exception):
-                await conn.close()
-        conn = await self._engine.connect()
-        try:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
-            for pragma in SQLITE_PRAGMAS:
-                await conn.exec_driver_sql(pragma)
-        except BaseException:
-            with suppress(Exception):
-                await conn.close()
-            raise
-        self._conn = conn
-        return conn
+    def register(self, *stmts: sa.Executable | None) -> None:
+        self._fast.register(*stmts)
+
+    async def _session(self, conn: AsyncConnection) -> SqliteSession:
+        raw = (await conn.get_raw_connection()).driver_connection
+        return SqliteSession(conn, raw, self._fast)
+
+    @staticmethod
+    def _usable(session: SqliteSession | None) -> bool:
+        return session is not None and not session.conn.closed and not session.conn.invalidated
+
+    async def _writer(self) -> SqliteSession:
+        session = self._writer_session
+        if session is not None and self._usable(session):
+            return session
+        async with self._open_lock:
+            session = self._writer_session
+            if session is not None and self._usable(session):
+                return session
+            if session is not None:
+                await self._discard()
+            conn = await self._engine.connect()
+            try:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                session = await self._session(conn)
+                for pragma in SQLITE_PRAGMAS:
+                    await session.sql(pragma)
+            except BaseException:
+                with suppress(Exception):
+                    await conn.close()
+                raise
+            self._writer_session = session
+            return session
 
     async def _discard(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
+        session, self._writer_session = self._writer_session, None
+        if session is not None:
             with suppress(Exception):
-                await conn.invalidate()
+                await session.conn.invalidate()
             with suppress(Exception):
-                await conn.close()
+                await session.conn.close()
 
-    async def _locked(self, work: Work[T], tx: bool) -> T:
-        async with self._lock:
-            conn = await self._writer()
-            if not tx:
-                try:
-                    return await work(conn)
-                except BaseException:
-                    if conn.invalidated:
-                        await self._discard()
-                    raise
-            await conn.exec_driver_sql("BEGIN IMMEDIATE")
+    async def _single(self, work: Work[T]) -> T:
+        await self._gate.acquire(exclusive=False)
+        try:
+            session = await self._writer()
             try:
-                result = await work(conn)
-                await conn.exec_driver_sql("COMMIT")
+                return await work(session)
+            except BaseException:
+                if session.conn.invalidated and session is self._writer_session:
+                    await self._discard()
+                raise
+        finally:
+            self._gate.release(exclusive=False)
+
+    async def _transaction(self, work: Work[T]) -> T:
+        await self._gate.acquire(exclusive=True)
+        try:
+            session = await self._writer()
+            await session.sql("BEGIN IMMEDIATE")
+            try:
+                result = await work(session)
+                await session.sql("COMMIT")
             except BaseException:
                 try:
-                    await conn.exec_driver_sql("ROLLBACK")
+                    await session.sql("ROLLBACK")
                 except BaseException:
                     await self._discard()
                 raise
             return result
+        finally:
+            self._gate.release(exclusive=True)
 
     async def write(self, work: Work[T], *, tx: bool = False) -> T:
-        return await asyncio.shield(self._locked(work, tx))
+        """`tx=False` work must be ONE statement (it may be pipelined with others)."""
+        return await asyncio.shield(self._transaction(work) if tx else self._single(work))
 
     async def read(self, work: Work[T]) -> T:
         if self._shared:
             return await self.write(work, tx=False)
         async with self._engine.connect() as conn:
-            return await work(conn)
+            return await work(await self._session(conn))
 
     async def close(self) -> None:
-        async with self._lock:
-            conn, self._conn = self._conn, None
-            if conn is not None:
+        await self._gate.acquire(exclusive=True)
+        try:
+            session, self._writer_session = self._writer_session, None
+            if session is not None:
                 with suppress(Exception):
-                    await conn.close()
+                    await session.conn.close()
+        finally:
+            self._gate.release(exclusive=True)
 
 
 class PoolConnector(Connector):
@@ -420,14 +714,14 @@ class PoolConnector(Connector):
 
     async def read(self, work: Work[T]) -> T:
         async with self._autocommit.connect() as conn:
-            return await work(conn)
+            return await work(Session(conn))
 
     async def write(self, work: Work[T], *, tx: bool = False) -> T:
         if tx:
             async with self._engine.begin() as conn:
-                return await work(conn)
+                return await work(Session(conn))
         async with self._autocommit.connect() as conn:
-            return await work(conn)
+            return await work(Session(conn))
 
 
 __all__ = [
@@ -435,9 +729,12 @@ __all__ = [
     "SQLITE",
     "SQLITE_PRAGMAS",
     "Connector",
+    "FastStatements",
     "PoolConnector",
+    "Session",
     "SqlDialect",
     "SqliteConnector",
+    "SqliteSession",
     "create_engine",
     "ddl_double",
     "ddl_identity_pk",
@@ -450,5 +747,6 @@ __all__ = [
     "is_memory_sqlite",
     "normalize_url",
     "offline_dialect",
+    "sqlite_json_supported",
     "sqlite_returning_supported",
 ]

@@ -286,7 +286,7 @@ async def upgrade(engine_or_url: AsyncEngine | str | URL, *, sql_only: bool = Fa
         dialect = _d.SqlDialect(engine.dialect.name)
         connector = dialect.connector(engine)
         try:
-            return await connector.write(lambda conn: apply_on(conn, dialect), tx=True)
+            return await connector.write(lambda s: apply_on(s.conn, dialect), tx=True)
         finally:
             await connector.close()
 

@@ -18,8 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam
-from sqlalchemy.engine import CursorResult
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from durably._core.models import (
     BufferedEvent,
@@ -32,10 +31,16 @@ from durably._core.models import (
     WorkflowRun,
     now_utc,
 )
+from durably._store.query import DEFAULT_NAMESPACE
 from durably._store.sql import rows as _rows
-from durably._store.sql.dialect import SqlDialect, create_engine, install_sqlite_pragmas
+from durably._store.sql.dialect import (
+    Session,
+    SqlDialect,
+    create_engine,
+    install_sqlite_pragmas,
+)
 from durably._store.sql.migrations import apply_on
-from durably._store.sql.predicates import namespace_predicate, run_query_predicates
+from durably._store.sql.predicates import run_query_predicates
 from durably._store.sql.schema import (
     CHECKPOINT_COLUMNS,
     RUN_COLUMNS,
@@ -48,11 +53,11 @@ from durably._store.sql.schema import (
     waiters,
 )
 
-Result = CursorResult[*tuple[Any, ...]]
+Row = Sequence[Any]
 
 _INCOMPLETE_STATUSES = ("running", "cancelling")
 _CP_KEYS = ("run_id", "seq")
-_KEY_CHUNK = 400  # (run_id, seq) pairs per IN list: well under SQLite's parameter limit
+_KEY_CHUNK = 1000  # (run_id, seq) pairs per lookup (PostgreSQL expands them into binds)
 _WAITER_COLUMNS = (waiters.c.token, waiters.c.run_id, waiters.c.seq, waiters.c.parallel_group)
 _EVENT_COLUMNS = (
     buffered_events.c.id,
@@ -94,6 +99,7 @@ class SqlStateStore:
         #: SQL statements executed so far (benchmarks divide it by the number of steps).
         self.statement_count: int = 0
         self._build_statements()
+        self._register_statements()
 
     @classmethod
     def from_url(
@@ -148,10 +154,7 @@ class SqlStateStore:
         )
         self._q_pending_keys = (
             sa.select(c.run_id, c.seq)
-            .where(
-                sa.tuple_(c.run_id, c.seq).in_(bp("keys", expanding=True)),
-                c.status == "pending",
-            )
+            .where(d.in_pairs(c.run_id, c.seq, "keys"), c.status == "pending")
             .with_for_update()
         )
         self._q_list_cps = (
@@ -167,8 +170,20 @@ class SqlStateStore:
             c.run_id == bp("run_id"),
             c.seq >= bp("lo"),
             c.seq <= bp("hi"),
-            c.status.in_(bp("statuses", expanding=True)),
+            d.in_list(c.status, "statuses"),
         )
+
+        # pick-up scans, one statement per namespace shape (none / 'default' / other)
+        self._q_incomplete = self._scan_variants(
+            sa.or_(*(r.status == status for status in _INCOMPLETE_STATUSES)),
+            order=(r.created_at, r.id),
+        )
+        self._q_pending_runs = self._scan_variants(
+            r.status == "pending", order=(r.created_at, r.id), limited=True
+        )
+        due = (r.status == "suspended", r.wake_at.is_not(None), r.wake_at <= bp("now"))
+        self._q_due = self._scan_variants(*due, order=(r.wake_at, r.id))
+        self._q_due_limited = self._scan_variants(*due, order=(r.wake_at, r.id), limited=True)
 
         # leases
         lockable = sa.and_(
@@ -240,47 +255,57 @@ class SqlStateStore:
         )
         self._q_remove_event = sa.delete(buffered_events).where(be.id == bp("id"))
 
-    async def _exec(
-        self,
-        conn: AsyncConnection,
-        stmt: sa.Executable,
-        params: dict[str, Any] | list[dict[str, Any]] | None = None,
-    ) -> Result:
+    def _register_statements(self) -> None:
+        prebuilt: list[Any] = []
+        for name, value in vars(self).items():
+            if name.startswith("_q_"):
+                prebuilt.extend(value if isinstance(value, tuple) else (value,))
+        self._cx.register(*prebuilt)
+
+    # Every statement goes through one of these three (each counts one statement).
+
+    async def _fetch(self, s: Session, stmt: sa.Executable, params: Any = None) -> Sequence[Row]:
         self.statement_count += 1
-        return await conn.execute(stmt, params)
+        return await s.fetch(stmt, params)
 
-    async def _write1(self, stmt: sa.Executable, params: Any = None) -> Result:
-        """One statement on the write path (autocommitted by itself)."""
+    async def _run(self, s: Session, stmt: sa.Executable, params: Any = None) -> int:
+        self.statement_count += 1
+        return await s.execute(stmt, params)
 
-        async def work(conn: AsyncConnection) -> Result:
-            return await self._exec(conn, stmt, params)
+    async def _many(self, s: Session, stmt: sa.Executable, params: list[dict[str, Any]]) -> None:
+        self.statement_count += 1
+        await s.executemany(stmt, params)
+
+    async def _write(self, stmt: sa.Executable, params: Any = None) -> int:
+        """One statement on the write path (autocommitted by itself); affected rows."""
+
+        async def work(s: Session) -> int:
+            return await self._run(s, stmt, params)
 
         return await self._cx.write(work)
 
-    async def _write_count(self, stmt: sa.Executable, params: Any = None) -> int:
-        async def work(conn: AsyncConnection) -> int:
-            return int((await self._exec(conn, stmt, params)).rowcount)
+    async def _write_first(self, stmt: sa.Executable, params: Any = None) -> Row | None:
+        """One `… RETURNING` statement on the write path; its first row."""
+
+        async def work(s: Session) -> Row | None:
+            found = await self._fetch(s, stmt, params)
+            return found[0] if found else None
 
         return await self._cx.write(work)
 
-    async def _read_all(self, stmt: sa.Executable, params: Any = None) -> list[Any]:
-        async def work(conn: AsyncConnection) -> list[Any]:
-            return list((await self._exec(conn, stmt, params)).all())
+    async def _read_all(self, stmt: sa.Executable, params: Any = None) -> Sequence[Row]:
+        async def work(s: Session) -> Sequence[Row]:
+            return await self._fetch(s, stmt, params)
 
         return await self._cx.read(work)
 
-    async def _read_first(self, stmt: sa.Executable, params: Any = None) -> Any:
-        async def work(conn: AsyncConnection) -> Any:
-            return (await self._exec(conn, stmt, params)).first()
-
-        return await self._cx.read(work)
+    async def _read_first(self, stmt: sa.Executable, params: Any = None) -> Row | None:
+        found = await self._read_all(stmt, params)
+        return found[0] if found else None
 
     async def _read_scalar(self, stmt: sa.Executable, params: Any = None) -> int:
-        async def work(conn: AsyncConnection) -> int:
-            value = (await self._exec(conn, stmt, params)).scalar()
-            return int(value or 0)
-
-        return await self._cx.read(work)
+        row = await self._read_first(stmt, params)
+        return int(row[0] or 0) if row is not None else 0
 
     # ------------------------------------------------------------------ lifecycle (optional)
 
@@ -290,8 +315,8 @@ class SqlStateStore:
         if self._schema_ready:
             return
 
-        async def work(conn: AsyncConnection) -> list[str]:
-            return await apply_on(conn, self.dialect)
+        async def work(s: Session) -> list[str]:
+            return await apply_on(s.conn, self.dialect)
 
         await self._cx.write(work, tx=True)
         self._schema_ready = True
@@ -308,15 +333,15 @@ class SqlStateStore:
         attr_rows = _rows.attribute_rows(run.id, run.search_attributes)
         tag_rows = _rows.tag_rows(run.id, run.tags)
         if not attr_rows and not tag_rows:
-            await self._write1(self._q_insert_run, params)
+            await self._write(self._q_insert_run, params)
             return
 
-        async def work(conn: AsyncConnection) -> None:
-            await self._exec(conn, self._q_insert_run, params)
+        async def work(s: Session) -> None:
+            await self._run(s, self._q_insert_run, params)
             if tag_rows:
-                await self._exec(conn, self._q_insert_tags, tag_rows)
+                await self._many(s, self._q_insert_tags, tag_rows)
             if attr_rows:
-                await self._exec(conn, self._q_insert_attrs, attr_rows)
+                await self._many(s, self._q_insert_attrs, attr_rows)
 
         await self._cx.write(work, tx=True)
 
@@ -345,22 +370,21 @@ class SqlStateStore:
         tag_rows = _rows.tag_rows(run_id, items["tags"]) if rewrite_tags else []
         values["w_id"] = run_id
         if not rewrite_attrs and not rewrite_tags:
-            await self._write1(self._q_update_run, values)
+            await self._write(self._q_update_run, values)
             return
 
-        async def work(conn: AsyncConnection) -> None:
-            result = await self._exec(conn, self._q_update_run, values)
-            if result.rowcount == 0:
+        async def work(s: Session) -> None:
+            if await self._run(s, self._q_update_run, values) == 0:
                 return  # missing run: never create orphan side rows
             key = {"run_id": run_id}
             if rewrite_attrs:
-                await self._exec(conn, self._q_delete_attrs, key)
+                await self._run(s, self._q_delete_attrs, key)
                 if attr_rows:
-                    await self._exec(conn, self._q_insert_attrs, attr_rows)
+                    await self._many(s, self._q_insert_attrs, attr_rows)
             if rewrite_tags:
-                await self._exec(conn, self._q_delete_tags, key)
+                await self._run(s, self._q_delete_tags, key)
                 if tag_rows:
-                    await self._exec(conn, self._q_insert_tags, tag_rows)
+                    await self._many(s, self._q_insert_tags, tag_rows)
 
         await self._cx.write(work, tx=True)
 
@@ -373,9 +397,9 @@ class SqlStateStore:
         (children first). Buffered signals/events are token/name keyed and kept."""
         params = {"run_id": run_id}
 
-        async def work(conn: AsyncConnection) -> None:
+        async def work(s: Session) -> None:
             for stmt in self._q_delete_run_rows:
-                await self._exec(conn, stmt, params)
+                await self._run(s, stmt, params)
 
         await self._cx.write(work, tx=True)
 
@@ -387,12 +411,12 @@ class SqlStateStore:
 
     async def save_checkpoint(self, cp: StepCheckpoint) -> None:
         """Upsert on (run_id, seq): the whole row is replaced."""
-        await self._write1(self._q_save_cp, _rows.checkpoint_to_sql(cp))
+        await self._write(self._q_save_cp, _rows.checkpoint_to_sql(cp))
 
     async def save_checkpoint_if_pending(self, cp: StepCheckpoint) -> bool:
         """Write `cp` iff its row exists with status `pending` (one conditional UPDATE)."""
         params = _cas_params(_rows.checkpoint_to_sql(cp))
-        return await self._write_count(self._q_cas_cp, params) == 1
+        return await self._write(self._q_cas_cp, params) == 1
 
     async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
         """Batched compare-and-set: per-entry results in input order, each entry compared
@@ -406,14 +430,15 @@ class SqlStateStore:
             return []
         rows = [_rows.checkpoint_to_sql(cp) for cp in cps]  # validate all before writing
         if len(rows) == 1:
-            return [await self._write_count(self._q_cas_cp, _cas_params(rows[0])) == 1]
+            return [await self._write(self._q_cas_cp, _cas_params(rows[0])) == 1]
         keys = list(dict.fromkeys((row["run_id"], row["seq"]) for row in rows))
 
-        async def work(conn: AsyncConnection) -> list[bool]:
+        async def work(s: Session) -> list[bool]:
             status: dict[tuple[str, int], str] = {}
             for start in range(0, len(keys), _KEY_CHUNK):
                 chunk = keys[start : start + _KEY_CHUNK]
-                found = await self._exec(conn, self._q_pending_keys, {"keys": chunk})
+                params = {"keys": self.dialect.pairs_value(chunk)}
+                found = await self._fetch(s, self._q_pending_keys, params)
                 for found_row in found:
                     status[(found_row[0], int(found_row[1]))] = "pending"
             results: list[bool] = []
@@ -426,7 +451,7 @@ class SqlStateStore:
                     final[key] = row
                 results.append(won)
             if final:
-                await self._exec(conn, self._q_cas_cp, [_cas_params(r) for r in final.values()])
+                await self._many(s, self._q_cas_cp, [_cas_params(r) for r in final.values()])
             return results
 
         return await self._cx.write(work, tx=True)
@@ -461,73 +486,90 @@ class SqlStateStore:
         """Rows with `from_seq <= seq <= to_seq` (inclusive) and a listed status."""
         if not statuses:
             return 0
-        params = {"run_id": run_id, "lo": from_seq, "hi": to_seq, "statuses": list(statuses)}
+        params = {
+            "run_id": run_id,
+            "lo": from_seq,
+            "hi": to_seq,
+            "statuses": self.dialect.list_value(list(dict.fromkeys(statuses))),
+        }
         return await self._read_scalar(self._q_count_cps, params)
 
     # ------------------------------------------------------------------ pick-up scans (§3.3)
 
-    def _scan(self, *preds: sa.ColumnElement[bool], namespace: str | None) -> sa.Select[Any]:
-        ns = namespace_predicate(namespace)
-        where = [*preds, ns] if ns is not None else list(preds)
-        return sa.select(*RUN_COLUMNS).where(*where)
+    @staticmethod
+    def _scan_variants(
+        *preds: sa.ColumnElement[bool],
+        order: tuple[sa.ColumnElement[Any], ...],
+        limited: bool = False,
+    ) -> tuple[sa.Select[Any], sa.Select[Any], sa.Select[Any]]:
+        """(no namespace, 'default' incl. legacy NULLs, any other namespace)."""
+        ns = runs.c.namespace
+        shapes: list[tuple[sa.ColumnElement[bool], ...]] = [
+            (),
+            (sa.or_(ns == bindparam("ns"), ns.is_(None)),),
+            (ns == bindparam("ns"),),
+        ]
+        out = []
+        for extra in shapes:
+            stmt = sa.select(*RUN_COLUMNS).where(*preds, *extra).order_by(*order)
+            if limited:
+                stmt = stmt.limit(bindparam("lim", type_=sa.Integer))
+            out.append(stmt)
+        return out[0], out[1], out[2]
+
+    async def _scan(
+        self,
+        variants: tuple[sa.Select[Any], sa.Select[Any], sa.Select[Any]],
+        namespace: str | None,
+        params: dict[str, Any],
+    ) -> list[WorkflowRun]:
+        if namespace is None:
+            stmt = variants[0]
+        else:
+            stmt = variants[1] if namespace == DEFAULT_NAMESPACE else variants[2]
+            params = {**params, "ns": namespace}
+        return [_rows.run_from_row(row) for row in await self._read_all(stmt, params)]
 
     async def list_incomplete_runs(self, namespace: str | None = None) -> list[WorkflowRun]:
-        r = runs.c
-        stmt = self._scan(r.status.in_(_INCOMPLETE_STATUSES), namespace=namespace).order_by(
-            r.created_at, r.id
-        )
-        return [_rows.run_from_row(row) for row in await self._read_all(stmt)]
+        """Runs in `running` or `cancelling` (ordered by created_at, id for stability)."""
+        return await self._scan(self._q_incomplete, namespace, {})
 
     async def list_pending_runs(
         self, limit: int, namespace: str | None = None
     ) -> list[WorkflowRun]:
         """FIFO by (created_at, id); the namespace filter applies before the limit."""
-        r = runs.c
-        stmt = (
-            self._scan(r.status == "pending", namespace=namespace)
-            .order_by(r.created_at, r.id)
-            .limit(max(int(limit), 0))
-        )
-        return [_rows.run_from_row(row) for row in await self._read_all(stmt)]
+        return await self._scan(self._q_pending_runs, namespace, {"lim": max(int(limit), 0)})
 
     async def list_due_timers(
         self, now_ms: int, namespace: str | None = None, limit: int | None = None
     ) -> list[WorkflowRun]:
         """Suspended runs with `wake_at <= now_ms`, ordered by (wake_at, id)."""
-        r = runs.c
-        stmt = self._scan(
-            r.status == "suspended",
-            r.wake_at.is_not(None),
-            r.wake_at <= int(now_ms),
-            namespace=namespace,
-        ).order_by(r.wake_at, r.id)
-        if limit is not None:
-            stmt = stmt.limit(max(int(limit), 0))
-        return [_rows.run_from_row(row) for row in await self._read_all(stmt)]
+        if limit is None:
+            return await self._scan(self._q_due, namespace, {"now": int(now_ms)})
+        params = {"now": int(now_ms), "lim": max(int(limit), 0)}
+        return await self._scan(self._q_due_limited, namespace, params)
 
     # ------------------------------------------------------------------ leases (§3.4)
 
     async def try_lock_run(self, run_id: str, owner: str, lease_until_ms: int, now_ms: int) -> bool:
         """One conditional UPDATE: free or expired (`locked_until <= now_ms`) leases only."""
         params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms, "w_now": now_ms}
-        return await self._write_count(self._q_try_lock, params) == 1
+        return await self._write(self._q_try_lock, params) == 1
 
     async def release_run_lock(self, run_id: str) -> None:
-        await self._write1(self._q_release, {"w_id": run_id})
+        await self._write(self._q_release, {"w_id": run_id})
 
     async def renew_run_lock(self, run_id: str, owner: str, lease_until_ms: int) -> bool:
         params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms}
-        return await self._write_count(self._q_renew, params) == 1
+        return await self._write(self._q_renew, params) == 1
 
     async def renew_run_locks(self, owner: str, lease_until_ms: int) -> int:
         """(durably) Extend every lease held by `owner` in one UPDATE; rows touched."""
-        return await self._write_count(
-            self._q_renew_all, {"w_owner": owner, "w_until": lease_until_ms}
-        )
+        return await self._write(self._q_renew_all, {"w_owner": owner, "w_until": lease_until_ms})
 
     async def release_locks_of(self, owner: str) -> int:
         """(durably) Clear every lease held by `owner` in one UPDATE; rows touched."""
-        return await self._write_count(self._q_release_all, {"w_owner": owner})
+        return await self._write(self._q_release_all, {"w_owner": owner})
 
     async def claim_run(
         self, run_id: str, owner: str, lease_until_ms: int, now_ms: int
@@ -535,14 +577,14 @@ class SqlStateStore:
         """`try_lock_run` returning the locked row: one `UPDATE … RETURNING`."""
         params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms, "w_now": now_ms}
         if self._q_claim is not None:
-            row = (await self._write1(self._q_claim, params)).first()
+            row = await self._write_first(self._q_claim, params)
             return _rows.run_from_row(row) if row is not None else None
 
-        async def work(conn: AsyncConnection) -> WorkflowRun | None:
-            if (await self._exec(conn, self._q_try_lock, params)).rowcount != 1:
+        async def work(s: Session) -> WorkflowRun | None:
+            if await self._run(s, self._q_try_lock, params) != 1:
                 return None
-            found = (await self._exec(conn, self._q_get_run, {"id": run_id})).first()
-            return _rows.run_from_row(found) if found is not None else None
+            found = await self._fetch(s, self._q_get_run, {"id": run_id})
+            return _rows.run_from_row(found[0]) if found else None
 
         return await self._cx.write(work, tx=True)
 
@@ -556,21 +598,21 @@ class SqlStateStore:
             "seq": waiter.seq,
             "parallel_group": waiter.parallel_group,
         }
-        await self._write1(self._q_put_waiter, params)
+        await self._write(self._q_put_waiter, params)
 
     async def take_signal_waiter(self, token: str) -> SignalWaiter | None:
         """Remove and return the row atomically (`DELETE … RETURNING`): taken exactly once."""
         params = {"token": token}
         if self._q_take_waiter is not None:
-            row = (await self._write1(self._q_take_waiter, params)).first()
+            row = await self._write_first(self._q_take_waiter, params)
             return _rows.waiter_from_row(row) if row is not None else None
 
-        async def work(conn: AsyncConnection) -> SignalWaiter | None:
-            found = (await self._exec(conn, self._q_get_waiter, params)).first()
-            if found is None:
+        async def work(s: Session) -> SignalWaiter | None:
+            found = await self._fetch(s, self._q_get_waiter, params)
+            if not found:
                 return None
-            await self._exec(conn, self._q_delete_waiter, params)
-            return _rows.waiter_from_row(found)
+            await self._run(s, self._q_delete_waiter, params)
+            return _rows.waiter_from_row(found[0])
 
         return await self._cx.write(work, tx=True)
 
@@ -587,27 +629,28 @@ class SqlStateStore:
     async def remove_signal_waiter(self, waiter: SignalWaiter) -> None:
         """Delete only the row matching token AND run_id AND seq."""
         params = {"token": waiter.token, "run_id": waiter.run_id, "seq": waiter.seq}
-        await self._write1(self._q_remove_waiter, params)
+        await self._write(self._q_remove_waiter, params)
 
     # ------------------------------------------------------------------ buffers (§3.7–3.8)
 
     async def buffer_signal(self, token: str, payload: JSONValue) -> None:
         params = {"token": token, "payload": _rows.json_or_null(payload)}
-        await self._write1(self._q_buffer_signal, params)
+        await self._write(self._q_buffer_signal, params)
 
     async def take_buffered_signal(self, token: str) -> BufferedSignal | None:
         """Remove and return the OLDEST payload for `token` (a NULL payload is still a hit)."""
         params = {"token": token}
         if self._q_take_signal is not None:
-            row = (await self._write1(self._q_take_signal, params)).first()
+            row = await self._write_first(self._q_take_signal, params)
             return BufferedSignal(payload=_rows.json_from_sql(row[0])) if row is not None else None
 
-        async def work(conn: AsyncConnection) -> BufferedSignal | None:
-            found = (await self._exec(conn, self._q_oldest_signal, params)).first()
-            if found is None:
+        async def work(s: Session) -> BufferedSignal | None:
+            found = await self._fetch(s, self._q_oldest_signal, params)
+            if not found:
                 return None
-            await self._exec(conn, self._q_delete_signal, {"id": found[0]})
-            return BufferedSignal(payload=_rows.json_from_sql(found[1]))
+            signal_id, payload = found[0]
+            await self._run(s, self._q_delete_signal, {"id": signal_id})
+            return BufferedSignal(payload=_rows.json_from_sql(payload))
 
         return await self._cx.write(work, tx=True)
 
@@ -618,7 +661,7 @@ class SqlStateStore:
             "payload": _rows.json_or_null(event.payload),
             "published_at": int(event.published_at),
         }
-        await self._write1(self._q_buffer_event, params)
+        await self._write(self._q_buffer_event, params)
 
     async def list_buffered_events(self, name: str, limit: int) -> list[BufferedEvent]:
         """Oldest `published_at` first (ties by id), at most `limit`, not consuming."""
@@ -626,7 +669,7 @@ class SqlStateStore:
         return [_rows.event_from_row(row) for row in found]
 
     async def remove_buffered_event(self, event_id: str) -> bool:
-        return await self._write_count(self._q_remove_event, {"id": event_id}) == 1
+        return await self._write(self._q_remove_event, {"id": event_id}) == 1
 
     # ------------------------------------------------------------------ listing (§3.10, §6)
 
