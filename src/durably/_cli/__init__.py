@@ -1,0 +1,1 @@
+"""The `durably` command line (api.md §6). Entry point: `durably._cli.main:main`."""

@@ -1,0 +1,85 @@
+"""`durably db upgrade [--store URL] [--sql]`: apply (or print) the SQL schema migrations."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from durably._cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    check_store_url,
+    default_store,
+    display_url,
+    echo,
+    print_json,
+)
+
+
+def add_parser(sub: Any) -> None:
+    db = sub.add_parser("db", help="database schema management")
+    actions = db.add_subparsers(dest="action", metavar="ACTION")
+    db.set_defaults(handler=lambda _args: _usage(db))
+    p = actions.add_parser(
+        "upgrade",
+        help="apply pending schema migrations (or print them with --sql)",
+        description=(
+            "Bring the store's schema to the current version. Safe to run concurrently and "
+            "repeatedly. With --sql, print the SQL that would run and change nothing."
+        ),
+    )
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        help="store URL (default: $DURABLY_STORE, else sqlite:///durably.db)",
+    )
+    p.add_argument("--sql", action="store_true", help="print the SQL without applying it")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=upgrade)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return EXIT_OK
+
+
+def upgrade(args: argparse.Namespace) -> int:
+    url: str = args.store or default_store()
+    check_store_url(url, must_exist=False)
+    try:
+        from durably._store.sql import migrations
+    except ImportError as exc:  # pragma: no cover - the SQL store ships with durably
+        raise CliError(f"the SQL store is unavailable: {exc}") from exc
+    try:
+        statements = migrations.upgrade_sync(url, sql_only=args.sql)
+    except ModuleNotFoundError as exc:
+        hint = " (pip install 'durably[postgres]')" if exc.name == "asyncpg" else ""
+        raise CliError(f"cannot open {display_url(url)}: {exc}{hint}") from None
+    except ValueError as exc:
+        raise CliError(f"{display_url(url)}: {exc}", EXIT_USAGE) from None
+    head = getattr(migrations, "HEAD", None)
+    if args.json:
+        print_json(
+            {
+                "store": display_url(url),
+                "applied": not args.sql and bool(statements),
+                "schemaVersion": head,
+                "statements": statements,
+            }
+        )
+        return EXIT_OK
+    if args.sql:
+        if not statements:
+            echo(f"-- {display_url(url)} is up to date (schema version {head}); nothing to run")
+        else:
+            echo(f"-- durably schema migrations for {display_url(url)} (to version {head})")
+            for statement in statements:
+                echo(statement.rstrip().rstrip(";") + ";")
+                echo()
+        return EXIT_OK
+    if statements:
+        echo(f"{display_url(url)}: applied {len(statements)} statements; schema at version {head}")
+    else:
+        echo(f"{display_url(url)}: already up to date (schema version {head})")
+    return EXIT_OK

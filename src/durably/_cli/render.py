@@ -1,0 +1,157 @@
+"""Human-readable rendering: tables, durations, relative times, run timelines."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from durably._cli.common import compact_json
+from durably._core.models import StepCheckpoint, WorkflowRun, ms_from_utc, now_utc
+
+
+def format_duration(ms: float | None) -> str:
+    """features.md §8: `<1000` → `Nms`, `<60 s` → `N.Ns`, else `N.Nm`."""
+    if ms is None:
+        return ""
+    if ms < 1000:
+        return f"{round(ms)}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}s"
+    return f"{ms / 60_000:.1f}m"
+
+
+def relative_time(when: datetime, now: datetime | None = None) -> str:
+    """features.md §8: `Ns ago` < 60 s, `Nm ago` < 1 h, `Nh ago` < 1 d, else `Nd ago`."""
+    seconds = max(0.0, ((now or now_utc()) - when).total_seconds())
+    if seconds < 60:
+        return f"{round(seconds)}s ago"
+    if seconds < 3600:
+        return f"{round(seconds / 60)}m ago"
+    if seconds < 86_400:
+        return f"{round(seconds / 3600)}h ago"
+    return f"{round(seconds / 86_400)}d ago"
+
+
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()
+) -> list[str]:
+    """Columns padded to their widest cell, two-space gaps; `right` = right-aligned columns."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(cells)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return [line(headers), *(line(row) for row in rows)]
+
+
+def runs_table(runs: Sequence[WorkflowRun]) -> list[str]:
+    if not runs:
+        return ["No runs."]
+    now = now_utc()
+    rows = [[r.id, r.workflow, r.status, relative_time(r.updated_at, now)] for r in runs]
+    return table(["RUN", "WORKFLOW", "STATUS", "UPDATED"], rows)
+
+
+def checkpoint_duration_ms(cp: StepCheckpoint) -> float:
+    return max(0.0, (cp.finished_at - cp.started_at).total_seconds() * 1000)
+
+
+def checkpoint_note(cp: StepCheckpoint, width: int = 60) -> str:
+    """A short description of what the checkpoint recorded."""
+    if cp.status == "failed" and cp.error is not None:
+        return f"error: {cp.error.message}"[:width]
+    if cp.kind == "sleep" and cp.wake_at is not None:
+        delta = cp.wake_at - ms_from_utc(cp.started_at)
+        return f"wake at +{format_duration(delta)}"
+    if cp.name.startswith("signal:child:"):
+        child = cp.name[len("signal:child:") :]
+        if cp.status != "completed":
+            return f"waiting for child run {child}"
+        ok = isinstance(cp.output, dict) and cp.output.get("ok")
+        return f"child run {child} {'completed' if ok else 'failed'}"
+    if cp.kind == "signal":
+        if cp.status != "completed":
+            return "waiting"
+        return "payload " + compact_json(cp.output, width - 8)
+    if cp.status == "completed" and cp.output is not None:
+        return "→ " + compact_json(cp.output, width - 2)
+    return ""
+
+
+def timeline(checkpoints: Sequence[StepCheckpoint], *, indent: str = "  ") -> list[str]:
+    """One row per checkpoint: seq, name, kind, status, attempts, duration, note."""
+    if not checkpoints:
+        return [indent + "(no steps recorded)"]
+    rows = [
+        [
+            str(cp.seq),
+            cp.name,
+            cp.kind + (f" @{cp.worker_group}" if cp.worker_group else ""),
+            cp.status,
+            str(cp.attempts),
+            format_duration(checkpoint_duration_ms(cp)),
+            checkpoint_note(cp),
+        ]
+        for cp in checkpoints
+    ]
+    lines = table(
+        ["SEQ", "NAME", "KIND", "STATUS", "ATTEMPTS", "DURATION", "NOTE"], rows, right=(0, 4, 5)
+    )
+    return [indent + line for line in lines]
+
+
+def run_header(run: WorkflowRun) -> list[str]:
+    """`<workflow>  [<status>]  v<version>`, the run id, then the run's facts."""
+    lines = [f"{run.workflow}  [{run.status}]  v{run.workflow_version}", run.id]
+    elapsed = (run.updated_at - run.created_at).total_seconds() * 1000
+    facts = [
+        f"created {run.created_at.isoformat(timespec='seconds')}",
+        f"updated {relative_time(run.updated_at)}",
+    ]
+    if run.is_terminal:
+        facts.append(f"took {format_duration(elapsed)}")
+    if run.wake_at is not None and not run.is_terminal:
+        wake = run.wake_at - ms_from_utc(now_utc())
+        facts.append(
+            f"wakes in {format_duration(wake)}" if wake > 0 else "wake due (a worker picks it up)"
+        )
+    if run.locked_by:
+        facts.append(f"held by {run.locked_by}")
+    if run.tags:
+        facts.append("tags " + ",".join(run.tags))
+    lines.append("  ".join(facts))
+    return lines
+
+
+def run_detail(
+    run: WorkflowRun,
+    checkpoints: Sequence[StepCheckpoint],
+    *,
+    waiting_for: Sequence[str] = (),
+    children: Sequence[tuple[WorkflowRun, Sequence[StepCheckpoint]]] = (),
+) -> list[str]:
+    lines = [*run_header(run), "", "input:  " + compact_json(run.input, 200), ""]
+    lines.extend(timeline(checkpoints))
+    for child, child_cps in children:
+        lines.append("")
+        lines.append(
+            f"  child {child.id}: {child.workflow}  [{child.status}]  v{child.workflow_version}"
+        )
+        lines.extend(timeline(child_cps, indent="    "))
+    if waiting_for:
+        lines.append("")
+        for token in waiting_for:
+            lines.append(f"waiting for signal {token!r}  (durably runs signal {token} --payload …)")
+    if run.status == "completed":
+        lines.extend(["", "output: " + compact_json(run.output, 2000)])
+    if run.error is not None:
+        code = f" [{run.error.code}]" if run.error.code else ""
+        lines.extend(["", f"error: {run.error.message}{code}"])
+    return lines

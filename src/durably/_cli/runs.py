@@ -1,0 +1,270 @@
+"""`durably runs list|show|cancel|retry|continue|signal` — on a `drive=False` engine.
+
+These commands never execute a run: they read the store, or change it and let the workers
+sharing the store do the work (a signal nudges the run's wakeAt so its holder's timer poll
+wakes it; a retried run goes back to `pending` for any worker's poller).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+from typing import Any, get_args
+
+from durably._cli.common import (
+    EXIT_OK,
+    CliError,
+    control_engine,
+    echo,
+    parse_json_arg,
+    print_json,
+)
+from durably._cli.render import run_detail, runs_table
+from durably._core.models import RunResult, RunStatus, StepCheckpoint, WorkflowRun
+from durably._engine.engine import Engine
+
+STATUSES: tuple[str, ...] = get_args(RunStatus)
+
+
+def _target_options(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--store",
+        metavar="URL",
+        help="store URL (default: $DURABLY_STORE, else sqlite:///durably.db)",
+    )
+    where.add_argument(
+        "--app", metavar="APP", help="module:attribute naming an Engine; uses its store"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def add_parser(sub: Any) -> None:
+    runs = sub.add_parser(
+        "runs",
+        help="list, inspect and control runs (never executes them)",
+        description=(
+            "List, inspect and control runs through a drive=False engine: these commands "
+            "never execute a run. Workers sharing the store do the work (a signal makes the "
+            "waiting run due so its worker wakes it; a retried run goes back to pending)."
+        ),
+    )
+    verbs = runs.add_subparsers(dest="verb", metavar="ACTION")
+    runs.set_defaults(handler=lambda _args: _usage(runs))
+
+    p = verbs.add_parser("list", help="list runs, newest first")
+    _target_options(p)
+    p.add_argument("--status", choices=STATUSES, help="only runs with this status")
+    p.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
+    p.add_argument("--tag", metavar="TAG", help="only runs carrying this tag")
+    p.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="at most N (50)")
+    p.set_defaults(handler=_sync(_list))
+
+    p = verbs.add_parser("show", help="a run and its checkpoint timeline")
+    _target_options(p)
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.set_defaults(handler=_sync(_show))
+
+    p = verbs.add_parser("cancel", help="cancel a run (and its children)")
+    _target_options(p)
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.set_defaults(handler=_sync(_cancel))
+
+    p = verbs.add_parser(
+        "retry", help="re-enqueue a failed/dead run from where it failed (requeue)"
+    )
+    _target_options(p)
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.set_defaults(handler=_sync(_retry))
+
+    p = verbs.add_parser("continue", help="release the run's pending ctx.breakpoint()")
+    _target_options(p)
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.set_defaults(handler=_sync(_continue))
+
+    p = verbs.add_parser("signal", help="deliver a signal (ctx.wait_for_signal) by token")
+    _target_options(p)
+    p.add_argument("token", metavar="TOKEN")
+    p.add_argument(
+        "--payload",
+        metavar="JSON",
+        help="JSON payload (`@file` reads a file, `-` stdin); default null",
+    )
+    p.set_defaults(handler=_sync(_signal))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return EXIT_OK
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def _sync(action: Any) -> Any:
+    def handler(args: argparse.Namespace) -> int:
+        async def go() -> int:
+            async with control_engine(args.store, args.app) as engine:
+                code: int = await action(engine, args)
+                return code
+
+        return asyncio.run(go())
+
+    return handler
+
+
+async def _require_run(engine: Engine, run_id: str) -> WorkflowRun:
+    run = await engine.get_run(run_id)
+    if run is None:
+        raise CliError(f"Run {run_id} not found.")
+    return run
+
+
+def _result_json(result: RunResult | None, run: WorkflowRun) -> dict[str, Any]:
+    if result is None:
+        return {"runId": run.id, "status": run.status}
+    return result.to_json()
+
+
+# ------------------------------------------------------------------ list / show
+
+
+async def _list(engine: Engine, args: argparse.Namespace) -> int:
+    query: dict[str, Any] = {"limit": args.limit}
+    if args.status:
+        query["status"] = args.status
+    if args.workflow:
+        query["workflow"] = args.workflow
+    if args.tag:
+        query["tag"] = args.tag
+    runs = await engine.list_runs(**query)
+    if args.json:
+        print_json([r.to_json() for r in runs])
+    else:
+        for line in runs_table(runs):
+            echo(line)
+    return EXIT_OK
+
+
+async def waiting_for(engine: Engine, run_id: str) -> list[str]:
+    """The signal / event tokens the run is parked on (children are shown separately)."""
+    tokens = []
+    for waiter in await engine.store.list_signal_waiters(""):
+        if waiter.run_id != run_id or waiter.token.startswith("child:"):
+            continue
+        token = waiter.token
+        if token.startswith("event:"):
+            try:
+                name = base64.b64decode(token.split(":")[1]).decode("utf-8")
+                token = f"event {name!r} (durably publishes events; not a signal)"
+            except Exception:
+                pass
+        tokens.append(token)
+    return tokens
+
+
+async def children_of(
+    engine: Engine, checkpoints: list[StepCheckpoint]
+) -> list[tuple[WorkflowRun, list[StepCheckpoint]]]:
+    found = []
+    for cp in checkpoints:
+        if cp.name.startswith("signal:child:"):
+            child = await engine.get_run(cp.name[len("signal:child:") :])
+            if child is not None:
+                found.append((child, await engine.list_checkpoints(child.id)))
+    return found
+
+
+async def _show(engine: Engine, args: argparse.Namespace) -> int:
+    run = await _require_run(engine, args.run_id)
+    checkpoints = await engine.list_checkpoints(run.id)
+    waits = [] if run.is_terminal else await waiting_for(engine, run.id)
+    if args.json:
+        print_json(
+            {
+                "run": run.to_json(),
+                "checkpoints": [cp.to_json() for cp in checkpoints],
+                "waitingFor": waits,
+            }
+        )
+        return EXIT_OK
+    children = await children_of(engine, checkpoints)
+    for line in run_detail(run, checkpoints, waiting_for=waits, children=children):
+        echo(line)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ control
+
+
+async def _cancel(engine: Engine, args: argparse.Namespace) -> int:
+    run = await _require_run(engine, args.run_id)
+    if run.status in ("completed", "failed", "cancelled", "dead"):
+        message = f"Run {run.id} is already {run.status}; nothing to cancel."
+        if args.json:
+            print_json({"runId": run.id, "status": run.status, "changed": False})
+        else:
+            echo(message)
+        return EXIT_OK
+    result = await engine.cancel(run.id)
+    if args.json:
+        print_json({**_result_json(result, run), "changed": True})
+    else:
+        status = result.status if result else "cancelled"
+        echo(f"Run {run.id} marked {status}.")
+    return EXIT_OK
+
+
+async def _retry(engine: Engine, args: argparse.Namespace) -> int:
+    run = await _require_run(engine, args.run_id)
+    if run.status == "completed":
+        raise CliError(f"Run {run.id} is completed; there is nothing to retry.")
+    if run.status in ("pending", "running"):
+        raise CliError(f"Run {run.id} is {run.status}; it is not waiting to be retried.")
+    result = await engine.requeue(run.id)
+    if args.json:
+        print_json(_result_json(result, run))
+    else:
+        echo(f"Run {run.id} re-enqueued (was {run.status}); a worker picks it up.")
+    return EXIT_OK
+
+
+async def _continue(engine: Engine, args: argparse.Namespace) -> int:
+    run = await _require_run(engine, args.run_id)
+    result = await engine.continue_run(run.id)
+    if result is None:
+        raise CliError(f"Run {run.id} is not paused at a breakpoint ({run.status}).")
+    if args.json:
+        print_json(_result_json(result, run))
+    else:
+        echo(f"Run {run.id} continued past its breakpoint.")
+    return EXIT_OK
+
+
+async def _signal(engine: Engine, args: argparse.Namespace) -> int:
+    payload = parse_json_arg(args.payload, "--payload")
+    result = await engine.signal(args.token, payload)
+    if args.json:
+        print_json(
+            {"token": args.token, "delivered": result is not None}
+            | ({"run": result.to_json()} if result is not None else {})
+        )
+    elif result is None:
+        echo(
+            f"No run is waiting for {args.token!r} yet; the signal is buffered and the next "
+            "ctx.wait_for_signal on that token receives it."
+        )
+    else:
+        echo(f"Signal {args.token!r} delivered to run {result.run_id} ({result.status}).")
+    return EXIT_OK
+
+
+__all__ = ["add_parser", "children_of", "waiting_for"]

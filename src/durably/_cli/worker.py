@@ -1,0 +1,107 @@
+"""`durably worker APP`: drive runs until SIGTERM/SIGINT, then drain and exit 0."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from typing import Any
+
+from durably._cli.common import EXIT_OK, CliError, echo, load_app
+from durably._cli.render import format_duration
+from durably._engine.engine import Engine
+from durably._engine.events import EngineEvent
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "worker",
+        help="run a worker: drive runs until SIGTERM/SIGINT, then drain",
+        description=(
+            "Open APP's engine (module:attribute naming a durably.Engine; the current "
+            "directory is importable) and drive runs: pick up pending runs, recover runs whose "
+            "owner died, wake timers, execute steps. SIGTERM or SIGINT drains in-flight turns "
+            "(up to the engine's drain timeout) and exits 0; a second signal exits at once."
+        ),
+    )
+    p.add_argument("app", metavar="APP", help="module:attribute naming a durably.Engine")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print run events")
+    p.add_argument("--steps", action="store_true", help="also print step events")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    if not app.drive_runs:
+        raise CliError(
+            f"{args.app} was built with drive=False: a worker needs an engine that drives runs"
+        )
+    return asyncio.run(_work(app, args))
+
+
+def _printer(show_steps: bool) -> Any:
+    def on_event(event: EngineEvent) -> None:
+        kind = event.type
+        if kind.startswith("step.") and not show_steps:
+            return
+        if kind in ("step.started", "step.progress"):
+            return
+        parts = [time.strftime("%H:%M:%S"), kind.ljust(14), event.run_id]
+        if event.workflow:
+            parts.append(f"({event.workflow})")
+        if event.name:
+            parts.append(event.name)
+        if event.duration_ms is not None:
+            parts.append(format_duration(event.duration_ms))
+        if event.error is not None:
+            parts.append(f"error: {event.error.message}")
+        echo("  ".join(parts))
+
+    return on_event
+
+
+async def _work(app: Engine, args: argparse.Namespace) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    main_task = asyncio.current_task()
+    signals = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            echo(f"received {signal.Signals(signum).name}: draining…", sys.stderr)
+            stop.set()
+        elif main_task is not None:
+            echo("second signal: exiting without waiting for the drain", sys.stderr)
+            main_task.cancel()
+
+    handled = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+            handled.append(signum)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - non-Unix loops
+            signal.signal(signum, lambda n, _f: loop.call_soon_threadsafe(on_signal, n))
+    unsubscribe = app.subscribe(_printer(args.steps)) if not args.quiet else None
+    try:
+        await app.open()
+        names = sorted({wf.name for wf in app.registered_workflows()})
+        echo(
+            f"durably worker {app.instance_id} ready: store {app.store!r}, "
+            f"workflows: {', '.join(names) or '(none)'}",
+            sys.stderr,
+        )
+        await stop.wait()
+        await app.close()
+        echo("worker drained; bye", sys.stderr)
+        return EXIT_OK
+    except asyncio.CancelledError:
+        return 1
+    finally:
+        if unsubscribe is not None:
+            unsubscribe()
+        for signum in handled:
+            loop.remove_signal_handler(signum)

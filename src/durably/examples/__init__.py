@@ -1,0 +1,1 @@
+"""Bundled examples. `durably demo` runs `durably.examples.orders`."""
