@@ -6,12 +6,11 @@ import asyncio
 import contextvars
 import logging
 import os
-import random
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -533,17 +532,21 @@ class Engine:
                 awaitable = asyncio.get_running_loop().run_in_executor(
                     self._executor, context.run, step.invoke, value
                 )
-            if timeout_ms is not None:
-                result = await asyncio.wait_for(awaitable, timeout_ms / 1000.0)
-            else:
+            if timeout_ms is None:
                 result = await awaitable
+            else:
+                try:
+                    async with asyncio.timeout(timeout_ms / 1000.0) as window:
+                        result = await awaitable
+                except TimeoutError:
+                    if not window.expired():
+                        raise  # the step's own TimeoutError, not our deadline
+                    return None, StepError(
+                        message=f'step "{name}" timed out after {timeout_ms}ms',
+                        code="timeout",
+                        retryable=True,
+                    )
             return step.output_codec.to_json(result), None
-        except TimeoutError:
-            return None, StepError(
-                message=f'step "{name}" timed out after {timeout_ms}ms',
-                code="timeout",
-                retryable=True,
-            )
         except SerializationError as exc:
             return None, StepError(
                 message=f'step "{name}" returned a value that cannot be stored: {exc}',
@@ -731,8 +734,7 @@ class Engine:
                 if run is not None and completion is not None:
                     # This instance completed the run: its event carries the output, so
                     # no store read is needed to return the final state.
-                    return replace(run, status="completed", output=completion.output,
-                                   error=None)
+                    return replace(run, status="completed", output=completion.output, error=None)
                 run = await self.store.get_run(run_id)
                 if run is None:
                     raise RunNotFoundError(f"run {run_id} not found")
@@ -859,19 +861,3 @@ class _RunWatch(asyncio.Event):
     def __init__(self) -> None:
         super().__init__()
         self.completion: EngineEvent | None = None
-
-
-@overload
-def jittered(base_ms: int) -> int: ...
-class _RunWatch(asyncio.Event):
-    """Set on every run.* event of one run; remembers a local run.completed event."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.completion: EngineEvent | None = None
-
-
-@overload
-def jittered(base_ms: int, spread_ms: int) -> int: ...
-def jittered(base_ms: int, spread_ms: int = 250) -> int:
-    return base_ms + random.randint(-spread_ms, spread_ms)
