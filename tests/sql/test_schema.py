@@ -7,6 +7,7 @@ import re
 import sqlite3
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -180,9 +181,11 @@ async def test_upgrade_applies_once_and_is_idempotent(tmp_path: Path) -> None:
     assert await upgrade(url) == []  # nothing pending
     assert await upgrade(url, sql_only=True) == []
     with sqlite3.connect(tmp_path / "u.db") as conn:
-        versions = conn.execute("SELECT version FROM durable_schema_version").fetchall()
+        versions = conn.execute("SELECT version, applied_at FROM durable_schema_version").fetchall()
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-    assert versions == [(v,) for v in range(1, HEAD + 1)]
+    assert [v for v, _ in versions] == list(range(1, HEAD + 1))
+    now_ms = time.time() * 1000
+    assert all(abs(applied_at - now_ms) < 60_000 for _, applied_at in versions)
     assert mode == "wal"
 
 

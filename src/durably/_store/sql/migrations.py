@@ -23,10 +23,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.schema import CreateTable
 
 from durably._store.sql import dialect as _d
+from durably._store.sql.connection import connector_for
 from durably._store.sql.schema import schema_version
 
 
@@ -237,10 +238,7 @@ async def _with_engine(
     url = _d.normalize_url(engine_or_url)
     if offline_ok:
         # Read-only inspection: no pragmas (journal_mode=WAL would modify the file).
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        options = _d.default_engine_options(url)
-        engine = create_async_engine(url, **options)
+        engine = create_async_engine(url, **_d.default_engine_options(url))
     else:
         engine = _d.create_engine(url)
     try:
@@ -284,7 +282,7 @@ async def upgrade(engine_or_url: AsyncEngine | str | URL, *, sql_only: bool = Fa
 
     async def body(engine: AsyncEngine) -> list[str]:
         dialect = _d.SqlDialect(engine.dialect.name)
-        connector = dialect.connector(engine)
+        connector = connector_for(dialect, engine)
         try:
             return await connector.write(lambda s: apply_on(s.conn, dialect), tx=True)
         finally:

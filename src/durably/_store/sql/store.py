@@ -33,12 +33,8 @@ from durably._core.models import (
 )
 from durably._store.query import DEFAULT_NAMESPACE
 from durably._store.sql import rows as _rows
-from durably._store.sql.dialect import (
-    Session,
-    SqlDialect,
-    create_engine,
-    install_sqlite_pragmas,
-)
+from durably._store.sql.connection import Session, connector_for
+from durably._store.sql.dialect import SqlDialect, create_engine, install_sqlite_pragmas
 from durably._store.sql.migrations import apply_on
 from durably._store.sql.predicates import run_query_predicates
 from durably._store.sql.schema import (
@@ -94,7 +90,7 @@ class SqlStateStore:
         self._clock: Callable[[], datetime] = clock or now_utc
         self.dialect = SqlDialect(engine.dialect.name)
         install_sqlite_pragmas(engine)
-        self._cx = self.dialect.connector(engine)
+        self._cx = connector_for(self.dialect, engine)
         self._schema_ready = False
         #: SQL statements executed so far (benchmarks divide it by the number of steps).
         self.statement_count: int = 0
