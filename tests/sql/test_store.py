@@ -99,7 +99,8 @@ async def test_hot_paths_take_one_driver_call(
         calls.append(getattr(fn, "__name__", "?"))
         return await real(self, fn, *args, **kwargs)
 
-    await store.get_run("warm-up")  # opens the pooled reader
+    await store.list_incomplete_runs()  # opens a pooled reader
+    await store.get_run("warm-up")  # opens the writer
     monkeypatch.setattr(aiosqlite.core.Connection, "_execute", spy)
     cases: list[tuple[str, Any]] = [
         ("create_run", store.create_run(make_run())),

@@ -204,7 +204,8 @@ class Connector:
     def register(self, *stmts: sa.Executable | None) -> None:
         """Statements built once by the store (eligible for a driver fast path)."""
 
-    async def read(self, work: Work[T]) -> T:
+    async def read(self, work: Work[T], *, point: bool = False) -> T:
+        """`point=True`: a small indexed read (one statement) that may share the writer."""
         raise NotImplementedError
 
     async def write(self, work: Work[T], *, tx: bool = False) -> T:
@@ -274,8 +275,9 @@ class SqliteConnector(Connector):
     from cancellation: a cancelled caller never leaves the shared connection
     mid-transaction (its statement still completes).
 
-    Reads use the engine's pool (WAL readers do not block the writer), except for an
-    in-memory database whose single `StaticPool` connection is the writer itself.
+    Point reads (`read(point=True)`: one small indexed statement) share the writer the same
+    way; scans and list queries use the engine's pool (WAL readers do not block the writer).
+    An in-memory database's single `StaticPool` connection is the writer for everything.
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
@@ -363,8 +365,11 @@ class SqliteConnector(Connector):
         """`tx=False` work must be ONE statement (it may be pipelined with others)."""
         return await asyncio.shield(self._transaction(work) if tx else self._single(work))
 
-    async def read(self, work: Work[T]) -> T:
-        if self._shared:
+    async def read(self, work: Work[T], *, point: bool = False) -> T:
+        # Point reads are pipelined on the writer connection like single writes: one thread,
+        # no pool round trip, and they see every write this process has made. Scans and list
+        # queries use the pool, so a long read never holds up the writer.
+        if self._shared or point:
             return await self.write(work, tx=False)
         async with self._engine.connect() as conn:
             return await work(await self._session(conn))
@@ -388,7 +393,7 @@ class PoolConnector(Connector):
         self._engine = engine
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
-    async def read(self, work: Work[T]) -> T:
+    async def read(self, work: Work[T], *, point: bool = False) -> T:
         async with self._autocommit.connect() as conn:
             return await work(Session(conn))
 

@@ -289,19 +289,26 @@ class SqlStateStore:
 
         return await self._cx.write(work)
 
-    async def _read_all(self, stmt: sa.Executable, params: Any = None) -> Sequence[Row]:
+    async def _read_all(
+        self, stmt: sa.Executable, params: Any = None, *, point: bool = False
+    ) -> Sequence[Row]:
+        """One read statement. `point=True` for small indexed lookups (hot engine paths),
+        which SQLite pipelines on the writer connection; scans and lists use the pool."""
+
         async def work(s: Session) -> Sequence[Row]:
             return await self._fetch(s, stmt, params)
 
-        return await self._cx.read(work)
+        return await self._cx.read(work, point=point)
 
     async def _read_first(self, stmt: sa.Executable, params: Any = None) -> Row | None:
-        found = await self._read_all(stmt, params)
+        found = await self._read_all(stmt, params, point=True)
         return found[0] if found else None
 
-    async def _read_scalar(self, stmt: sa.Executable, params: Any = None) -> int:
-        row = await self._read_first(stmt, params)
-        return int(row[0] or 0) if row is not None else 0
+    async def _read_scalar(
+        self, stmt: sa.Executable, params: Any = None, *, point: bool = False
+    ) -> int:
+        found = await self._read_all(stmt, params, point=point)
+        return int(found[0][0] or 0) if found else 0
 
     # ------------------------------------------------------------------ lifecycle (optional)
 
@@ -453,7 +460,7 @@ class SqlStateStore:
         return await self._cx.write(work, tx=True)
 
     async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
-        found = await self._read_all(self._q_list_cps, {"run_id": run_id})
+        found = await self._read_all(self._q_list_cps, {"run_id": run_id}, point=True)
         return [_rows.checkpoint_from_row(row) for row in found]
 
     async def get_latest_checkpoint_by_name(self, run_id: str, name: str) -> StepCheckpoint | None:
@@ -488,7 +495,7 @@ class SqlStateStore:
             "hi": to_seq,
             "statuses": self.dialect.list_value(list(dict.fromkeys(statuses))),
         }
-        return await self._read_scalar(self._q_count_cps, params)
+        return await self._read_scalar(self._q_count_cps, params, point=True)
 
     # ------------------------------------------------------------------ pick-up scans (§3.3)
 
@@ -619,7 +626,7 @@ class SqlStateStore:
         else:
             ranged, params = self.dialect.prefix_params(prefix)
             stmt = self._q_waiters_ranged if ranged else self._q_waiters_plain
-            found = await self._read_all(stmt, params)
+            found = await self._read_all(stmt, params, point=True)
         return [_rows.waiter_from_row(row) for row in found]
 
     async def remove_signal_waiter(self, waiter: SignalWaiter) -> None:
@@ -661,7 +668,8 @@ class SqlStateStore:
 
     async def list_buffered_events(self, name: str, limit: int) -> list[BufferedEvent]:
         """Oldest `published_at` first (ties by id), at most `limit`, not consuming."""
-        found = await self._read_all(self._q_list_events, {"name": name, "lim": max(limit, 0)})
+        params = {"name": name, "lim": max(limit, 0)}
+        found = await self._read_all(self._q_list_events, params, point=True)
         return [_rows.event_from_row(row) for row in found]
 
     async def remove_buffered_event(self, event_id: str) -> bool:
