@@ -170,6 +170,8 @@ class SqliteSession(Session):
                 return await super().execute(stmt, params)
         args = entry.args(params)
         try:
+            # DML without RETURNING: the statement runs to completion in the worker thread,
+            # so dropping the cursor here touches no SQLite state.
             cursor = await self._raw.execute(entry.sql, args)
         except sqlite3.Error as error:
             raise _wrap_dbapi_error(entry.sql, args, error) from error
@@ -189,7 +191,8 @@ class SqliteSession(Session):
 
     async def sql(self, text: str) -> None:
         try:
-            await self._raw.execute(text)
+            # fetch in the worker thread: statements that return a row (PRAGMA) finish there
+            await self._raw.execute_fetchall(text)
         except sqlite3.Error as error:
             raise _wrap_dbapi_error(text, (), error) from error
 

@@ -1,13 +1,15 @@
 """SqlStateStore: the StateStore on SQLAlchemy 2 async Core, for SQLite and PostgreSQL.
 
-One implementation serves both databases; everything that differs lives in `dialect.py`.
-Every method is one round trip where the contract allows it (a single autocommitted
-statement); work that must be atomic across several statements (side-table rewrites, deletes,
+One implementation serves both databases: the SQL that differs lives in `dialect.py`, the
+way connections are used (one pipelined SQLite writer vs. the PostgreSQL pool) in
+`connection.py`. Every method is one statement where the contract allows it (autocommitted by
+itself); work that must be atomic across several statements (side-table rewrites, deletes,
 batched compare-and-set) runs in one transaction. `statement_count` counts every SQL statement
 the store executes (an `executemany` counts once; BEGIN/COMMIT and schema DDL are not counted).
 
-Hot-path statements are built once per store with named bind parameters, so SQLAlchemy's
-compiled cache serves them without re-compilation.
+Hot-path statements are built once per store with named bind parameters (`_q_*`) and
+registered with the connector: on SQLite each runs as ONE aiosqlite call with SQL compiled
+once by SQLAlchemy; dynamic list queries go through SQLAlchemy's regular (cached) path.
 """
 
 from __future__ import annotations
