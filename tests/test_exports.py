@@ -37,6 +37,7 @@ EXPECTED_EXPORTS = [
     "StepCheckpoint",
     "StepError",
     "StepEvent",
+    "StepFailedError",
     "UpdateResult",
     "Workflow",
     "WorkflowBlocked",

@@ -20,6 +20,7 @@ from durably._core.errors import (
     SerializationError,
     SignalTimeoutError,
     SingletonQueueFullError,
+    StepFailedError,
     WorkflowBlocked,
     WorkflowNotFoundError,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "StepCheckpoint",
     "StepError",
     "StepEvent",
+    "StepFailedError",
     "UpdateResult",
     "Workflow",
     "WorkflowBlocked",

@@ -356,14 +356,6 @@ async def _has_status(engine: durably.Engine, run_id: str, status: str) -> bool:
     return run is not None and run.status == status
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "engine bug: a run that continued-as-new completes with output None, but "
-        "RunHandle.result() (handle.py) decodes that None through the workflow's typed "
-        "output codec and raises a pydantic ValidationError"
-    ),
-)
 async def test_continue_as_new_result_with_typed_output(engine_factory: EngineFactory, uid: str):
     @durably.workflow(f"{uid}.counter")
     async def counter_wf(ctx: WorkflowCtx, n: int) -> int:
@@ -383,15 +375,6 @@ async def test_continue_as_new_result_with_typed_output(engine_factory: EngineFa
     assert first is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "engine bug: ctx.child of a typed child that continued-as-new receives the "
-        "completion {ok: true, value: None}; _unwrap (ctx.py) decodes None through the "
-        "child's typed output codec, so the PARENT run fails with a pydantic ValidationError "
-        "instead of resolving with None (engine.md §3.12)"
-    ),
-)
 async def test_child_that_continues_as_new_resolves_none(engine_factory: EngineFactory, uid: str):
     @durably.workflow(f"{uid}.counter")
     async def counter_wf(ctx: WorkflowCtx, n: int) -> int:

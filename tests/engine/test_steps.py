@@ -18,6 +18,7 @@ from durably import (
     NestedWorkflowCallError,
     RemoteStepError,
     RunFailedError,
+    StepFailedError,
     WorkflowCtx,
 )
 
@@ -692,8 +693,14 @@ async def test_nested_ctx_call_inside_local_step(engine_factory: EngineFactory, 
 
         try:
             await ctx.local_step("outer", bad)
-        except NestedWorkflowCallError as exc:
-            return {"code": exc.code, "primitive": exc.primitive, "step": exc.step}
+        except StepFailedError as exc:
+            # the recorded failure is re-raised identically on replay (durably decision)
+            live = isinstance(exc.__cause__, NestedWorkflowCallError)
+            return {
+                "code": exc.code,
+                "names_primitive_and_step": "ctx.step()" in str(exc) and "'outer'" in str(exc),
+                "cause_when_live": live or exc.__cause__ is None,
+            }
         return None
 
     @durably.workflow(f"{uid}.failing")
@@ -708,8 +715,8 @@ async def test_nested_ctx_call_inside_local_step(engine_factory: EngineFactory, 
         handle = await engine.start(catching)
         assert await handle.result(timeout=RESULT_TIMEOUT) == {
             "code": "nested_workflow_call",
-            "primitive": "step",
-            "step": "outer",
+            "names_primitive_and_step": True,
+            "cause_when_live": True,
         }
         caught_cps = await engine.list_checkpoints(handle.run_id)
 
@@ -784,17 +791,6 @@ async def test_gathered_steps_claim_seqs_in_issue_order(engine_factory: EngineFa
 async def test_gathered_steps_execute_exactly_once(
     engine_factory: EngineFactory, uid: str, request: pytest.FixtureRequest
 ):
-    request.applymarker(
-        pytest.mark.xfail(
-            engine_factory.replay,
-            strict=True,
-            reason=(
-                "engine bug: a classic (replay) turn ends on ReplayNow/WorkflowSuspended while "
-                "sibling ctx.step calls of an asyncio.gather are still in flight; the next turn "
-                "finds no checkpoint for them and dispatches them again"
-            ),
-        )
-    )
     counts: dict[str, int] = {}
 
     @durably.step(f"{uid}.slow")
@@ -826,17 +822,6 @@ async def test_caught_local_step_failure_is_not_rerun_on_replay(
     engine_factory: EngineFactory, uid: str, request: pytest.FixtureRequest
 ):
     """A body that caught a failed local step took a branch; replay must take the same one."""
-    request.applymarker(
-        pytest.mark.xfail(
-            engine_factory.replay,
-            strict=True,
-            reason=(
-                "engine bug (hot/replay divergence): run_local re-executes a `failed` local "
-                "row on replay instead of re-raising the recorded failure, so a replay can "
-                "take another branch than the hot path did"
-            ),
-        )
-    )
     calls: list[int] = []
 
     @durably.workflow(f"{uid}.wf")

@@ -469,18 +469,6 @@ async def test_delivery_racing_the_end_of_a_classic_turn(
     The interleaving is forced: the engine's post-suspend re-read of the awaited checkpoint
     (the lost-wake guard) reads before the delivery writes, and the delivery (write + wake)
     is fully processed before that read returns. Seen for real with SQLite in replay mode."""
-    request.applymarker(
-        pytest.mark.xfail(
-            engine_factory.replay,
-            strict=True,
-            reason=(
-                "engine bug: Engine.redrive drops the wake when a classic turn of the run is "
-                "still registered in engine.executions, relying on _settle_suspended's "
-                "re-read, which can read before the delivery's write; the run then stays "
-                "suspended until the reconcile fallback (reconcile_ms)"
-            ),
-        )
-    )
     token = f"{uid}.race"
 
     @durably.workflow(f"{uid}.wf")

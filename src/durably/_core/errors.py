@@ -62,14 +62,27 @@ class NonDeterminismError(DurablyError):
         self.recorded = recorded
 
 
-class RemoteStepError(DurablyError):
+class StepFailedError(FatalError):
+    """A step failed for good; raised in the workflow body.
+
+    durably: a `local_step` failure is raised as this error (the original exception is its
+    `__cause__` when it happened in this turn) so that the live path and a replay of the
+    recorded failure raise the same class — a body that catches it behaves identically
+    after a crash. `step_error` is the recorded failure (`code`, `details` included). It is
+    a FatalError, so `except FatalError as e: e.code` works for any failed step.
+    """
+
+    def __init__(self, step_error: StepError | None = None):
+        step_error = step_error or StepError(message="step failed")
+        super().__init__(step_error.message, step_error.code, step_error.details)
+        self.step_error = step_error
+
+
+class RemoteStepError(StepFailedError):
     """A dispatched step failed for good; raised in the workflow body (engine.md §4.2)."""
 
     def __init__(self, step_error: StepError | None = None):
-        super().__init__(step_error.message if step_error else "remote step failed")
-        self.step_error = step_error
-        self.code = step_error.code if step_error else None
-        self.details = step_error.details if step_error else None
+        super().__init__(step_error or StepError(message="remote step failed"))
 
 
 class RemoteStepTimeout(DurablyError):
@@ -263,7 +276,7 @@ def details_of(err: BaseException | Mapping[str, Any] | None) -> JSONValue:
 
 def error_of(err: BaseException, *, with_stack: bool = True) -> StepError:
     """engine.md §1.7: `{message, stack?, **codeAndDetails(err)}`."""
-    if isinstance(err, RemoteStepError) and err.step_error is not None:
+    if isinstance(err, StepFailedError) and err.step_error is not None:
         se = err.step_error
         return StepError(message=se.message, code=se.code, details=se.details, stack=se.stack)
     message = str(err) or type(err).__name__

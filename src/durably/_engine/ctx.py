@@ -600,7 +600,9 @@ class WorkflowCtx:
 def _unwrap(child_id: str, completion: Any, codec: ValueCodec) -> Any:
     """engine.md §3.7 `unwrapCompletion`."""
     if isinstance(completion, dict) and completion.get("ok") is True:
-        return codec.from_json(completion.get("value"))
+        value = completion.get("value")
+        # a child that continued-as-new resolves None at that run (engine.md §3.12)
+        return None if value is None else codec.from_json(value)
     error = completion.get("error") if isinstance(completion, dict) else completion
     code = completion.get("code") if isinstance(completion, dict) else None
     details = completion.get("details") if isinstance(completion, dict) else None

@@ -130,17 +130,21 @@ async def _turn(engine: Engine, ex: Execution) -> None:
         input_value = workflow.input_codec.from_json(ex.run.input)
         result = await workflow.invoke(ctx, input_value)
     except ReplayNow:
+        await ex.close()
         await engine.store.release_run_lock(ex.run_id)
         engine.dispatch(ex.run_id)
         return
     except RunEvicted:
+        await ex.close()
         if not ex.cancelled:
             await engine.store.release_run_lock(ex.run_id)
         return
     except WorkflowSuspended as suspended:
+        await ex.close()
         await _settle_suspended(engine, ex, suspended.wake_at)
         return
     except ContinueAsNew as cont:
+        await ex.close()
         await _settle_continued(engine, ex, cont.input)
         return
     except asyncio.CancelledError:
@@ -149,12 +153,14 @@ async def _turn(engine: Engine, ex: Execution) -> None:
         await _release_quietly(engine, ex.run_id)
         raise
     except Exception as exc:
+        await ex.close()
         if ex.cancelled:
             return
         await settle_failed(engine, ex.run, error_of(exc))
         return
     finally:
         AMBIENT_CTX.reset(token)
+    await ex.close()
     if ex.cancelled:
         return
     try:
@@ -200,7 +206,7 @@ async def settle_completed(engine: Engine, run: WorkflowRun, output: Any) -> Non
             output=output,
         )
     )
-    engine.notify_parent(run.id, {"ok": True, "value": output})
+    engine.notify_parent(run, {"ok": True, "value": output})
 
 
 async def settle_failed(engine: Engine, run: WorkflowRun, error: StepError) -> None:
@@ -223,7 +229,7 @@ async def settle_failed(engine: Engine, run: WorkflowRun, error: StepError) -> N
             error=error,
         )
     )
-    engine.notify_parent(run.id, completion_of_failure(error))
+    engine.notify_parent(run, completion_of_failure(error))
 
 
 def completion_of_failure(error: StepError) -> dict[str, Any]:
@@ -283,7 +289,7 @@ async def _settle_continued(engine: Engine, ex: Execution, new_input: Any) -> No
             type="run.completed", run_id=run.id, workflow=run.workflow, namespace=run.namespace
         )
     )
-    engine.notify_parent(run.id, {"ok": True, "value": None})
+    engine.notify_parent(run, {"ok": True, "value": None})
     engine.spawn(
         engine.start_raw(
             run.workflow,

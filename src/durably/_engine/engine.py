@@ -438,6 +438,7 @@ class Engine:
                     wf,
                     self.prepare_input(wf, input),
                     run_id=child_id,
+                    tags=[parent_tag(parent.id)],
                     namespace=parent.namespace,
                     priority=priority,
                 )
@@ -608,7 +609,11 @@ class Engine:
         if execution is not None:
             if execution.resident:
                 execution.deliver(cp.seq if cp else None, cp)
-            return  # a classic turn in flight re-checks its awaited rows when it settles
+            else:
+                # A classic turn is ending: queue one more turn after it, so a delivery
+                # racing its settle is never left to the reconcile fallback.
+                self.dispatch(run_id)
+            return
         if self.drive_runs and not self.draining:
             self.dispatch(run_id, nudge=True)
         else:
@@ -619,8 +624,20 @@ class Engine:
         not drive): make it due now, so the holder's timer poll wakes it (engine.md §9.4)."""
         await driver.update_if_live(self, run_id, {"wake_at": self.clock()})
 
-    def notify_parent(self, run_id: str, completion: dict[str, Any]) -> None:
-        """engine.md §1.8: deferred `signal('child:<runId>', completion)`."""
+    def notify_parent(self, run: WorkflowRun | str, completion: dict[str, Any]) -> None:
+        """engine.md §1.8: deferred `signal('child:<runId>', completion)`.
+
+        durably: only runs that can have a parent are announced — runs started by a parent
+        (tagged `durable:parent:<id>`), retries of runs (`~retry~`), or a bare id (a child
+        whose start failed). A top-level run would only leave a buffered completion behind
+        that nobody ever takes (three store statements and one orphan row per run).
+        """
+        if isinstance(run, WorkflowRun):
+            if not _may_have_parent(run):
+                return
+            run_id = run.id
+        else:
+            run_id = run
 
         async def notify() -> None:
             await self.signal(f"child:{run_id}", completion)
@@ -853,6 +870,18 @@ class Engine:
     async def wait_idle(self, timeout: float | None = None) -> None:
         """Wait until no turn is executing or dispatched on this instance (tests)."""
         await asyncio.wait_for(self._idle.wait(), timeout)
+
+
+PARENT_TAG_PREFIX = "durable:parent:"
+
+
+def parent_tag(parent_run_id: str) -> str:
+    """The engine-minted tag naming the run that started a child (durably)."""
+    return PARENT_TAG_PREFIX + parent_run_id
+
+
+def _may_have_parent(run: WorkflowRun) -> bool:
+    return "~retry~" in run.id or any(t.startswith(PARENT_TAG_PREFIX) for t in run.tags or ())
 
 
 class _RunWatch(asyncio.Event):

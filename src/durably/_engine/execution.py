@@ -28,6 +28,7 @@ from durably._core.errors import (
     NonDeterminismError,
     RemoteStepError,
     RunEvicted,
+    StepFailedError,
     WorkflowSuspended,
     _ControlFlow,
     error_of,
@@ -124,6 +125,9 @@ class Execution:
         self.parked: dict[int, _Parked] = {}
         self._park_ids = 0
         self.active_steps = 0
+        self.closed = False  # the turn ended: orphaned gather branches must stop here
+        self._steps_idle = asyncio.Event()
+        self._steps_idle.set()
         self.store_status: RunStatus = run.status
         self.cancelled = False
         self.resident = not engine.always_replay
@@ -132,6 +136,10 @@ class Execution:
     # ------------------------------------------------------------------ positions
 
     def claim(self, count: int = 1) -> int:
+        if self.closed:
+            # A branch of an asyncio.gather still running after its turn ended (classic
+            # mode): it must not claim positions the next turn will own.
+            raise RunEvicted()
         seq = self.position
         self.position += count
         return seq
@@ -282,6 +290,21 @@ class Execution:
             if not parked.future.done():
                 parked.future.set_exception(RunEvicted())
 
+    def step_began(self) -> None:
+        self.active_steps += 1
+        self._steps_idle.clear()
+
+    def step_ended(self) -> None:
+        self.active_steps -= 1
+        if self.active_steps == 0:
+            self._steps_idle.set()
+
+    async def close(self) -> None:
+        """End the turn: wait for steps still executing in sibling branches of a gather,
+        so their checkpoints land before the run is settled or handed to a new turn."""
+        self.closed = True
+        await self._steps_idle.wait()
+
     @property
     def is_parked(self) -> bool:
         return bool(self.parked) and self.active_steps == 0
@@ -329,13 +352,13 @@ class Execution:
         while True:
             started = self.now()
             self.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
-            self.active_steps += 1
+            self.step_began()
             try:
                 output, error = await self.engine.invoke_step(
                     self, step, name, json_input, in_codec, timeout_ms
                 )
             finally:
-                self.active_steps -= 1
+                self.step_ended()
             finished = self.now()
             if error is None:
                 done = self._step_row(
@@ -449,6 +472,10 @@ class Execution:
         self.expect_name(seq, cp, name)
         if cp is not None and cp.status == "completed":
             return codec.from_json(cp.output)
+        if cp is not None and cp.status == "failed" and cp.attempts > 0:
+            # Replay of a recorded failure: raise what the live path raised (a requeue
+            # resets `attempts` to 0, and then the step runs again).
+            raise StepFailedError(cp.error or StepError(message=f"step {name} failed"))
         started = self.now()
         self.emit("step.started", seq=seq, name=name, kind="local")
         if track_start:
@@ -459,7 +486,7 @@ class Execution:
         while True:
             logger = StepLogger(self.engine.clock)
             token = STEP_SCOPE.set((self, name))
-            self.active_steps += 1
+            self.step_began()
             try:
                 result = fn(logger) if pass_logger else fn()
                 if isinstance(result, Awaitable):
@@ -491,14 +518,14 @@ class Execution:
                         error=error,
                         attempt=attempt,
                     )
-                    raise
+                    raise StepFailedError(error) from exc
                 delay = policy.delay_ms(attempt)
                 if delay:
                     await asyncio.sleep(delay / 1000.0)  # engine.md §5.3: not durable
                 attempt += 1
                 continue
             finally:
-                self.active_steps -= 1
+                self.step_ended()
                 STEP_SCOPE.reset(token)
             finished = self.now()
             await self.save(

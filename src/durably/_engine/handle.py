@@ -44,7 +44,8 @@ class RunHandle(Generic[O]):
         if run.status != "completed":
             raise RunFailedError(run.id, run.status, run.error)
         workflow = self._workflow or self._engine.registration(run.workflow, run.workflow_version)
-        if workflow is None:
+        if workflow is None or run.output is None:
+            # a continued-as-new run completes without output (engine.md §3.12)
             value: O = run.output
             return value
         decoded: O = workflow.output_codec.from_json(run.output)

@@ -87,7 +87,7 @@ async def cancel_with(engine: Engine, run: WorkflowRun, error: StepError) -> boo
             log.exception("cancel cascade to %s failed", child_id)
     engine.fire_cancel(run.id)
     engine.notify_parent(
-        run.id,
+        run,
         CANCELLED_COMPLETION
         if error is CANCELLED
         else {"ok": False, "error": error.message, "code": error.code},

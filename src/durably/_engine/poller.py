@@ -95,7 +95,7 @@ async def recover_incomplete(engine: Engine) -> int:
             dead = await store.get_run(run.id)
             if dead is not None:
                 engine.fire_dead(dead)
-            engine.notify_parent(run.id, {"ok": False, "error": error.message, "code": error.code})
+            engine.notify_parent(run, {"ok": False, "error": error.message, "code": error.code})
             continue
         status = "pending" if run.status == "running" else run.status
         await store.update_run(

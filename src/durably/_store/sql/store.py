@@ -28,6 +28,7 @@ from durably._core.models import (
     JSONValue,
     RunPatch,
     RunQuery,
+    RunStatus,
     SignalWaiter,
     StepCheckpoint,
     WorkflowRun,
@@ -130,6 +131,7 @@ class SqlStateStore:
         self._q_insert_run = sa.insert(runs)
         self._q_get_run = sa.select(*RUN_COLUMNS).where(r.id == bp("id"))
         self._q_update_run = sa.update(runs).where(r.id == bp("w_id"))
+        self._update_if_status_stmts: dict[tuple[str, ...], sa.Update] = {}
         self._q_delete_run_rows = (
             sa.delete(checkpoints).where(c.run_id == bp("run_id")),
             sa.delete(waiters).where(w.run_id == bp("run_id")),
@@ -352,6 +354,22 @@ class SqlStateStore:
 
     async def update_run(self, run_id: str, patch: RunPatch) -> None:
         """Presence-based patch (store.md §3.1); a missing run is a silent no-op."""
+        await self._update_run(run_id, patch, self._q_update_run)
+
+    async def update_run_if_status(
+        self, run_id: str, patch: RunPatch, statuses: Sequence[RunStatus]
+    ) -> bool:
+        """(durably) `update_run` only while the status is one of `statuses`: one
+        conditional UPDATE whose row count is the answer (the engine's settle writes)."""
+        key = tuple(statuses)
+        stmt = self._update_if_status_stmts.get(key)
+        if stmt is None:
+            r = runs.c
+            stmt = sa.update(runs).where(r.id == bindparam("w_id"), r.status.in_(key))
+            self._update_if_status_stmts[key] = stmt
+        return await self._update_run(run_id, patch, stmt) > 0
+
+    async def _update_run(self, run_id: str, patch: RunPatch, update: sa.Update) -> int:
         converters = _rows.PATCH_CONVERTERS
         unknown = [k for k in patch if k not in converters]
         if unknown:
@@ -364,7 +382,7 @@ class SqlStateStore:
             convert = converters[key]
             values[key] = convert(value) if convert is not None else value
         if not values:
-            return  # an empty effective patch issues no UPDATE
+            return 0  # an empty effective patch issues no UPDATE
         if "updated_at" not in values:
             values["updated_at"] = _rows.ms(self._clock())
         rewrite_attrs = "search_attributes" in items
@@ -375,12 +393,11 @@ class SqlStateStore:
         tag_rows = _rows.tag_rows(run_id, items["tags"]) if rewrite_tags else []
         values["w_id"] = run_id
         if not rewrite_attrs and not rewrite_tags:
-            await self._write(self._q_update_run, values)
-            return
+            return await self._write(update, values)
 
-        async def work(s: Session) -> None:
-            if await self._run(s, self._q_update_run, values) == 0:
-                return  # missing run: never create orphan side rows
+        async def work(s: Session) -> int:
+            if await self._run(s, update, values) == 0:
+                return 0  # missing run (or status guard failed): no orphan side rows
             key = {"run_id": run_id}
             if rewrite_attrs:
                 await self._run(s, self._q_delete_attrs, key)
@@ -390,8 +407,9 @@ class SqlStateStore:
                 await self._run(s, self._q_delete_tags, key)
                 if tag_rows:
                     await self._many(s, self._q_insert_tags, tag_rows)
+            return 1
 
-        await self._cx.write(work, tx=True)
+        return int(await self._cx.write(work, tx=True))
 
     async def get_run(self, run_id: str) -> WorkflowRun | None:
         row = await self._read_first(self._q_get_run, {"id": run_id})
