@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import os
 import time
@@ -20,7 +19,6 @@ from durably._core.errors import (
     RunNotFoundError,
     SerializationError,
     WorkflowNotFoundError,
-    error_of,
 )
 from durably._core.models import (
     JSONValue,
@@ -28,19 +26,18 @@ from durably._core.models import (
     RunResult,
     SignalWaiter,
     StepCheckpoint,
-    StepError,
     WorkflowRun,
     now_utc,
     replace,
     utc_from_ms,
 )
-from durably._engine import driver, operator, poller
-from durably._engine.ctx import event_matches, event_token_prefix, match_of_token
+from durably._engine import driver, operator, poller, publish
 from durably._engine.events import EngineEvent, EventBus, Listener, MetricsSnapshot
-from durably._engine.execution import AMBIENT_CTX, STEP_SCOPE, Execution
+from durably._engine.execution import Execution
 from durably._engine.handle import RunHandle, UpdateResult, WaitUntil, is_settled
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
-from durably._engine.typed_io import PLAIN, ValueCodec, validation_details
+from durably._engine.transport import InProcessTransport
+from durably._engine.typed_io import PLAIN, validation_details
 from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
@@ -153,6 +150,7 @@ class Engine:
             for st in steps:
                 self._steps.add_step(st)
 
+        self.transport = InProcessTransport(self)
         self.events = EventBus()
         self.events.subscribe(self._wake_watchers)
         self.executions: dict[str, Execution] = {}
@@ -326,7 +324,7 @@ class Engine:
         await self._ensure_open()
         wf = self._resolve(workflow, version)
         json_input = self.prepare_input(wf, input)
-        rid = await self._create_run(
+        rid = await self.create_run(
             wf,
             json_input,
             run_id=run_id,
@@ -337,7 +335,7 @@ class Engine:
         )
         return RunHandle(self, rid, wf)
 
-    async def _create_run(
+    async def create_run(
         self,
         wf: Workflow[Any, Any],
         json_input: JSONValue,
@@ -395,7 +393,7 @@ class Engine:
         priority: int | None = None,
     ) -> str:
         wf = self._resolve(workflow, version)
-        return await self._create_run(
+        return await self.create_run(
             wf,
             self.prepare_input(wf, json_input),
             run_id=run_id,
@@ -434,7 +432,7 @@ class Engine:
             name = workflow.name if isinstance(workflow, Workflow) else workflow
             try:
                 wf = self._resolve(workflow, version)
-                await self._create_run(
+                await self.create_run(
                     wf,
                     self.prepare_input(wf, input),
                     run_id=child_id,
@@ -502,67 +500,12 @@ class Engine:
         """engine.md §1.8/§9.4: the reconcile safety-net wake for event-waiting suspends."""
         return self.clock() + self.reconcile_ms if self.reconcile_ms > 0 else None
 
-    # ================================================================== in-process transport
-
-    async def invoke_step(
-        self,
-        execution: Execution,
-        step: Step[Any, Any] | None,
-        name: str,
-        json_input: JSONValue,
-        in_codec: ValueCodec,
-        timeout_ms: int | None,
-    ) -> tuple[JSONValue, StepError | None]:
-        """Run a step handler in this process; (output JSON, None) or (None, error).
-
-        Async handlers run on the loop; sync handlers on the engine's own thread pool,
-        never the loop's default executor. Handlers run outside the ambient workflow ctx
-        (engine.md §3), inside the nested-call guard scope.
-        """
-        if step is None:
-            return None, StepError(message=f"no handler for {name}", retryable=False)
-        scope = STEP_SCOPE.set((execution, name))
-        ambient = AMBIENT_CTX.set(None)
-        try:
-            value = in_codec.from_json(json_input)
-            if step.is_async:
-                awaitable: Any = step.invoke(value)
-            else:
-                assert self._executor is not None
-                context = contextvars.copy_context()
-                awaitable = asyncio.get_running_loop().run_in_executor(
-                    self._executor, context.run, step.invoke, value
-                )
-            if timeout_ms is None:
-                result = await awaitable
-            else:
-                try:
-                    async with asyncio.timeout(timeout_ms / 1000.0) as window:
-                        result = await awaitable
-                except TimeoutError:
-                    if not window.expired():
-                        raise  # the step's own TimeoutError, not our deadline
-                    return None, StepError(
-                        message=f'step "{name}" timed out after {timeout_ms}ms',
-                        code="timeout",
-                        retryable=True,
-                    )
-            return step.output_codec.to_json(result), None
-        except SerializationError as exc:
-            return None, StepError(
-                message=f'step "{name}" returned a value that cannot be stored: {exc}',
-                code="serialization",
-                retryable=False,
-            )
-        except ValidationError as exc:
-            return None, StepError(
-                message=f'step "{name}": {exc}', code="validation", retryable=False
-            )
-        except Exception as exc:
-            return None, error_of(exc)
-        finally:
-            AMBIENT_CTX.reset(ambient)
-            STEP_SCOPE.reset(scope)
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The engine's own thread pool for sync user code (never the loop's default)."""
+        if self._executor is None:
+            raise RuntimeError("the engine is not open")
+        return self._executor
 
     # ================================================================== signals & events
 
@@ -649,57 +592,17 @@ class Engine:
     async def publish_event(
         self, name: str, payload: Any = None, *, id: str | None = None, buffer: bool = True
     ) -> int:
-        """engine.md §3.6: signal matching waiters, start `on_event` workflows, else buffer."""
+        """engine.md §3.6: signal matching waiters, start `on_event` workflows, else buffer.
+        Returns the number of runs touched."""
         await self._ensure_open()
-        payload = PLAIN.to_json(payload)
-        touched = 0
-        for waiter in await self.store.list_signal_waiters(event_token_prefix(name)):
-            if event_matches(payload, match_of_token(waiter.token)):
-                taken = await self.store.take_signal_waiter(waiter.token)
-                if taken is not None:
-                    await self.deliver(taken, payload)
-                    touched += 1
-        for wf in list(self._workflows.latest.values()):
-            if name in wf.on_event:
-                try:
-                    await self._create_run(
-                        wf,
-                        self.prepare_input(wf, payload),
-                        run_id=f"evt:{id or uuid.uuid4()}:{wf.name}",
-                    )
-                    touched += 1
-                except Exception:
-                    log.exception("on_event start of %s for %s failed", wf.name, name)
-        if touched or buffer is False:
-            return touched
-        from durably._core.models import BufferedEvent
-
-        event = BufferedEvent(
-            id=id or str(uuid.uuid4()), name=name, payload=payload, published_at=self.clock()
-        )
-        await self.store.buffer_event(event)
-        for waiter in await self.store.list_signal_waiters(event_token_prefix(name)):
-            if event_matches(payload, match_of_token(waiter.token)):
-                if await self.store.remove_buffered_event(event.id):
-                    taken = await self.store.take_signal_waiter(waiter.token)
-                    if taken is not None:
-                        await self.deliver(taken, payload)
-                        return 1
-                    await self.store.buffer_event(event)  # put it back: nobody took it
-                break
-        return 0
+        return await publish.publish_event(self, name, payload, id=id, buffer=buffer)
 
     async def get_event(self, run_id: str, key: str) -> Any:
         """engine.md §3.13: the latest value `ctx.set_event(key, …)` recorded, or None."""
-        lookup = getattr(self.store, "get_latest_checkpoint_by_name", None)
-        if lookup is not None:
-            cp = await lookup(run_id, f"event:{key}")
-        else:
-            rows = [
-                c for c in await self.store.list_checkpoints(run_id) if c.name == f"event:{key}"
-            ]
-            cp = rows[-1] if rows else None
-        return cp.output if cp is not None else None
+        return await publish.get_event(self, run_id, key)
+
+    def latest_workflows(self) -> list[Workflow[Any, Any]]:
+        return list(self._workflows.latest.values())
 
     def register_update_validator(
         self, workflow: Workflow[Any, Any] | str, name: str, fn: Callable[[Any], Any]

@@ -354,7 +354,7 @@ class Execution:
             self.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
             self.step_began()
             try:
-                output, error = await self.engine.invoke_step(
+                output, error = await self.engine.transport.execute(
                     self, step, name, json_input, in_codec, timeout_ms
                 )
             finally:
