@@ -33,7 +33,7 @@ from durably._core.models import (
 )
 from durably._engine import driver, operator, poller, publish
 from durably._engine.events import EngineEvent, EventBus, Listener, MetricsSnapshot
-from durably._engine.execution import Execution
+from durably._engine.execution import Execution, ResidentSet
 from durably._engine.handle import RunHandle, UpdateResult, WaitUntil, is_settled
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
 from durably._engine.transport import InProcessTransport
@@ -58,6 +58,7 @@ _TUNING_DEFAULTS: dict[str, Any] = {
     "always_replay": False,
     "step_threads": 32,
     "pending_batch": 100,
+    "max_resident_runs": 10_000,
 }
 
 
@@ -93,8 +94,9 @@ class Engine:
     Tuning keywords (engine.md §A.2): `lease_ms`, `timer_poll_ms`, `reconcile_ms`,
     `max_recovery_attempts`, `drain_timeout_ms`, `event_scan_limit`, `track_step_start`,
     plus durably's `always_replay` (test mode: evict after every step and replay),
-    `step_threads` (size of the engine's own thread pool for sync user code) and
-    `pending_batch`.
+    `step_threads` (size of the engine's own thread pool for sync user code),
+    `pending_batch` and `max_resident_runs` (parked bodies kept in memory; past it the
+    longest-parked run is evicted and replayed when it wakes).
     """
 
     def __init__(
@@ -154,6 +156,7 @@ class Engine:
         self.events = EventBus()
         self.events.subscribe(self._wake_watchers)
         self.executions: dict[str, Execution] = {}
+        self.resident = ResidentSet(int(opts["max_resident_runs"]))
         self.fresh_runs: dict[str, bool] = {}
         self.dispatching: set[str] = set()
         self._again: set[str] = set()
@@ -681,7 +684,8 @@ class Engine:
                     del self._watchers[run_id]
 
     def _wake_watchers(self, event: EngineEvent) -> None:
-        if event.type.startswith("run."):
+        # run.started never settles a run: waking on it would only cost a store read.
+        if event.type.startswith("run.") and event.type != "run.started":
             for changed in self._watchers.get(event.run_id, ()):
                 if event.type == "run.completed":
                     changed.completion = event

@@ -235,6 +235,7 @@ class Execution:
             delay = max(0.0, (deadline - self.now()) / 1000.0)
             parked.timer = loop.call_later(delay, _resolve, future, Wake("timer"))
         self.parked[key] = parked
+        self.engine.resident.note_parked(self)
         try:
             await self.mark_suspended()
             if seq is not None and not future.done():
@@ -247,6 +248,8 @@ class Execution:
             wake = await future
         finally:
             self.parked.pop(key, None)
+            if not self.parked:
+                self.engine.resident.note_unparked(self)
             if parked.timer is not None:
                 parked.timer.cancel()
         if not self.parked and self.store_status == "suspended":
@@ -552,6 +555,32 @@ class Execution:
             )
             self.after_live_checkpoint()
             return codec.from_json(output)
+
+
+class ResidentSet:
+    """Parked resident runs in parking order, capped at `max_resident_runs`.
+
+    A parked body costs memory (its coroutine frame) and nothing else: its state is already
+    durable. Past the cap the longest-parked run is evicted — its lease is released and a
+    later wake replays it — so a fleet of long waits cannot exhaust the process.
+    """
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self._parked: dict[str, Execution] = {}
+
+    def note_parked(self, execution: Execution) -> None:
+        self._parked.pop(execution.run_id, None)
+        self._parked[execution.run_id] = execution
+        while len(self._parked) > self.cap:
+            oldest = next(iter(self._parked))
+            self._parked.pop(oldest).evict()
+
+    def note_unparked(self, execution: Execution) -> None:
+        self._parked.pop(execution.run_id, None)
+
+    def __len__(self) -> int:
+        return len(self._parked)
 
 
 def _resolve(future: asyncio.Future[Wake], wake: Wake) -> None:

@@ -117,7 +117,9 @@ async def resume_due_timers(engine: Engine) -> int:
     """engine.md §9.3: re-drive suspended runs whose wakeAt is due."""
     if engine.draining:
         return 0
-    due = await engine.store.list_due_timers(engine.clock(), engine.namespace)
+    due = await engine.store.list_due_timers(
+        engine.clock(), engine.namespace, engine.pending_batch * 10
+    )
     count = 0
     for run in due:
         execution = engine.executions.get(run.id)

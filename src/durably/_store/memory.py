@@ -295,6 +295,9 @@ class InMemoryStateStore:
     async def update_run(self, run_id: str, patch: RunPatch) -> None:
         """Presence-based patch (store.md §3.1)."""
         self._tick()
+        self._patch_run(run_id, patch)
+
+    def _patch_run(self, run_id: str, patch: RunPatch) -> None:
         unknown = set(patch) - _PATCH_KEYS
         if unknown:
             raise ValueError(f"unknown RunPatch key(s): {sorted(unknown)}")
@@ -319,11 +322,11 @@ class InMemoryStateStore:
         self, run_id: str, patch: RunPatch, statuses: Sequence[RunStatus]
     ) -> bool:
         """(durably) `update_run` only while the run's status is one of `statuses`."""
+        self._tick()
         current = self._runs.get(run_id)
         if current is None or current.status not in statuses:
-            self._tick()
             return False
-        await self.update_run(run_id, patch)
+        self._patch_run(run_id, patch)
         return True
 
     async def get_run(self, run_id: str) -> WorkflowRun | None:
