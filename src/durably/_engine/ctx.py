@@ -332,7 +332,7 @@ class WorkflowCtx:
         timeout_token: str | None = None,
     ) -> Any:
         ex = self._ex
-        store = self._engine.store
+        store = self._ex.store
         deadline = None
         if timeout_ms is not None and deadline_seq is not None:
             deadline = await self._deadline(deadline_seq, deadline_name, timeout_ms)
@@ -391,7 +391,7 @@ class WorkflowCtx:
         deadline_seq: int | None,
     ) -> Any:
         ex = self._ex
-        store = self._engine.store
+        store = self._ex.store
         deadline = None
         if timeout_ms is not None and deadline_seq is not None:
             deadline = await self._deadline(deadline_seq, f"timeout:event:{name}", timeout_ms)
@@ -421,8 +421,8 @@ class WorkflowCtx:
         done = await ex.wait(seq, deadline)
         if done is not None:
             return done.output
-        await self._engine.store.remove_signal_waiter(waiter)
-        fresh = await self._engine.store.get_checkpoint(ex.run_id, seq)
+        await self._ex.store.remove_signal_waiter(waiter)
+        fresh = await self._ex.store.get_checkpoint(ex.run_id, seq)
         if fresh is not None and fresh.status == "completed":
             ex.snapshot[seq] = fresh
             return fresh.output
@@ -468,7 +468,7 @@ class WorkflowCtx:
         priority: int | None,
     ) -> Any:
         ex = self._ex
-        store = self._engine.store
+        store = self._ex.store
         child_id = child_id or f"{ex.run_id}.child.{seq}"
         codec = workflow.output_codec if isinstance(workflow, Workflow) else PLAIN
         token = f"child:{child_id}"
@@ -518,7 +518,7 @@ class WorkflowCtx:
         if cp is not None and cp.status == "completed":
             return str(cp.output)
         child_id = child_id or f"{ex.run_id}.child.{seq}"
-        if await self._engine.store.get_run(child_id) is None:
+        if await self._ex.store.get_run(child_id) is None:
             self._engine.start_child_soon(workflow, input, child_id, ex.run, version, priority)
         await ex.save(ex.instant(seq, f"spawn:{child_id}", "local", output=child_id))
         return child_id
@@ -546,7 +546,7 @@ class WorkflowCtx:
         if cp is None:
             name = "breakpoint" if label is None else f"breakpoint:{label}"
             await ex.save(ex.instant(seq, name, "signal", status="pending"))
-        await self._engine.store.put_signal_waiter(
+        await self._ex.store.put_signal_waiter(
             SignalWaiter(token=f"bp:{ex.run_id}:{seq}", run_id=ex.run_id, seq=seq)
         )
         await ex.wait(seq, None)
@@ -590,7 +590,7 @@ class WorkflowCtx:
             return
         merged = {**(ex.run.search_attributes or {}), **attrs}
         _validate_attributes(ex.workflow, merged)
-        await self._engine.store.update_run(ex.run_id, {"search_attributes": merged})
+        await self._ex.store.update_run(ex.run_id, {"search_attributes": merged})
         from durably._core.models import replace
 
         ex.run = replace(ex.run, search_attributes=merged)

@@ -23,7 +23,7 @@ from durably._core.models import (
 )
 from durably._engine.ctx import WorkflowCtx
 from durably._engine.events import EngineEvent
-from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow
+from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, StoreFailure
 
 if TYPE_CHECKING:
     from durably._engine.engine import Engine
@@ -133,6 +133,16 @@ async def _turn(engine: Engine, ex: Execution) -> None:
         await ex.close()
         await engine.store.release_run_lock(ex.run_id)
         engine.dispatch(ex.run_id)
+        return
+    except StoreFailure as failure:
+        await ex.close()
+        log.error(
+            "run %s: the store failed during its turn (%s); the run resumes from its last "
+            "checkpoint once the store is back",
+            ex.run_id,
+            failure.cause,
+        )
+        await _release_quietly(engine, ex.run_id)
         return
     except RunEvicted:
         await ex.close()

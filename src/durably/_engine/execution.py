@@ -28,6 +28,7 @@ from durably._core.errors import (
     NonDeterminismError,
     RemoteStepError,
     RunEvicted,
+    SerializationError,
     StepFailedError,
     WorkflowSuspended,
     _ControlFlow,
@@ -115,6 +116,8 @@ class Execution:
         checkpoints: list[StepCheckpoint],
     ):
         self.engine = engine
+        # Store failures inside a turn end the turn (they are not the body's to catch).
+        self.store: Any = GuardedStore(engine.store)
         self.run = run
         self.run_id = run.id
         self.workflow = workflow
@@ -185,7 +188,7 @@ class Execution:
         )
 
     async def save(self, cp: StepCheckpoint) -> None:
-        await self.engine.store.save_checkpoint(cp)
+        await self.store.save_checkpoint(cp)
         self.snapshot[cp.seq] = cp
 
     def after_live_checkpoint(self) -> None:
@@ -221,7 +224,7 @@ class Execution:
                 raise WorkflowSuspended(deadline)
             wake = await self._park(seq, deadline)
             if wake.kind == "recheck" and seq is not None:
-                fresh = await self.engine.store.get_checkpoint(self.run_id, seq)
+                fresh = await self.store.get_checkpoint(self.run_id, seq)
                 if fresh is not None:
                     self.snapshot[seq] = fresh
 
@@ -241,7 +244,7 @@ class Execution:
             if seq is not None and not future.done():
                 # Lost-wake guard: a delivery from another process may have written our
                 # checkpoint before our `suspended` write; its nudge then came too early.
-                fresh = await self.engine.store.get_checkpoint(self.run_id, seq)
+                fresh = await self.store.get_checkpoint(self.run_id, seq)
                 if fresh is not None and fresh.status == "completed":
                     self.snapshot[seq] = fresh
                     _resolve(future, Wake("delivered"))
@@ -266,7 +269,7 @@ class Execution:
             return
         self.store_status = "suspended"
         self.run = replace(self.run, status="suspended", wake_at=wake_at)
-        await self.engine.store.update_run(self.run_id, {"status": "suspended", "wake_at": wake_at})
+        await self.store.update_run(self.run_id, {"status": "suspended", "wake_at": wake_at})
         self.emit("run.suspended", namespace=self.run.namespace)
 
     async def mark_running(self) -> None:
@@ -274,7 +277,7 @@ class Execution:
             return
         self.store_status = "running"
         self.run = replace(self.run, status="running", wake_at=None)
-        await self.engine.store.update_run(self.run_id, {"status": "running", "wake_at": None})
+        await self.store.update_run(self.run_id, {"status": "running", "wake_at": None})
 
     def deliver(self, seq: int | None, cp: StepCheckpoint | None) -> None:
         """A wake for this resident run: a delivered checkpoint, or a nudge to re-check."""
@@ -555,6 +558,39 @@ class Execution:
             )
             self.after_live_checkpoint()
             return codec.from_json(output)
+
+
+class StoreFailure(_ControlFlow):
+    """(durably) The store failed under a running turn. Delivered as a control-flow signal
+    so `except Exception` in a body cannot swallow it and carry on with undurable state: the
+    turn ends unsettled, its lease lapses or is released, and recovery resumes the run from
+    its last durable checkpoint once the store is back."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(f"store failure: {type(cause).__name__}: {cause}")
+        self.cause = cause
+
+
+class GuardedStore:
+    """Proxy over the StateStore that turns store exceptions into `StoreFailure`."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: Any):
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+
+        async def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(*args, **kwargs)
+            except (SerializationError, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                raise StoreFailure(exc) from exc
+
+        return guarded
 
 
 class ResidentSet:
