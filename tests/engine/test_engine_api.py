@@ -382,3 +382,31 @@ async def test_execution_timeout_cancels_the_run(engine_factory: EngineFactory, 
     assert info.value.status == "cancelled"
     assert other_row is not None and other_row.status == "suspended"
     assert events.types(handle.run_id)[-1] == "run.failed"
+
+
+async def test_non_json_input_and_output_are_clear_errors(engine_factory: EngineFactory, uid: str):
+    """Bad input changes nothing; a body returning a non-JSON value fails its run cleanly."""
+
+    @durably.workflow(f"{uid}.echo")
+    async def echo(ctx: WorkflowCtx, x: Any) -> Any:
+        return x
+
+    @durably.workflow(f"{uid}.odd")
+    async def odd(ctx: WorkflowCtx) -> Any:
+        return {"when": object()}
+
+    async with engine_factory() as engine:
+        with pytest.raises(InputValidationError, match="not JSON-serializable"):
+            await engine.start(echo, {"x": object()}, run_id=f"{uid}-bad")
+        with pytest.raises(InputValidationError):
+            await engine.start(echo, float("nan"))
+        assert await engine.get_run(f"{uid}-bad") is None
+        assert await engine.list_runs() == []
+        handle = await engine.start(odd, run_id=f"{uid}-odd")
+        with pytest.raises(RunFailedError) as info:
+            await handle.result(timeout=RESULT_TIMEOUT)
+        run = await engine.get_run(handle.run_id)
+
+    assert info.value.error is not None and info.value.error.code == "serialization"
+    assert "cannot be stored" in info.value.error.message
+    assert run is not None and run.status == "failed" and run.output is None
