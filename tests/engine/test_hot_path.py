@@ -94,13 +94,12 @@ async def test_sequential_steps_run_the_body_once_with_one_write_per_step(
         return
     assert len(entries) == 1  # never replayed
     writes = {k: v for k, v in counts.items() if k in _WRITES}
-    # start (create), lease + `running`, N checkpoints, finish (conditional settle)
+    # create, lease, `running` and the final settle (both conditional writes), N checkpoints
     assert writes == {
         "create_run": 1,
         "claim_run": 1,
-        "update_run": 1,
+        "update_run_if_status": 2,
         "save_checkpoint": N,
-        "update_run_if_status": 1,
     }
     assert counts["list_checkpoints"] == 0  # a fresh run has nothing to load
 

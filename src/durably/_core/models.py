@@ -41,6 +41,8 @@ DEFAULT_CONCURRENCY_STATUSES: tuple[RunStatus, ...] = (
     "cancelling",
     "blocked",
 )
+# Not terminal: a turn may still write over these (durably's conditional settle writes).
+LIVE_RUN_STATUSES: tuple[RunStatus, ...] = DEFAULT_CONCURRENCY_STATUSES
 RUN_STATUSES: tuple[RunStatus, ...] = (
     "pending",
     "running",
@@ -494,6 +496,7 @@ __all__ = [
     "CHILD_EDGE_PREFIXES",
     "DEFAULT_CONCURRENCY_STATUSES",
     "HANDOFF_SEQ_BASE",
+    "LIVE_RUN_STATUSES",
     "RUN_STATUSES",
     "TERMINAL_RUN_STATUSES",
     "UNSET",

@@ -14,9 +14,9 @@ from durably._core.errors import (
     error_of,
 )
 from durably._core.models import (
+    LIVE_RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
     RunPatch,
-    RunStatus,
     StepError,
     WorkflowRun,
     replace,
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("durably")
 
 # Statuses a turn may still settle over; anything else was changed under it (cancel, ...).
-_LIVE: tuple[RunStatus, ...] = ("pending", "running", "suspended", "blocked", "cancelling")
+_LIVE = LIVE_RUN_STATUSES
 
 
 async def update_if_live(engine: Engine, run_id: str, patch: RunPatch) -> bool:
@@ -97,7 +97,9 @@ async def drive(engine: Engine, run: WorkflowRun) -> None:
         return
     fresh = engine.fresh_runs.pop(run.id, False)
     if run.status == "pending":
-        await store.update_run(run.id, {"status": "running"})
+        if not await update_if_live(engine, run.id, {"status": "running"}):
+            await store.release_run_lock(run.id)  # cancelled between claim and start
+            return
         run = replace(run, status="running")
         engine.events.emit(
             EngineEvent(
@@ -107,7 +109,9 @@ async def drive(engine: Engine, run: WorkflowRun) -> None:
     elif run.status in ("suspended", "blocked"):
         # durably: a re-driven run reads `running` while its turn executes, so a crash in
         # the turn is found by recovery at once instead of at its old wakeAt.
-        await store.update_run(run.id, {"status": "running", "wake_at": None})
+        if not await update_if_live(engine, run.id, {"status": "running", "wake_at": None}):
+            await store.release_run_lock(run.id)
+            return
         run = replace(run, status="running", wake_at=None)
     # A run this instance created a moment ago has no checkpoints yet: skip the read.
     checkpoints = [] if fresh else await store.list_checkpoints(run.id)

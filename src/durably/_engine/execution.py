@@ -35,9 +35,11 @@ from durably._core.errors import (
     error_of,
 )
 from durably._core.models import (
+    LIVE_RUN_STATUSES,
     CheckpointKind,
     CheckpointStatus,
     JSONValue,
+    RunPatch,
     RunStatus,
     StepCheckpoint,
     StepError,
@@ -269,7 +271,7 @@ class Execution:
             return
         self.store_status = "suspended"
         self.run = replace(self.run, status="suspended", wake_at=wake_at)
-        await self.store.update_run(self.run_id, {"status": "suspended", "wake_at": wake_at})
+        await self._write_status({"status": "suspended", "wake_at": wake_at})
         self.emit("run.suspended", namespace=self.run.namespace)
 
     async def mark_running(self) -> None:
@@ -277,7 +279,22 @@ class Execution:
             return
         self.store_status = "running"
         self.run = replace(self.run, status="running", wake_at=None)
-        await self.store.update_run(self.run_id, {"status": "running", "wake_at": None})
+        await self._write_status({"status": "running", "wake_at": None})
+
+    async def _write_status(self, patch: RunPatch) -> None:
+        """A conditional status write: a run settled elsewhere (say, cancelled by another
+        process) is never resurrected; this turn stops instead (engine.md §1.8)."""
+        conditional = getattr(self.engine.store, "update_run_if_status", None)
+        if conditional is not None:
+            written = await self.store.update_run_if_status(self.run_id, patch, LIVE_RUN_STATUSES)
+        else:
+            current = await self.store.get_run(self.run_id)
+            written = current is not None and current.status in LIVE_RUN_STATUSES
+            if written:
+                await self.store.update_run(self.run_id, patch)
+        if not written:
+            self.cancelled = True
+            raise RunEvicted()
 
     def deliver(self, seq: int | None, cp: StepCheckpoint | None) -> None:
         """A wake for this resident run: a delivered checkpoint, or a nudge to re-check."""
