@@ -1,0 +1,109 @@
+"""StateStore conformance: signal waiters (store.md §3.5) and the buffered signals and
+events (§3.7–3.8).
+
+Each test takes the parametrized `store` fixture (see conftest.py).
+"""
+
+from __future__ import annotations
+
+from durably._core.models import BufferedEvent, BufferedSignal, SignalWaiter
+
+from .support import ConformantStore
+
+# ================================================================== Waiters (§3.5)
+
+
+async def test_waiters_put_list_by_prefix_take_once(store: ConformantStore) -> None:
+    await store.put_signal_waiter(SignalWaiter("wh:r2:1", "r2", 1))
+    await store.put_signal_waiter(SignalWaiter("wh:r1:5", "r1", 5))
+    await store.put_signal_waiter(SignalWaiter("wh:r1:3", "r1", 3))
+    await store.put_signal_waiter(SignalWaiter("child:c1", "r1", 4))
+    await store.put_signal_waiter(SignalWaiter("WH:r9:0", "r9", 0))
+
+    listed = await store.list_signal_waiters("wh:")
+    assert [w.token for w in listed] == ["wh:r1:3", "wh:r1:5", "wh:r2:1"]  # (run_id, seq)
+    every = await store.list_signal_waiters("")
+    assert [w.token for w in every] == ["wh:r1:3", "child:c1", "wh:r1:5", "wh:r2:1", "WH:r9:0"]
+    assert await store.list_signal_waiters("wh_") == []
+
+    taken = await store.take_signal_waiter("wh:r1:3")
+    assert taken == SignalWaiter("wh:r1:3", "r1", 3)
+    assert await store.take_signal_waiter("wh:r1:3") is None
+    assert await store.take_signal_waiter("never") is None
+    assert [w.token for w in await store.list_signal_waiters("wh:")] == ["wh:r1:5", "wh:r2:1"]
+
+
+async def test_waiter_put_replaces_by_token(store: ConformantStore) -> None:
+    await store.put_signal_waiter(SignalWaiter("approve", "r1", 1, parallel_group="g"))
+    await store.put_signal_waiter(SignalWaiter("approve", "r2", 7))
+    assert await store.list_signal_waiters("approve") == [SignalWaiter("approve", "r2", 7)]
+
+
+async def test_waiter_parallel_group_round_trip(store: ConformantStore) -> None:
+    grouped = SignalWaiter("child:c1", "r1", 2, parallel_group="fan-1")
+    plain = SignalWaiter("child:c2", "r1", 3)
+    await store.put_signal_waiter(grouped)
+    await store.put_signal_waiter(plain)
+    listed = await store.list_signal_waiters("child:")
+    assert listed == [grouped, plain]
+    assert listed[1].parallel_group is None
+    assert await store.take_signal_waiter("child:c1") == grouped
+    assert await store.take_signal_waiter("child:c2") == plain
+
+
+async def test_remove_signal_waiter_exact_match(store: ConformantStore) -> None:
+    await store.put_signal_waiter(SignalWaiter("tok", "r2", 5))
+    await store.remove_signal_waiter(SignalWaiter("tok", "r1", 5))  # stale identity
+    await store.remove_signal_waiter(SignalWaiter("tok", "r2", 6))  # mismatched seq
+    await store.remove_signal_waiter(SignalWaiter("absent", "r2", 5))  # absent
+    assert await store.list_signal_waiters("tok") == [SignalWaiter("tok", "r2", 5)]
+    await store.remove_signal_waiter(SignalWaiter("tok", "r2", 5))  # exact
+    assert await store.list_signal_waiters("") == []
+
+
+# ================================================================== Buffers (§3.7–3.8)
+
+
+async def test_buffered_signals_fifo_per_token(store: ConformantStore) -> None:
+    await store.buffer_signal("a", {"n": 1})
+    await store.buffer_signal("b", "b1")
+    await store.buffer_signal("a", None)
+    await store.buffer_signal("a", [3])
+    await store.buffer_signal("b", 2.5)
+
+    assert await store.take_buffered_signal("a") == BufferedSignal({"n": 1})
+    assert await store.take_buffered_signal("b") == BufferedSignal("b1")
+    hit = await store.take_buffered_signal("a")
+    assert hit is not None and hit.payload is None  # a NULL payload is still a hit
+    assert await store.take_buffered_signal("a") == BufferedSignal([3])
+    assert await store.take_buffered_signal("a") is None
+    assert await store.take_buffered_signal("b") == BufferedSignal(2.5)
+    assert await store.take_buffered_signal("b") is None
+    assert await store.take_buffered_signal("never") is None
+
+
+async def test_buffered_events(store: ConformantStore) -> None:
+    await store.buffer_event(BufferedEvent("e3", "order.paid", {"id": 3}, 300))
+    await store.buffer_event(BufferedEvent("e1", "order.paid", {"id": 1}, 100))
+    await store.buffer_event(BufferedEvent("e2b", "order.paid", {"id": 22}, 200))
+    await store.buffer_event(BufferedEvent("e2a", "order.paid", {"id": 2}, 200))
+    await store.buffer_event(BufferedEvent("x1", "order.shipped", None, 50))
+
+    listed = await store.list_buffered_events("order.paid", 50)
+    assert [e.id for e in listed] == ["e1", "e2a", "e2b", "e3"]
+    assert listed[0] == BufferedEvent("e1", "order.paid", {"id": 1}, 100)
+    # not consuming; limit caps
+    assert [e.id for e in await store.list_buffered_events("order.paid", 2)] == ["e1", "e2a"]
+    assert await store.list_buffered_events("order.shipped", 50) == [
+        BufferedEvent("x1", "order.shipped", None, 50)
+    ]
+    assert await store.list_buffered_events("nope", 50) == []
+
+    assert await store.remove_buffered_event("e1") is True
+    assert await store.remove_buffered_event("e1") is False
+    assert await store.remove_buffered_event("never") is False
+    assert [e.id for e in await store.list_buffered_events("order.paid", 50)] == [
+        "e2a",
+        "e2b",
+        "e3",
+    ]
