@@ -1,12 +1,14 @@
 """Connection strategies of the SQL store, one per backend (`connector_for`).
 
 SQLite allows ONE writer per database: every write of a process goes through one dedicated
-connection (`SqliteConnector`); single statements are pipelined on it, transactions take it
-exclusively, other processes wait on `busy_timeout`. Reads use the pool (WAL readers never
-block the writer). Prebuilt statements run in one aiosqlite call (`FastStatements`).
+connection (`SqliteConnector`), fed by a group-commit loop — the requests queued while the
+previous batch ran are executed together in one `BEGIN IMMEDIATE` … `COMMIT` (prebuilt
+statements in ONE hop to the aiosqlite thread) and acknowledged after that COMMIT. Other
+processes wait on `busy_timeout`. Reads use the pool (WAL readers never block the writer).
 PostgreSQL uses the pool for everything (`PoolConnector`).
 
-Store code runs `work(session)` callbacks; a `Session` executes statements on one connection.
+Store code runs `work(session)` callbacks, or hands single statements over as data
+(`Connector.execute` / `fetch`); a `Session` executes statements on one connection.
 """
 
 from __future__ import annotations
@@ -140,6 +142,44 @@ def _wrap_dbapi_error(sql: str, args: Any, error: Exception) -> Exception:
     return sa.exc.DBAPIError.instance(sql, args, error, sqlite3.Error)
 
 
+_Op = tuple[bool, str, Sequence[Any]]  # (returns rows, SQL text, positional arguments)
+_Outcome = tuple[bool, Any]  # (succeeded, result or exception)
+_SAVEPOINT = "durably_request"
+
+
+def _run_ops(
+    conn: sqlite3.Connection, ops: Sequence[_Op], begin: bool, commit: bool, in_tx: bool
+) -> list[Any] | None:
+    """Runs in the aiosqlite thread: a whole group of statements in ONE hop.
+
+    Each op's outcome is its rows, its row count, or the exception it raised. A failing
+    statement is backed out alone (SQLite's statement atomicity) and the transaction stays
+    open, so a failed request does not disturb its batch-mates. `None`: the transaction
+    (`in_tx`) was lost — an error rolled all of it back, or COMMIT failed (and was rolled
+    back): nothing of it is committed.
+    """
+    if begin:
+        conn.execute("BEGIN IMMEDIATE")
+    out: list[Any] = []
+    for rows, sql, args in ops:
+        try:
+            cursor = conn.execute(sql, args)
+            out.append(cursor.fetchall() if rows else cursor.rowcount)
+        except Exception as error:
+            if in_tx and not conn.in_transaction:
+                return None
+            out.append(error)
+    if commit:
+        try:
+            conn.execute("COMMIT")
+        except Exception:
+            if conn.in_transaction:
+                with suppress(Exception):
+                    conn.execute("ROLLBACK")
+            return None
+    return out
+
+
 class SqliteSession(Session):
     """`Session` whose registered statements run in one aiosqlite call (see FastStatements)."""
 
@@ -150,8 +190,11 @@ class SqliteSession(Session):
         # The SQLAlchemy path is not safe for concurrent use of one AsyncConnection; the
         # one-call fast path is (aiosqlite queues calls on its thread).
         self._sa_lock = asyncio.Lock()
+        #: fetch / execute / executemany calls so far (what the store counts through it)
+        self.statements = 0
 
     async def fetch(self, stmt: sa.Executable, params: Params = None) -> Sequence[Sequence[Any]]:
+        self.statements += 1
         entry = self._fast.compiled(stmt, params)
         if entry is None:
             async with self._sa_lock:
@@ -164,6 +207,7 @@ class SqliteSession(Session):
         return rows
 
     async def execute(self, stmt: sa.Executable, params: Params = None) -> int:
+        self.statements += 1
         entry = self._fast.compiled(stmt, params)
         if entry is None:
             async with self._sa_lock:
@@ -178,6 +222,7 @@ class SqliteSession(Session):
         return int(cursor.rowcount)
 
     async def executemany(self, stmt: sa.Executable, params: list[dict[str, Any]]) -> None:
+        self.statements += 1
         entry = self._fast.compiled(stmt, params[0], many=True) if params else None
         if entry is None:
             async with self._sa_lock:
@@ -188,6 +233,19 @@ class SqliteSession(Session):
             await self._raw.executemany(entry.sql, rows)
         except sqlite3.Error as error:
             raise _wrap_dbapi_error(entry.sql, rows, error) from error
+
+    async def run_ops(
+        self, ops: Sequence[_Op], begin: bool, commit: bool, in_tx: bool
+    ) -> list[Any] | None:
+        """`_run_ops` in ONE call on the aiosqlite thread."""
+        result: list[Any] | None = await self._raw._execute(
+            _run_ops, self._raw._conn, ops, begin, commit, in_tx
+        )
+        return result
+
+    async def in_transaction(self) -> bool:
+        conn: sqlite3.Connection = self._raw._conn
+        return bool(await self._raw._execute(getattr, conn, "in_transaction"))
 
     async def sql(self, text: str) -> None:
         try:
@@ -202,7 +260,13 @@ class SqliteSession(Session):
 
 class Connector:
     """How the store obtains connections. `work` runs with a `Session`; with `tx=True` the
-    whole of `work` is one transaction (rolled back if it raises)."""
+    whole of `work` is one transaction (rolled back if it raises). `execute` / `fetch` run
+    ONE statement given as data (a connector may group it with other callers' statements)."""
+
+    #: Told how many statements (as counted by the store through a `work` session) ran in an
+    #: attempt that was rolled back with its group and is about to be re-run, so that the
+    #: store's `statement_count` counts each request's statements once.
+    on_rerun: Callable[[int], None] | None = None
 
     def register(self, *stmts: sa.Executable | None) -> None:
         """Statements built once by the store (eligible for a driver fast path)."""
@@ -214,85 +278,341 @@ class Connector:
     async def write(self, work: Work[T], *, tx: bool = False) -> T:
         raise NotImplementedError
 
+    async def execute(self, stmt: sa.Executable, params: Params = None) -> int:
+        """One write statement, autocommitted by itself; the affected-row count."""
+
+        async def work(s: Session) -> int:
+            return await s.execute(stmt, params)
+
+        return await self.write(work)
+
+    async def fetch(
+        self, stmt: sa.Executable, params: Params = None, *, write: bool
+    ) -> Sequence[Sequence[Any]]:
+        """One statement's rows: a write (`… RETURNING`) or, `write=False`, a point read."""
+
+        async def work(s: Session) -> Sequence[Sequence[Any]]:
+            return await s.fetch(stmt, params)
+
+        return await (self.write(work) if write else self.read(work, point=True))
+
     async def close(self) -> None:
         return None
 
 
-class _Gate:
-    """FIFO shared/exclusive gate for the SQLite writer connection.
+# ------------------------------------------------------------------ SQLite group commit
 
-    Single autocommitted statements take it SHARED: several can be queued on the aiosqlite
-    connection at once (its worker thread runs them back to back, in order), which pipelines
-    the thread hops of concurrent writers. A multi-statement transaction takes it EXCLUSIVE,
-    so no foreign statement can land between its BEGIN and COMMIT. Waiters are served in
-    arrival order (consecutive shared waiters together), so transactions never starve.
-    Only used from shielded tasks, so a waiter is never cancelled.
-    """
 
-    def __init__(self) -> None:
-        self._shared = 0
-        self._exclusive = False
-        self._waiters: deque[tuple[bool, asyncio.Future[None]]] = deque()
+class _Request:
+    """One caller's request to the SQLite writer: a statement given as data (`stmt`,
+    `params`; `entry`/`args` when it has a one-hop fast path) or a `work` callback. Its
+    `future` is settled only after the COMMIT of the batch that contains it."""
 
-    async def acquire(self, exclusive: bool) -> None:
-        if not self._waiters and not self._exclusive and (not exclusive or not self._shared):
-            if exclusive:
-                self._exclusive = True
-            else:
-                self._shared += 1
+    __slots__ = ("args", "entry", "future", "params", "rows", "stmt", "tx", "work", "writes")
+
+    def __init__(
+        self,
+        *,
+        writes: bool,
+        work: Work[Any] | None = None,
+        tx: bool = False,
+        stmt: sa.Executable | None = None,
+        params: Params = None,
+        rows: bool = False,
+        entry: _Compiled | None = None,
+    ) -> None:
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.writes = writes
+        self.work = work
+        self.tx = tx
+        self.stmt = stmt
+        self.params = params
+        self.rows = rows
+        self.entry = entry
+        self.args = entry.args(params) if entry is not None else ()
+
+    def op(self) -> _Op:
+        assert self.entry is not None
+        return self.rows, self.entry.sql, self.args
+
+    def outcome(self, result: Any) -> _Outcome:
+        """The outcome of this request's fast-path op (`_run_ops`)."""
+        if isinstance(result, sqlite3.Error):
+            assert self.entry is not None
+            return False, _wrap_dbapi_error(self.entry.sql, self.args, result)
+        if isinstance(result, BaseException):
+            return False, result
+        return True, result if self.rows else int(result)
+
+    def settle(self, outcome: _Outcome) -> None:
+        if self.future.done():  # the caller was cancelled (its write ran all the same)
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((exclusive, future))
-        await future
-
-    def release(self, exclusive: bool) -> None:
-        if exclusive:
-            self._exclusive = False
+        if outcome[0]:
+            self.future.set_result(outcome[1])
         else:
-            self._shared -= 1
-        self._wake()
-
-    def _wake(self) -> None:
-        while self._waiters and not self._exclusive:
-            exclusive, future = self._waiters[0]
-            if exclusive:
-                if self._shared:
-                    return
-                self._waiters.popleft()
-                self._exclusive = True
-                future.set_result(None)
-                return
-            self._waiters.popleft()
-            self._shared += 1
-            future.set_result(None)
+            self.future.set_exception(outcome[1])
 
 
 class SqliteConnector(Connector):
-    """One dedicated writer connection per store; SQLite allows a single writer.
+    """One dedicated writer connection per store (SQLite allows a single writer), fed by a
+    group-commit loop.
 
-    The writer runs in DBAPI autocommit mode: a single statement commits by itself (and
-    concurrent single statements are pipelined on the connection, see `_Gate`);
-    multi-statement work is wrapped in `BEGIN IMMEDIATE` … `COMMIT` under the exclusive gate
-    (the write lock is taken up front, so a concurrent process waits on `busy_timeout` instead
-    of failing with a deadlock between two deferred transactions). Writer work is shielded
-    from cancellation: a cancelled caller never leaves the shared connection
-    mid-transaction (its statement still completes).
+    Every request on the writer (single statements, `tx` work, point reads) is queued. The
+    writer loop takes ALL requests queued when it wakes (up to `max_batch`) and runs them in
+    arrival order inside ONE `BEGIN IMMEDIATE` … `COMMIT` — prebuilt statements in a single
+    hop to the aiosqlite thread (`_run_ops`), other statements and `work` callbacks on the
+    session, each `work` under a SAVEPOINT — and settles each caller's future only after that
+    COMMIT: nothing is acknowledged before it is durable. A batch that only reads runs
+    without a transaction; a batch of one runs as before (autocommitted statement, or its
+    own `BEGIN IMMEDIATE` transaction for `tx` work).
 
-    Point reads (`read(point=True)`: one small indexed statement) share the writer the same
-    way; scans and list queries use the engine's pool (WAL readers do not block the writer).
-    An in-memory database's single `StaticPool` connection is the writer for everything.
+    A failing request fails alone: a statement is backed out by SQLite's statement
+    atomicity, a `work` by rolling back to its savepoint, and the batch-mates commit. Should
+    the transaction itself be lost (an error that rolls it back, a failed COMMIT), nothing
+    was committed or acknowledged and the requests are re-run one by one, each in its own
+    transaction, so every caller gets exactly its own result or error.
+
+    The write lock is taken up front (`BEGIN IMMEDIATE`), so another process waits on
+    `busy_timeout` instead of failing with a deadlock between two deferred transactions.
+    Callers never run on the connection themselves: a cancelled caller stops waiting, but its
+    request runs (and commits) with its batch, never half.
+
+    Point reads (`read(point=True)`, `fetch(write=False)`) go through the writer too: one
+    thread, no pool round trip, and they see every write acknowledged before them. Scans and
+    list queries use the engine's pool (WAL readers do not block the writer). An in-memory
+    database's single `StaticPool` connection is the writer for everything.
     """
+
+    #: Requests per group commit at most.
+    max_batch = 256
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._gate = _Gate()
-        self._open_lock = asyncio.Lock()
         self._writer_session: SqliteSession | None = None
         self._shared = isinstance(engine.sync_engine.pool, StaticPool)
         self._fast = FastStatements(engine.dialect)
+        self._queue: deque[_Request] = deque()
+        self._task: asyncio.Task[None] | None = None
 
     def register(self, *stmts: sa.Executable | None) -> None:
         self._fast.register(*stmts)
+
+    # -------------------------------------------------------------- requests
+
+    async def write(self, work: Work[T], *, tx: bool = False) -> T:
+        """`tx=False` work must be ONE statement (it is not wrapped in a transaction when it
+        runs alone)."""
+        result: T = await self._submit(_Request(writes=True, work=work, tx=tx))
+        return result
+
+    async def read(self, work: Work[T], *, point: bool = False) -> T:
+        if self._shared or point:
+            result: T = await self._submit(_Request(writes=False, work=work))
+            return result
+        async with self._engine.connect() as conn:
+            return await work(await self._session(conn))
+
+    async def execute(self, stmt: sa.Executable, params: Params = None) -> int:
+        return int(await self._submit(self._statement(stmt, params, rows=False, writes=True)))
+
+    async def fetch(
+        self, stmt: sa.Executable, params: Params = None, *, write: bool
+    ) -> Sequence[Sequence[Any]]:
+        rows: Sequence[Sequence[Any]] = await self._submit(
+            self._statement(stmt, params, rows=True, writes=write)
+        )
+        return rows
+
+    def _statement(
+        self, stmt: sa.Executable, params: Params, *, rows: bool, writes: bool
+    ) -> _Request:
+        entry = self._fast.compiled(stmt, params)
+        return _Request(writes=writes, stmt=stmt, params=params, rows=rows, entry=entry)
+
+    async def _submit(self, request: _Request) -> Any:
+        self._queue.append(request)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+        return await request.future
+
+    # -------------------------------------------------------------- the writer loop
+
+    async def _drain(self) -> None:
+        queue = self._queue
+        try:
+            while queue:
+                batch = [queue.popleft() for _ in range(min(len(queue), self.max_batch))]
+                await self._run_batch(batch)
+        except BaseException:
+            while queue:
+                queue.popleft().future.cancel()
+            raise
+        finally:
+            self._task = None
+
+    async def _run_batch(self, batch: list[_Request]) -> None:
+        try:
+            if len(batch) == 1:
+                await self._alone(batch[0])
+                return
+            try:
+                session = await self._writer()
+            except Exception as error:
+                for request in batch:
+                    request.settle((False, error))
+                return
+            if not await self._grouped(session, batch):
+                for request in batch:
+                    await self._alone(request)
+        except Exception as error:  # not expected: fail the batch, keep the loop serving
+            for request in batch:
+                request.settle((False, error))  # no-op for the settled ones
+        except BaseException:
+            for request in batch:
+                request.future.cancel()  # no-op for the settled ones
+            raise
+
+    async def _grouped(self, session: SqliteSession, batch: list[_Request]) -> bool:
+        """Run `batch` in one transaction and settle every request after its COMMIT. False:
+        the transaction was lost (nothing committed, nothing settled)."""
+        tx = any(request.writes for request in batch)
+        segments: list[list[_Request] | _Request] = []
+        run: list[_Request] | None = None  # the current run of fast-path statements
+        for request in batch:
+            if request.entry is None:
+                segments.append(request)
+                run = None
+            elif run is None:
+                run = [request]
+                segments.append(run)
+            else:
+                run.append(request)
+        commit_last = tx and isinstance(segments[-1], list)
+        outcomes: list[_Outcome] = []
+        begun = False
+        work_statements = 0  # counted by the store; handed back if the attempt is lost
+        try:
+            for index, segment in enumerate(segments):
+                if isinstance(segment, list):
+                    results = await session.run_ops(
+                        [request.op() for request in segment],
+                        begin=tx and not begun,
+                        commit=commit_last and index == len(segments) - 1,
+                        in_tx=tx,
+                    )
+                    begun = tx
+                    if results is None:
+                        break
+                    outcomes.extend(map(_Request.outcome, segment, results))
+                    continue
+                if tx and not begun:
+                    await session.sql("BEGIN IMMEDIATE")
+                    begun = True
+                before = session.statements
+                outcome = await self._in_batch(session, segment, tx)
+                if segment.work is not None:
+                    work_statements += session.statements - before
+                if outcome is None:
+                    break
+                outcomes.append(outcome)
+            else:
+                if tx and not commit_last:
+                    committed = await session.run_ops([], begin=False, commit=True, in_tx=True)
+                    if committed is None:
+                        outcomes.clear()
+        except Exception as error:
+            if tx and not begun:  # BEGIN IMMEDIATE failed (e.g. busy timeout): nothing ran
+                if isinstance(error, sqlite3.Error):
+                    error = _wrap_dbapi_error("BEGIN IMMEDIATE", (), error)
+                for request in batch:
+                    request.settle((False, error))
+                return True
+            if begun:
+                await self._abandon(session)
+            outcomes.clear()
+        except BaseException:
+            if begun:
+                await self._abandon(session)
+            raise
+        if len(outcomes) < len(batch):  # lost
+            if work_statements and self.on_rerun is not None:
+                self.on_rerun(work_statements)
+            return False
+        for request, outcome in zip(batch, outcomes, strict=True):
+            request.settle(outcome)
+        return True
+
+    async def _in_batch(
+        self, session: SqliteSession, request: _Request, tx: bool
+    ) -> _Outcome | None:
+        """A slow-path statement or a `work` inside the batch (`work` under a savepoint when
+        the batch writes). None: the batch's transaction was lost."""
+        savepoint = tx and request.work is not None
+        if savepoint:
+            await session.sql(f"SAVEPOINT {_SAVEPOINT}")
+        try:
+            value = await self._call(session, request)
+        except Exception as error:
+            if session.conn.invalidated or (tx and not await session.in_transaction()):
+                return None
+            if savepoint:
+                await session.sql(f"ROLLBACK TO {_SAVEPOINT}")
+                await session.sql(f"RELEASE {_SAVEPOINT}")
+            return False, error
+        if savepoint:
+            await session.sql(f"RELEASE {_SAVEPOINT}")
+        return True, value
+
+    async def _abandon(self, session: SqliteSession) -> None:
+        """Roll back a batch's transaction after an unexpected error; a connection that
+        cannot is discarded."""
+        try:
+            if await session.in_transaction():
+                await session.sql("ROLLBACK")
+        except BaseException:
+            await self._discard()
+
+    async def _alone(self, request: _Request) -> None:
+        """`request` by itself: a statement or plain `work` autocommitted, `tx` work in its
+        own transaction."""
+        try:
+            session = await self._writer()
+            if request.entry is not None:
+                results = await session.run_ops([request.op()], False, False, False)
+                assert results is not None  # (no transaction to lose)
+                outcome = request.outcome(results[0])
+            elif request.tx:
+                assert request.work is not None
+                outcome = True, await self._transaction(session, request.work)
+            else:
+                outcome = True, await self._call(session, request)
+        except Exception as error:
+            outcome = False, error
+        request.settle(outcome)
+
+    @staticmethod
+    async def _call(session: SqliteSession, request: _Request) -> Any:
+        if request.work is not None:
+            return await request.work(session)
+        assert request.stmt is not None
+        if request.rows:
+            return await session.fetch(request.stmt, request.params)
+        return await session.execute(request.stmt, request.params)
+
+    async def _transaction(self, session: SqliteSession, work: Work[T]) -> T:
+        await session.sql("BEGIN IMMEDIATE")
+        try:
+            result = await work(session)
+            await session.sql("COMMIT")
+        except BaseException:
+            try:
+                await session.sql("ROLLBACK")
+            except BaseException:
+                await self._discard()
+            raise
+        return result
+
+    # -------------------------------------------------------------- the connection
 
     async def _session(self, conn: AsyncConnection) -> SqliteSession:
         raw = (await conn.get_raw_connection()).driver_connection
@@ -303,27 +623,24 @@ class SqliteConnector(Connector):
         return session is not None and not session.conn.closed and not session.conn.invalidated
 
     async def _writer(self) -> SqliteSession:
+        """The writer session, (re)opened on demand; only the writer loop calls this."""
         session = self._writer_session
         if session is not None and self._usable(session):
             return session
-        async with self._open_lock:
-            session = self._writer_session
-            if session is not None and self._usable(session):
-                return session
-            if session is not None:
-                await self._discard()
-            conn = await self._engine.connect()
-            try:
-                await conn.execution_options(isolation_level="AUTOCOMMIT")
-                session = await self._session(conn)
-                for pragma in SQLITE_PRAGMAS:
-                    await session.sql(pragma)
-            except BaseException:
-                with suppress(Exception):
-                    await conn.close()
-                raise
-            self._writer_session = session
-            return session
+        if session is not None:
+            await self._discard()
+        conn = await self._engine.connect()
+        try:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            session = await self._session(conn)
+            for pragma in SQLITE_PRAGMAS:
+                await session.sql(pragma)
+        except BaseException:
+            with suppress(Exception):
+                await conn.close()
+            raise
+        self._writer_session = session
+        return session
 
     async def _discard(self) -> None:
         session, self._writer_session = self._writer_session, None
@@ -333,59 +650,14 @@ class SqliteConnector(Connector):
             with suppress(Exception):
                 await session.conn.close()
 
-    async def _single(self, work: Work[T]) -> T:
-        await self._gate.acquire(exclusive=False)
-        try:
-            session = await self._writer()
-            try:
-                return await work(session)
-            except BaseException:
-                if session.conn.invalidated and session is self._writer_session:
-                    await self._discard()
-                raise
-        finally:
-            self._gate.release(exclusive=False)
-
-    async def _transaction(self, work: Work[T]) -> T:
-        await self._gate.acquire(exclusive=True)
-        try:
-            session = await self._writer()
-            await session.sql("BEGIN IMMEDIATE")
-            try:
-                result = await work(session)
-                await session.sql("COMMIT")
-            except BaseException:
-                try:
-                    await session.sql("ROLLBACK")
-                except BaseException:
-                    await self._discard()
-                raise
-            return result
-        finally:
-            self._gate.release(exclusive=True)
-
-    async def write(self, work: Work[T], *, tx: bool = False) -> T:
-        """`tx=False` work must be ONE statement (it may be pipelined with others)."""
-        return await asyncio.shield(self._transaction(work) if tx else self._single(work))
-
-    async def read(self, work: Work[T], *, point: bool = False) -> T:
-        # Point reads are pipelined on the writer connection like single writes: one thread,
-        # no pool round trip, and they see every write this process has made. Scans and list
-        # queries use the pool, so a long read never holds up the writer.
-        if self._shared or point:
-            return await self.write(work, tx=False)
-        async with self._engine.connect() as conn:
-            return await work(await self._session(conn))
-
     async def close(self) -> None:
-        await self._gate.acquire(exclusive=True)
-        try:
-            session, self._writer_session = self._writer_session, None
-            if session is not None:
-                with suppress(Exception):
-                    await session.conn.close()
-        finally:
-            self._gate.release(exclusive=True)
+        """Wait for the writer loop to drain, then close the writer connection."""
+        while self._task is not None:
+            await asyncio.wait({self._task})
+        session, self._writer_session = self._writer_session, None
+        if session is not None:
+            with suppress(Exception):
+                await session.conn.close()
 
 
 class PoolConnector(Connector):

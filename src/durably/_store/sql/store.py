@@ -1,15 +1,16 @@
 """SqlStateStore: the StateStore on SQLAlchemy 2 async Core, for SQLite and PostgreSQL.
 
 One implementation serves both databases: the SQL that differs lives in `dialect.py`, the
-way connections are used (one pipelined SQLite writer vs. the PostgreSQL pool) in
+way connections are used (one group-committing SQLite writer vs. the PostgreSQL pool) in
 `connection.py`. Every method is one statement where the contract allows it (autocommitted by
 itself); work that must be atomic across several statements (side-table rewrites, deletes,
 batched compare-and-set) runs in one transaction. `statement_count` counts every SQL statement
 the store executes (an `executemany` counts once; BEGIN/COMMIT and schema DDL are not counted).
 
 Hot-path statements are built once per store with named bind parameters (`_q_*`) and
-registered with the connector: on SQLite each runs as ONE aiosqlite call with SQL compiled
-once by SQLAlchemy; dynamic list queries go through SQLAlchemy's regular (cached) path.
+registered with the connector: on SQLite each runs in ONE aiosqlite call (concurrent ones
+share one call and one COMMIT) with SQL compiled once by SQLAlchemy; dynamic list queries go
+through SQLAlchemy's regular (cached) path.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class SqlStateStore:
         self.dialect = SqlDialect(engine.dialect.name)
         install_sqlite_pragmas(engine)
         self._cx = connector_for(self.dialect, engine)
+        self._cx.on_rerun = self._rerun
         self._schema_ready = False
         #: SQL statements executed so far (benchmarks divide it by the number of steps).
         self.statement_count: int = 0
@@ -277,32 +279,34 @@ class SqlStateStore:
         await s.executemany(stmt, params)
 
     async def _write(self, stmt: sa.Executable, params: Any = None) -> int:
-        """One statement on the write path (autocommitted by itself); affected rows."""
-
-        async def work(s: Session) -> int:
-            return await self._run(s, stmt, params)
-
-        return await self._cx.write(work)
+        """One statement on the write path (autocommitted by itself, or group-committed
+        with other callers' on SQLite); affected rows."""
+        self.statement_count += 1
+        return await self._cx.execute(stmt, params)
 
     async def _write_first(self, stmt: sa.Executable, params: Any = None) -> Row | None:
         """One `… RETURNING` statement on the write path; its first row."""
-
-        async def work(s: Session) -> Row | None:
-            found = await self._fetch(s, stmt, params)
-            return found[0] if found else None
-
-        return await self._cx.write(work)
+        self.statement_count += 1
+        found = await self._cx.fetch(stmt, params, write=True)
+        return found[0] if found else None
 
     async def _read_all(
         self, stmt: sa.Executable, params: Any = None, *, point: bool = False
     ) -> Sequence[Row]:
         """One read statement. `point=True` for small indexed lookups (hot engine paths),
-        which SQLite pipelines on the writer connection; scans and lists use the pool."""
+        which SQLite runs on the writer connection; scans and lists use the pool."""
+        if point:
+            self.statement_count += 1
+            return await self._cx.fetch(stmt, params, write=False)
 
         async def work(s: Session) -> Sequence[Row]:
             return await self._fetch(s, stmt, params)
 
-        return await self._cx.read(work, point=point)
+        return await self._cx.read(work)
+
+    def _rerun(self, statements: int) -> None:
+        """`work` statements rolled back with a lost group commit, about to run again."""
+        self.statement_count -= statements
 
     async def _read_first(self, stmt: sa.Executable, params: Any = None) -> Row | None:
         found = await self._read_all(stmt, params, point=True)
@@ -365,8 +369,11 @@ class SqlStateStore:
         stmt = self._update_if_status_stmts.get(key)
         if stmt is None:
             r = runs.c
-            stmt = sa.update(runs).where(r.id == bindparam("w_id"), r.status.in_(key))
+            # literal binds, not an expanding IN: eligible for the one-hop fast path
+            allowed = [sa.literal(status) for status in key]
+            stmt = sa.update(runs).where(r.id == bindparam("w_id"), r.status.in_(allowed))
             self._update_if_status_stmts[key] = stmt
+            self._cx.register(stmt)
         return await self._update_run(run_id, patch, stmt) > 0
 
     async def _update_run(self, run_id: str, patch: RunPatch, update: sa.Update) -> int:
