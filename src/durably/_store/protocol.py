@@ -11,7 +11,7 @@ round trips it has served, which the benchmarks divide by the number of steps.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from durably._core.models import (
@@ -139,14 +139,59 @@ class SupportsConditionalUpdate(Protocol):
     ) -> bool: ...
 
 
+WakeHandler = Callable[[str, str], None]
+"""`handler(kind, run_id)` for a wake message; called on the event loop, must not block."""
+
+
+class WakeBus(Protocol):
+    """(durably) Cross-process wake-ups between engines sharing one store (issue #3).
+
+    Kinds: `"ready"` — a run became runnable or was nudged (a signal, a child's completion,
+    a start by a non-driving engine): whoever holds it wakes it, anyone else may claim it;
+    `"settled"` — a run reached a settled status, so waiters in other processes re-read it.
+    Delivery is best effort and at-most-once: engines still poll as the fallback, so a lost
+    message costs latency, never correctness. `publish` is called after the write it
+    announces has committed. A message published by an engine is also delivered to itself.
+    """
+
+    async def start(self, handler: WakeHandler) -> None: ...
+    async def publish(self, kind: str, run_id: str) -> None: ...
+    async def close(self) -> None: ...
+
+
+class SupportsWakeBus(Protocol):
+    def wake_bus(self) -> WakeBus | None: ...
+
+
+class SupportsClaimPending(Protocol):
+    """(durably) Claim up to `limit` pending runs for `owner` in one statement, oldest first
+    (store.md §3.3 order and namespace rules), skipping runs another engine is claiming
+    (`FOR UPDATE SKIP LOCKED` on PostgreSQL), taking only runs whose lease is free or
+    expired (`locked_until IS NULL OR locked_until <= now_ms`), setting `locked_by`/
+    `locked_until` and returning the claimed rows."""
+
+    async def claim_pending_runs(
+        self,
+        owner: str,
+        lease_until_ms: int,
+        now_ms: int,
+        limit: int,
+        namespace: str | None = None,
+    ) -> list[WorkflowRun]: ...
+
+
 __all__ = [
     "StateStore",
     "StateStoreUnavailable",
     "SupportsBulkLeases",
     "SupportsCheckpointCAS",
     "SupportsCheckpointLookups",
+    "SupportsClaimPending",
     "SupportsClose",
     "SupportsConditionalUpdate",
     "SupportsCountRuns",
     "SupportsEnsureSchema",
+    "SupportsWakeBus",
+    "WakeBus",
+    "WakeHandler",
 ]
