@@ -221,6 +221,7 @@ async def settle_completed(engine: Engine, run: WorkflowRun, output: Any) -> Non
         )
     )
     engine.notify_parent(run, {"ok": True, "value": output})
+    engine.wakes.announce_soon("settled", run.id)
 
 
 async def settle_failed(engine: Engine, run: WorkflowRun, error: StepError) -> None:
@@ -244,6 +245,7 @@ async def settle_failed(engine: Engine, run: WorkflowRun, error: StepError) -> N
         )
     )
     engine.notify_parent(run, completion_of_failure(error))
+    engine.wakes.announce_soon("settled", run.id)
 
 
 def completion_of_failure(error: StepError) -> dict[str, Any]:

@@ -29,15 +29,15 @@ from durably._core.models import (
     WorkflowRun,
     now_utc,
     replace,
-    utc_from_ms,
 )
-from durably._engine import driver, operator, poller, publish
+from durably._engine import driver, operator, poller, publish, signals
 from durably._engine.events import EngineEvent, EventBus, Listener, MetricsSnapshot
 from durably._engine.execution import Execution, ResidentSet
 from durably._engine.handle import RunHandle, UpdateResult, WaitUntil, is_settled
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
 from durably._engine.transport import InProcessTransport
-from durably._engine.typed_io import PLAIN, validation_details
+from durably._engine.typed_io import validation_details
+from durably._engine.wakes import WakeLink
 from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
@@ -59,6 +59,8 @@ _TUNING_DEFAULTS: dict[str, Any] = {
     "step_threads": 32,
     "pending_batch": 100,
     "max_resident_runs": 10_000,
+    "max_concurrent_runs": 1_000,
+    "claim_batch": 16,
 }
 
 
@@ -95,8 +97,10 @@ class Engine:
     `max_recovery_attempts`, `drain_timeout_ms`, `event_scan_limit`, `track_step_start`,
     plus durably's `always_replay` (test mode: evict after every step and replay),
     `step_threads` (size of the engine's own thread pool for sync user code),
-    `pending_batch` and `max_resident_runs` (parked bodies kept in memory; past it the
-    longest-parked run is evicted and replayed when it wakes).
+    `pending_batch`, `max_resident_runs` (parked bodies kept in memory; past it the
+    longest-parked run is evicted and replayed when it wakes), `max_concurrent_runs` (runs
+    this instance picks up from the shared backlog at once) and `claim_batch` (runs leased
+    per pick-up statement).
     """
 
     def __init__(
@@ -138,6 +142,8 @@ class Engine:
         self.track_step_start = bool(opts["track_step_start"])
         self.always_replay = bool(opts["always_replay"])
         self.pending_batch = int(opts["pending_batch"])
+        self.max_concurrent_runs = int(opts["max_concurrent_runs"])
+        self.claim_batch = int(opts["claim_batch"])
         self._step_threads = int(opts["step_threads"])
 
         if workflows is None:
@@ -160,6 +166,8 @@ class Engine:
         self.fresh_runs: dict[str, bool] = {}
         self.dispatching: set[str] = set()
         self._again: set[str] = set()
+        self._claimed: dict[str, WorkflowRun] = {}
+        self.wakes = WakeLink(self)
         self.draining = False
         self._watchers: dict[str, set[_RunWatch]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -203,6 +211,7 @@ class Engine:
                 max_workers=self._step_threads, thread_name_prefix="durably-step"
             )
             self.draining = False
+            await self.wakes.open()
             if self.drive_runs:
                 self._background = [
                     asyncio.create_task(poller.poll_loop(self), name="durably-poller"),
@@ -217,6 +226,7 @@ class Engine:
                 await self._close_store()
             return
         await self.drain(self.drain_timeout_ms / 1000.0)
+        await self.wakes.close()
         for task in self._background:
             task.cancel()
         for task in self._background:
@@ -381,7 +391,10 @@ class Engine:
                 raise RunIdConflictError(rid, existing.workflow, wf.name) from None
             return rid
         self.fresh_runs[rid] = True
-        self.dispatch(rid)
+        if self.drive_runs:
+            self.dispatch(rid)
+        else:
+            await self.wakes.announce("ready", rid)
         return rid
 
     async def start_raw(
@@ -439,7 +452,7 @@ class Engine:
                     wf,
                     self.prepare_input(wf, input),
                     run_id=child_id,
-                    tags=[parent_tag(parent.id)],
+                    tags=[signals.parent_tag(parent.id)],
                     namespace=parent.namespace,
                     priority=priority,
                 )
@@ -465,13 +478,20 @@ class Engine:
         if not task.cancelled() and task.exception() is not None:
             log.error("durably background task failed", exc_info=task.exception())
 
-    def dispatch(self, run_id: str, *, nudge: bool = False) -> None:
+    def dispatch(
+        self, run_id: str, *, nudge: bool = False, claimed: WorkflowRun | None = None
+    ) -> None:
         """engine.md §1.6 default dispatcher: a deferred `run_one` on this instance.
 
         With `nudge`, a run whose lease another process holds gets its wakeAt set to now.
+        `claimed` is a run this instance already leased (batch pick-up): it is driven as is.
         """
         if not self.drive_runs or self.draining:
+            if claimed is not None:
+                self.spawn(self.store.release_run_lock(run_id))
             return
+        if claimed is not None:
+            self._claimed[run_id] = claimed
         if run_id in self.dispatching:
             # A turn of this run is being dispatched here: run one more turn after it.
             self._again.add(run_id)
@@ -483,7 +503,12 @@ class Engine:
             try:
                 while True:
                     self._again.discard(run_id)
-                    acquired = await driver.run_one(self, run_id)
+                    leased = self._claimed.pop(run_id, None)
+                    if leased is not None:
+                        acquired = True
+                        await driver.drive(self, leased)
+                    else:
+                        acquired = await driver.run_one(self, run_id)
                     if nudge and not acquired:
                         await self.nudge(run_id)
                     if run_id not in self._again or self.draining:
@@ -513,84 +538,22 @@ class Engine:
     # ================================================================== signals & events
 
     async def signal(self, token: str, payload: Any = None) -> RunResult | None:
-        """engine.md §3.5: deliver to the waiting run, or buffer for a later wait."""
+        """engine.md §3.5: deliver to the waiting run, or buffer for a later wait.
+        Returns the waiting run's current state, or None when the payload was buffered."""
         await self._ensure_open()
-        payload = PLAIN.to_json(payload)
-        waiter = await self.store.take_signal_waiter(token)
-        if waiter is None:
-            await self.store.buffer_signal(token, payload)
-            waiter = await self.store.take_signal_waiter(token)
-            if waiter is None:
-                return None
-            hit = await self.store.take_buffered_signal(token)
-            if hit is None:
-                return None  # the waiting side consumed it itself
-            payload = hit.payload
-        return await self.deliver(waiter, payload)
+        return await signals.signal(self, token, payload, want_result=True)
 
-    async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> RunResult | None:
-        at = utc_from_ms(self.clock())
-        cp = StepCheckpoint(
-            run_id=waiter.run_id,
-            seq=waiter.seq,
-            name=f"signal:{waiter.token}",
-            kind="signal",
-            step_id=f"{waiter.run_id}:{waiter.seq}",
-            status="completed",
-            output=payload,
-            parallel_group=waiter.parallel_group,
-            attempts=1,
-            enqueued_at=at,
-            started_at=at,
-            finished_at=at,
-        )
-        await self.store.save_checkpoint(cp)
-        await self.redrive(waiter.run_id, cp)
-        run = await self.store.get_run(waiter.run_id)
-        return RunResult(run.id, run.status, run.output, run.error) if run else None
+    async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> None:
+        await signals.deliver(self, waiter, payload)
 
     async def redrive(self, run_id: str, cp: StepCheckpoint | None = None) -> None:
-        """Wake a run after something it waits for happened (engine.md §1.7 `_redrive`)."""
-        execution = self.executions.get(run_id)
-        if execution is not None:
-            if execution.resident:
-                execution.deliver(cp.seq if cp else None, cp)
-            else:
-                # A classic turn is ending: queue one more turn after it, so a delivery
-                # racing its settle is never left to the reconcile fallback.
-                self.dispatch(run_id)
-            return
-        if self.drive_runs and not self.draining:
-            self.dispatch(run_id, nudge=True)
-        else:
-            await self.nudge(run_id)
+        await signals.redrive(self, run_id, cp)
 
     async def nudge(self, run_id: str) -> None:
-        """The run is driven elsewhere (another process holds its lease, or this engine does
-        not drive): make it due now, so the holder's timer poll wakes it (engine.md §9.4)."""
-        await driver.update_if_live(self, run_id, {"wake_at": self.clock()})
+        await signals.nudge(self, run_id)
 
     def notify_parent(self, run: WorkflowRun | str, completion: dict[str, Any]) -> None:
-        """engine.md §1.8: deferred `signal('child:<runId>', completion)`.
-
-        durably: only runs that can have a parent are announced — runs started by a parent
-        (tagged `durable:parent:<id>`), retries of runs (`~retry~`), or a bare id (a child
-        whose start failed). A top-level run would only leave a buffered completion behind
-        that nobody ever takes (three store statements and one orphan row per run).
-        """
-        if isinstance(run, WorkflowRun):
-            if not _may_have_parent(run):
-                return
-            run_id = run.id
-        else:
-            run_id = run
-
-        async def notify() -> None:
-            await self.signal(f"child:{run_id}", completion)
-            if "~retry~" in run_id and completion.get("ok"):
-                await self.signal(f"child:{run_id.split('~retry~')[0]}", completion)
-
-        self.spawn(notify())
+        signals.notify_parent(self, run, completion)
 
     async def publish_event(
         self, name: str, payload: Any = None, *, id: str | None = None, buffer: bool = True
@@ -663,8 +626,12 @@ class Engine:
                     raise RunNotFoundError(f"run {run_id} not found")
                 if is_settled(run, until):
                     return run
-                # Runs driven here announce changes through events; others are polled.
-                poll = 5.0 if run_id in self.executions else 0.25
+                # Runs driven here announce changes through events, runs driven elsewhere
+                # through the wake bus when the store has one; polling is the fallback.
+                if run_id in self.executions:
+                    poll = 5.0
+                else:
+                    poll = 1.0 if self.wakes.active else 0.25
                 if deadline is not None:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
@@ -682,6 +649,11 @@ class Engine:
                 watchers.discard(changed)
                 if not watchers:
                     del self._watchers[run_id]
+
+    def wake_watchers(self, run_id: str) -> None:
+        """Make every `wait_for_run` of this run re-read the store."""
+        for changed in self._watchers.get(run_id, ()):
+            changed.set()
 
     def _wake_watchers(self, event: EngineEvent) -> None:
         # run.started never settles a run: waking on it would only cost a store read.
@@ -777,18 +749,6 @@ class Engine:
     async def wait_idle(self, timeout: float | None = None) -> None:
         """Wait until no turn is executing or dispatched on this instance (tests)."""
         await asyncio.wait_for(self._idle.wait(), timeout)
-
-
-PARENT_TAG_PREFIX = "durable:parent:"
-
-
-def parent_tag(parent_run_id: str) -> str:
-    """The engine-minted tag naming the run that started a child (durably)."""
-    return PARENT_TAG_PREFIX + parent_run_id
-
-
-def _may_have_parent(run: WorkflowRun) -> bool:
-    return "~retry~" in run.id or any(t.startswith(PARENT_TAG_PREFIX) for t in run.tags or ())
 
 
 class _RunWatch(asyncio.Event):

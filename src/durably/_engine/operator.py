@@ -86,6 +86,7 @@ async def cancel_with(engine: Engine, run: WorkflowRun, error: StepError) -> boo
         except Exception:
             log.exception("cancel cascade to %s failed", child_id)
     engine.fire_cancel(run.id)
+    engine.wakes.announce_soon("settled", run.id)
     engine.notify_parent(
         run,
         CANCELLED_COMPLETION

@@ -39,16 +39,38 @@ async def poll_once(engine: Engine) -> None:
 
 
 async def run_pending(engine: Engine) -> int:
-    """engine.md §1.6 `runPending`: oldest pending runs first, each under a lease."""
+    """engine.md §1.6 `runPending`: oldest pending runs first, each under a lease.
+
+    With `claim_pending_runs` (durably) the lease is taken in batches by one statement
+    (`FOR UPDATE SKIP LOCKED` on PostgreSQL), so engines sharing a database split the
+    backlog instead of racing for the same rows; at most `max_concurrent_runs` run here.
+    """
     if engine.draining:
         return 0
-    runs = await engine.store.list_pending_runs(engine.pending_batch, engine.namespace)
-    count = 0
-    for run in runs:
-        if run.id not in engine.executions and run.id not in engine.dispatching:
-            engine.dispatch(run.id)
-            count += 1
-    return count
+    claim = getattr(engine.store, "claim_pending_runs", None)
+    if claim is None:
+        runs = await engine.store.list_pending_runs(engine.pending_batch, engine.namespace)
+        count = 0
+        for run in runs:
+            if run.id not in engine.executions and run.id not in engine.dispatching:
+                engine.dispatch(run.id)
+                count += 1
+        return count
+    claimed = 0
+    while not engine.draining:
+        room = engine.max_concurrent_runs - len(engine.executions) - len(engine.dispatching)
+        batch = min(engine.claim_batch, room)
+        if batch <= 0:
+            break
+        now = engine.clock()
+        runs = await claim(engine.instance_id, now + engine.lease_ms, now, batch, engine.namespace)
+        for run in runs:
+            engine.dispatch(run.id, claimed=run)
+        claimed += len(runs)
+        if len(runs) < batch:
+            break
+        await asyncio.sleep(0)  # let other engines (and our own turns) take their share
+    return claimed
 
 
 async def recover_incomplete(engine: Engine) -> int:
@@ -95,6 +117,7 @@ async def recover_incomplete(engine: Engine) -> int:
             dead = await store.get_run(run.id)
             if dead is not None:
                 engine.fire_dead(dead)
+            engine.wakes.announce_soon("settled", run.id)
             engine.notify_parent(run, {"ok": False, "error": error.message, "code": error.code})
             continue
         status = "pending" if run.status == "running" else run.status

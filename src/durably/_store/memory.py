@@ -19,6 +19,7 @@ never changes the store.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,6 +45,7 @@ from durably._core.models import (
     now_utc,
     utc_from_ms,
 )
+from durably._store.protocol import WakeHandler
 from durably._store.query import (
     DEFAULT_NAMESPACE,
     attribute_value_matches,
@@ -227,6 +229,7 @@ class InMemoryStateStore:
         # attribute index: key -> run_id -> typed value (store.md §7.4)
         self._attr_index: dict[str, dict[str, AttributeValue]] = {}
 
+        self._wake_handlers: list[WakeHandler] = []
         self.statement_count: int = 0
         self.last_attribute_candidates: int = 0
         self.last_checkpoint_rows_read: int = 0
@@ -536,6 +539,35 @@ class InMemoryStateStore:
             return None
         return _read_run(self._runs[run_id])
 
+    async def claim_pending_runs(
+        self,
+        owner: str,
+        lease_until_ms: int,
+        now_ms: int,
+        limit: int,
+        namespace: str | None = None,
+    ) -> list[WorkflowRun]:
+        """(durably) Lease up to `limit` pending runs, oldest first (SupportsClaimPending)."""
+        self._tick()
+        rows = [
+            r
+            for r in self._runs.values()
+            if r.status == "pending"
+            and namespace_matches(r.namespace, namespace)
+            and (r.locked_until is None or r.locked_until <= now_ms)
+        ]
+        rows.sort(key=lambda r: (r.created_at, r.id))
+        claimed = []
+        for row in rows[: max(limit, 0)]:
+            self._try_lock(row.id, owner, lease_until_ms, now_ms)
+            claimed.append(_read_run(self._runs[row.id]))
+        return claimed
+
+    def wake_bus(self) -> InMemoryWakeBus:
+        """(durably) Wake-ups between engines that share THIS store object (SupportsWakeBus):
+        the in-process analogue of PostgreSQL's LISTEN/NOTIFY."""
+        return InMemoryWakeBus(self._wake_handlers)
+
     # ------------------------------------------------------------------ waiters (§3.5)
 
     async def put_signal_waiter(self, waiter: SignalWaiter) -> None:
@@ -610,13 +642,39 @@ class InMemoryStateStore:
         return len(self._select(query))
 
 
+class InMemoryWakeBus:
+    """One engine's subscription to the wake messages of engines sharing a memory store."""
+
+    def __init__(self, handlers: list[WakeHandler]):
+        self._handlers = handlers
+        self._handler: WakeHandler | None = None
+
+    async def start(self, handler: WakeHandler) -> None:
+        self._handler = handler
+        self._handlers.append(handler)
+
+    async def publish(self, kind: str, run_id: str) -> None:
+        loop = asyncio.get_running_loop()
+        for handler in tuple(self._handlers):
+            loop.call_soon(handler, kind, run_id)  # delivered after the publisher yields
+
+    async def close(self) -> None:
+        if self._handler is not None and self._handler in self._handlers:
+            self._handlers.remove(self._handler)
+        self._handler = None
+
+
 if TYPE_CHECKING:
     from durably._store.protocol import (
         StateStore,
         SupportsBulkLeases,
         SupportsCheckpointCAS,
         SupportsCheckpointLookups,
+        SupportsClaimPending,
+        SupportsConditionalUpdate,
         SupportsCountRuns,
+        SupportsWakeBus,
+        WakeBus,
     )
 
     _as_state_store: StateStore = InMemoryStateStore()
@@ -624,6 +682,10 @@ if TYPE_CHECKING:
     _as_count: SupportsCountRuns = InMemoryStateStore()
     _as_lookups: SupportsCheckpointLookups = InMemoryStateStore()
     _as_bulk: SupportsBulkLeases = InMemoryStateStore()
+    _as_claim: SupportsClaimPending = InMemoryStateStore()
+    _as_conditional: SupportsConditionalUpdate = InMemoryStateStore()
+    _as_wake: SupportsWakeBus = InMemoryStateStore()
+    _as_bus: WakeBus = InMemoryWakeBus([])
 
 
-__all__ = ["InMemoryStateStore"]
+__all__ = ["InMemoryStateStore", "InMemoryWakeBus"]

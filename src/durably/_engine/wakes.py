@@ -1,0 +1,89 @@
+"""Wake-ups between engines sharing one store (issue #3; `WakeBus` in _store/protocol.py).
+
+On PostgreSQL the store's bus is LISTEN/NOTIFY; engines sharing an in-memory store object
+share an in-process bus; SQLite has none (polling only). Messages are hints: every engine
+still polls, so a lost message costs latency, never correctness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from durably._engine import poller
+from durably._store.protocol import WakeBus
+
+if TYPE_CHECKING:
+    from durably._engine.engine import Engine
+
+log = logging.getLogger("durably")
+
+
+class WakeLink:
+    """One engine's end of the store's wake bus."""
+
+    def __init__(self, engine: Engine):
+        self._engine = engine
+        self._bus: WakeBus | None = None
+        self._kick_scheduled = False
+
+    @property
+    def active(self) -> bool:
+        return self._bus is not None
+
+    async def open(self) -> None:
+        make_bus = getattr(self._engine.store, "wake_bus", None)
+        bus = make_bus() if make_bus is not None else None
+        if bus is not None:
+            await bus.start(self._on_wake)
+            self._bus = bus
+
+    async def close(self) -> None:
+        bus, self._bus = self._bus, None
+        if bus is not None:
+            try:
+                await bus.close()
+            except Exception:
+                log.debug("closing the wake bus failed", exc_info=True)
+
+    async def announce(self, kind: str, run_id: str) -> None:
+        """Tell the other engines; best effort (a failed publish only costs latency)."""
+        if self._bus is None:
+            return
+        try:
+            await self._bus.publish(kind, run_id)
+        except Exception:
+            log.debug("wake-bus publish of %s:%s failed", kind, run_id, exc_info=True)
+
+    def announce_soon(self, kind: str, run_id: str) -> None:
+        if self._bus is not None:
+            self._engine.spawn(self.announce(kind, run_id))
+
+    def _on_wake(self, kind: str, run_id: str) -> None:
+        engine = self._engine
+        if kind == "settled":
+            engine.wake_watchers(run_id)
+            return
+        execution = engine.executions.get(run_id)
+        if execution is not None:
+            if execution.resident:
+                execution.deliver(None, None)  # re-check what it waits for
+            return
+        self.kick()
+
+    def kick(self) -> None:
+        """Pick up runnable work now instead of at the next poll; a burst of wake messages
+        costs one pick-up pass (claim pending runs, then due timers)."""
+        engine = self._engine
+        if self._kick_scheduled or not engine.drive_runs or engine.draining:
+            return
+        self._kick_scheduled = True
+
+        async def pickup() -> None:
+            await asyncio.sleep(0)  # let the rest of the burst arrive first
+            self._kick_scheduled = False
+            await poller.run_pending(engine)
+            await poller.resume_due_timers(engine)
+
+        engine.spawn(pickup())
