@@ -1,16 +1,20 @@
-"""Fixtures for the SQL store tests: real SQLite files under `tmp_path`, never mocks."""
+"""Fixtures for the SQL store tests: real SQLite files under `tmp_path` and real PostgreSQL
+schemas (one fresh schema per test), never mocks."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from durably._core.models import StepCheckpoint, WorkflowRun
 from durably._store.sql import SqlStateStore
+from tests.pg_support import fresh_schema, schema_url
 
 T0 = datetime(2026, 6, 11, tzinfo=UTC)
 
@@ -67,3 +71,44 @@ async def store(db_path: Path) -> AsyncIterator[SqlStateStore]:
         yield sql
     finally:
         await sql.close()
+
+
+@asynccontextmanager
+async def open_store(kind: str, db_path: Path) -> AsyncIterator[SqlStateStore]:
+    """A migrated store: `sqlite` (a file at `db_path`) or `postgres` (a fresh schema,
+    dropped afterwards; skipped when PostgreSQL is unreachable, see tests/pg_support.py)."""
+    if kind == "sqlite":
+        url = sqlite_url(db_path)
+        sql = SqlStateStore.from_url(url)
+        await sql.ensure_schema()
+        try:
+            yield sql
+        finally:
+            await sql.close()
+        return
+    async with fresh_schema(create=False) as schema:
+        sql = SqlStateStore.from_url(schema_url(schema))
+        await sql.ensure_schema()
+        try:
+            yield sql
+        finally:
+            await sql.close()
+
+
+#: Override a module's `store` fixture with this (sqlite and postgres), and pin single tests
+#: to SQLite with `SQLITE_ONLY`.
+BOTH = ["sqlite", "postgres"]
+SQLITE_ONLY = pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+
+
+async def raw(store: SqlStateStore, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+    """Rows of a raw SQL statement (`:name` parameters) run on the store's own database."""
+    async with store.engine.connect() as conn:
+        result = await conn.execute(sa.text(sql), params)
+        rows = [tuple(row) for row in result.all()] if result.returns_rows else []
+        await conn.commit()
+    return rows
+
+
+def is_pg(store: SqlStateStore) -> bool:
+    return not store.dialect.is_sqlite

@@ -26,6 +26,7 @@ from durably._store.sql import (
 )
 from durably._store.sql.dialect import create_engine
 from durably._store.sql.migrations import MIGRATIONS, render
+from tests.pg_support import connect, fresh_schema, schema_url
 
 from .conftest import make_run, sqlite_url
 
@@ -83,9 +84,7 @@ def _table_names(path: Path) -> set[str]:
 # ------------------------------------------------------------------ fresh == migrated
 
 
-async def test_fresh_schema_equals_all_migrations(tmp_path: Path) -> None:
-    fresh = create_engine(sqlite_url(tmp_path / "fresh.db"))
-    migrated = create_engine(sqlite_url(tmp_path / "migrated.db"))
+async def _fresh_equals_migrated(fresh: AsyncEngine, migrated: AsyncEngine) -> dict[str, Any]:
     try:
         async with fresh.begin() as conn:
             await conn.run_sync(metadata.create_all)
@@ -97,6 +96,27 @@ async def test_fresh_schema_equals_all_migrations(tmp_path: Path) -> None:
         await migrated.dispose()
     assert set(fresh_schema) == set(durable_managed_tables())
     assert fresh_schema == migrated_schema
+    return fresh_schema
+
+
+async def test_fresh_schema_equals_all_migrations(tmp_path: Path) -> None:
+    await _fresh_equals_migrated(
+        create_engine(sqlite_url(tmp_path / "fresh.db")),
+        create_engine(sqlite_url(tmp_path / "migrated.db")),
+    )
+
+
+async def test_fresh_schema_equals_all_migrations_on_postgresql() -> None:
+    async with fresh_schema() as fresh, fresh_schema(create=False) as migrated:
+        described = await _fresh_equals_migrated(
+            create_engine(schema_url(fresh)), create_engine(schema_url(migrated))
+        )
+        assert await current_version(schema_url(migrated)) == HEAD
+        assert await current_version(schema_url(fresh)) == 0  # create_all stamps nothing
+    attrs = described["durable_run_attributes"]
+    assert ("num_value", "DOUBLE PRECISION", True, None) in attrs["columns"]
+    signals = described["durable_buffered_signals"]
+    assert signals["columns"][0][:3] == ("id", "BIGINT", False)
 
 
 async def test_schema_matches_spec_column_names(tmp_path: Path) -> None:
@@ -303,3 +323,58 @@ async def test_concurrent_ensure_schema_in_several_processes(tmp_path: Path) -> 
         versions = conn.execute("SELECT count(*) FROM durable_schema_version").fetchone()
     assert runs == [(f"p{i}",) for i in range(4)]
     assert versions == (HEAD,)
+
+
+async def test_concurrent_ensure_schema_in_several_processes_on_postgresql(
+    tmp_path: Path,
+) -> None:
+    """Four processes race `ensure_schema` on a schema that does not exist yet: the advisory
+    lock serialises them, exactly one creates and migrates it, all then write."""
+    async with fresh_schema(create=False) as schema:
+        go = tmp_path / "go"
+        url = schema_url(schema)
+        script = _CHILD.format(src=SRC, go=str(go), url=url)
+        procs = [
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                script,
+                f"p{i}",
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            for i in range(4)
+        ]
+        await asyncio.sleep(0.5)
+        go.touch()
+        outputs = [await p.communicate() for p in procs]
+        for proc, (_, err) in zip(procs, outputs, strict=True):
+            assert proc.returncode == 0, err.decode()
+        assert await current_version(url) == HEAD
+        conn = await connect()
+        try:
+            runs = await conn.fetch(f'SELECT id FROM "{schema}".durable_workflow_runs ORDER BY id')
+            versions = await conn.fetchval(
+                f'SELECT count(*) FROM "{schema}".durable_schema_version'
+            )
+        finally:
+            await conn.close()
+        assert [r["id"] for r in runs] == [f"p{i}" for i in range(4)]
+        assert versions == HEAD
+
+
+async def test_upgrade_by_url_on_postgresql() -> None:
+    async with fresh_schema(create=False) as schema:
+        url = schema_url(schema)
+        assert await current_version(url) == 0  # the schema does not even exist
+        rendered = await upgrade(url, sql_only=True)
+        assert rendered and rendered == await upgrade(url)
+        assert await current_version(url) == HEAD
+        assert await upgrade(url) == []
+        store = SqlStateStore.from_url(url)
+        try:
+            await store.ensure_schema()  # up to date: applies nothing
+            await store.create_run(make_run())
+            assert await store.get_run("r1") is not None
+        finally:
+            await store.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,25 @@ from durably._store.protocol import (
     SupportsBulkLeases,
     SupportsCheckpointCAS,
     SupportsCheckpointLookups,
+    SupportsClaimPending,
     SupportsClose,
+    SupportsConditionalUpdate,
     SupportsCountRuns,
     SupportsEnsureSchema,
+    SupportsWakeBus,
 )
 from durably._store.sql import SqlStateStore
 from durably._store.sql.dialect import SqlDialect, create_engine, normalize_url
+from durably._store.sql.statements import Statements
 
-from .conftest import at, make_cp, make_run, sqlite_url
+from .conftest import BOTH, SQLITE_ONLY, at, make_cp, make_run, open_store, raw, sqlite_url
+
+
+@pytest.fixture(params=BOTH)
+async def store(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[SqlStateStore]:
+    """This module runs on SQLite and PostgreSQL (SQLite-only tests say `SQLITE_ONLY`)."""
+    async with open_store(request.param, db_path) as sql:
+        yield sql
 
 # ------------------------------------------------------------------ statement counts
 
@@ -69,6 +79,10 @@ async def test_statement_count_one_per_plain_call(store: SqlStateStore) -> None:
     assert await count(store, store.list_checkpoints_by_name_prefix("r1", [])) == 0
     assert await count(store, store.count_checkpoints("r1", 0, 9, [])) == 0
     assert await count(store, store.get_latest_checkpoint_by_name("r1", "reserve")) == 1
+    await store.create_run(make_run("p", status="pending"))
+    assert await count(store, store.claim_pending_runs("o", 10, 0, 5)) == 1
+    assert await count(store, store.claim_pending_runs("o", 10, 0, 5, "acme")) == 1
+    assert await count(store, store.claim_pending_runs("o", 10, 0, 0)) == 0
 
 
 async def test_statement_count_of_multi_statement_methods(store: SqlStateStore) -> None:
@@ -86,6 +100,7 @@ async def test_statement_count_of_multi_statement_methods(store: SqlStateStore) 
     assert await count(store, store.delete_run("r1")) == 5
 
 
+@SQLITE_ONLY
 async def test_hot_paths_take_one_driver_call(
     store: SqlStateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -133,6 +148,9 @@ async def test_implements_the_protocols(store: SqlStateStore) -> None:
         SupportsCountRuns,
         SupportsCheckpointLookups,
         SupportsBulkLeases,
+        SupportsClaimPending,
+        SupportsConditionalUpdate,
+        SupportsWakeBus,
     ]
     for proto in conformant:
         for name in proto.__dict__:
@@ -172,6 +190,7 @@ async def test_memory_url_uses_a_static_pool() -> None:
     await store.close()
 
 
+@SQLITE_ONLY
 async def test_file_connections_get_the_pragmas(store: SqlStateStore) -> None:
     from sqlalchemy import text
 
@@ -221,8 +240,8 @@ async def no_returning(db_path: Path) -> AsyncIterator[SqlStateStore]:
     """The same store as on SQLite < 3.35 (no UPDATE/DELETE … RETURNING)."""
     store = SqlStateStore.from_url(sqlite_url(db_path))
     store.dialect = SqlDialect("sqlite", returning=False)
-    store._build_statements()
-    store._register_statements()
+    store._q = Statements(store.dialect)
+    store._cx.register(*store._q.prebuilt())
     await store.ensure_schema()
     yield store
     await store.close()
@@ -244,13 +263,25 @@ async def test_returning_fallback(no_returning: SqlStateStore) -> None:
     assert first is not None and first.payload == {"n": 1}
     assert second is not None and second.payload is None
     assert await store.take_buffered_signal("s") is None
+    for i in range(3):
+        await store.create_run(make_run(f"p{i}", status="pending", created_at=at(i)))
+    before = store.statement_count
+    claimed = await store.claim_pending_runs("C", 9000, 1000, 2)
+    assert store.statement_count - before == 2  # SELECT candidates + executemany lease
+    assert [(r.id, r.locked_by, r.locked_until) for r in claimed] == [
+        ("p0", "C", 9000),
+        ("p1", "C", 9000),
+    ]
+    p1 = await store.get_run("p1")
+    assert p1 is not None and p1.locked_by == "C" and p1.locked_until == 9000
+    assert [r.id for r in await store.claim_pending_runs("D", 9000, 1000, 5)] == ["p2"]
 
 
 # ------------------------------------------------------------------ batched CAS atomicity
 
 
 async def test_batched_cas_rolls_back_on_a_database_error(
-    store: SqlStateStore, db_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: SqlStateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for seq in range(3):
         await store.save_checkpoint(make_cp(seq=seq, status="pending"))
@@ -264,8 +295,7 @@ async def test_batched_cas_rolls_back_on_a_database_error(
     with pytest.raises(RuntimeError, match="injected"):
         await store.save_checkpoints_if_pending([make_cp(seq=s) for s in range(3)])
     monkeypatch.undo()
-    with sqlite3.connect(db_path) as conn:
-        statuses = conn.execute("SELECT status FROM durable_step_checkpoints").fetchall()
+    statuses = await raw(store, "SELECT status FROM durable_step_checkpoints")
     assert statuses == [("pending",)] * 3
     assert await store.save_checkpoints_if_pending([make_cp(seq=s) for s in range(3)]) == [True] * 3
 
@@ -367,12 +397,11 @@ async def test_tags_with_special_characters(store: SqlStateStore) -> None:
 # ------------------------------------------------------------------ misc semantics
 
 
-async def test_update_of_a_missing_run_writes_nothing(store: SqlStateStore, db_path: Path) -> None:
+async def test_update_of_a_missing_run_writes_nothing(store: SqlStateStore) -> None:
     await store.update_run("ghost", {"status": "completed"})
     await store.update_run("ghost", {"tags": ("t",), "search_attributes": {"k": 1}})
-    with sqlite3.connect(db_path) as conn:
-        for table in ("durable_workflow_runs", "durable_run_tags", "durable_run_attributes"):
-            assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
+    for table in ("durable_workflow_runs", "durable_run_tags", "durable_run_attributes"):
+        assert await raw(store, f"SELECT count(*) FROM {table}") == [(0,)]
 
 
 async def test_bulk_leases(store: SqlStateStore) -> None:
@@ -459,19 +488,21 @@ def test_every_statement_compiles_for_postgresql() -> None:
 
     pg_dialect = offline_dialect("postgresql")
 
-    pg = SqlStateStore.__new__(SqlStateStore)
-    pg.dialect = SqlDialect("postgresql")
-    pg._build_statements()
+    statements = Statements(SqlDialect("postgresql"))
     rendered = {}
-    for name, value in vars(pg).items():
-        if name.startswith("_q_"):
+    for name, value in vars(statements).items():
+        if name != "dialect":
             for stmt in value if isinstance(value, tuple) else (value,):
                 if stmt is not None:
                     rendered[name] = str(stmt.compile(dialect=pg_dialect))
-    assert "ON CONFLICT (run_id, seq) DO UPDATE" in rendered["_q_save_cp"]
-    assert "FOR UPDATE SKIP LOCKED" in rendered["_q_take_signal"]
-    assert "RETURNING" in rendered["_q_claim"] and "RETURNING" in rendered["_q_take_waiter"]
-    assert "FOR UPDATE" in rendered["_q_pending_keys"]
+    assert "ON CONFLICT (run_id, seq) DO UPDATE" in rendered["save_cp"]
+    assert "FOR UPDATE SKIP LOCKED" in rendered["take_signal"]
+    assert "RETURNING" in rendered["claim"] and "RETURNING" in rendered["take_waiter"]
+    assert "FOR UPDATE" in rendered["pending_keys"]
+    claim = rendered["claim_pending"]  # the last namespace variant: `namespace = :ns`
+    assert claim.startswith("UPDATE durable_workflow_runs SET locked_by=")
+    assert "WHERE durable_workflow_runs.id IN (SELECT" in claim
+    assert "FOR UPDATE SKIP LOCKED" in claim and "RETURNING" in claim
     query = RunQuery(
         workflows=["a"],
         statuses=["running", "failed"],

@@ -2,7 +2,9 @@
 
 The suite is split by area into the `test_conformance_*.py` modules; shared models and
 helpers live in `support.py`. Each test takes the `store` fixture below, parametrized over
-`memory` (InMemoryStateStore) and `sqlite` (SqlStateStore on a temporary file). Test-hook
+`memory` (InMemoryStateStore), `sqlite` (SqlStateStore on a temporary file) and `postgres`
+(SqlStateStore on a fresh PostgreSQL schema per test; skipped when PostgreSQL is unreachable
+unless `DURABLY_REQUIRE_SERVICES=1`, see tests/pg_support.py). Test-hook
 checks that only the in-memory store exposes (store.md §12) are named `test_memory_*`.
 
 Not covered here (later work): run_facets, run_value_facets, checkpoint_stats,
@@ -18,22 +20,28 @@ from typing import Any
 import pytest
 
 from durably._store.memory import InMemoryStateStore
+from tests.pg_support import fresh_schema, schema_url
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
     if request.param == "memory":
         yield InMemoryStateStore()
         return
-    try:
-        from durably._store.sql import SqlStateStore
-    except ModuleNotFoundError as exc:  # the SQL store is built in parallel
-        if exc.name and exc.name.startswith("durably._store.sql"):
-            pytest.skip("durably._store.sql is not available yet")
-        raise
-    sql = SqlStateStore.from_url(f"sqlite:///{tmp_path}/conf.db")
-    await sql.ensure_schema()
-    try:
-        yield sql
-    finally:
-        await sql.close()
+    from durably._store.sql import SqlStateStore
+
+    if request.param == "sqlite":
+        sql = SqlStateStore.from_url(f"sqlite:///{tmp_path}/conf.db")
+        await sql.ensure_schema()
+        try:
+            yield sql
+        finally:
+            await sql.close()
+        return
+    async with fresh_schema(create=False) as schema:
+        sql = SqlStateStore.from_url(schema_url(schema))
+        await sql.ensure_schema()  # creates the schema, then migrates it
+        try:
+            yield sql
+        finally:
+            await sql.close()

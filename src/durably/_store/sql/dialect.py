@@ -33,6 +33,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.dml import Insert
 
+from durably._store.sql import pg as _pg_options
+
 SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
 
@@ -45,7 +47,7 @@ SQLITE_PRAGMAS: tuple[str, ...] = (
     "PRAGMA foreign_keys=OFF",
     "PRAGMA case_sensitive_like=ON",
 )
-SCHEMA_LOCK_KEY = "durable_schema"
+SCHEMA_LOCK_KEY = _pg_options.SCHEMA_LOCK_KEY
 
 _SQLITE_SYNC_DRIVERS = {"sqlite", "sqlite+pysqlite"}
 _PG_SYNC_DRIVERS = {"postgresql", "postgres", "postgresql+psycopg2", "postgresql+pg8000"}
@@ -159,14 +161,43 @@ def install_sqlite_pragmas(engine: AsyncEngine) -> None:
 
 
 def create_engine(url: str | URL, **engine_options: Any) -> AsyncEngine:
-    """An `AsyncEngine` for `url` with durably's defaults (caller options win)."""
+    """An `AsyncEngine` for `url` with durably's defaults (caller options win).
+
+    PostgreSQL: durably's options (`pg.OPTION_NAMES`: `schema`, `pool_size`,
+    `statement_timeout`, …) are read from the URL's query string and from `engine_options`
+    (keywords win) and turned into pool and asyncpg connect arguments; see `pg.py`.
+    """
     normalized = normalize_url(url)
-    dialect_name_of(normalized)
+    name = dialect_name_of(normalized)
+    if name == POSTGRESQL:
+        normalized, from_url = _pg_options.split_url(normalized)
+        ours = {k: engine_options.pop(k) for k in list(engine_options) if k in _PG_ONLY}
+        ours.update(
+            {k: engine_options.pop(k) for k in _PG_SHARED if engine_options.get(k) is not None}
+        )
+        opts = from_url.merged(_pg_options.options_from(ours))
+        options = _pg_options.merge_engine_options(
+            _pg_options.engine_options(opts), engine_options
+        )
+        engine = create_async_engine(normalized, **options)
+        _pg_options.install_liveness_check(engine)
+        _pg_options.remember_schema(engine, opts.schema)
+        return engine
+    misplaced = sorted(k for k in engine_options if k in _PG_ONLY)
+    if misplaced:
+        raise TypeError(f"PostgreSQL-only option(s) for a {name} URL: {misplaced}")
     options = default_engine_options(normalized)
     options.update(engine_options)
     engine = create_async_engine(normalized, **options)
     install_sqlite_pragmas(engine)
     return engine
+
+
+# durably's PostgreSQL options that SQLAlchemy does not know / that it knows (same meaning)
+_PG_SHARED = frozenset(
+    {"pool_size", "max_overflow", "pool_timeout", "pool_recycle", "pool_pre_ping"}
+)
+_PG_ONLY = frozenset(_pg_options.OPTION_NAMES) - _PG_SHARED
 
 
 def sqlite_returning_supported() -> bool:
@@ -334,12 +365,20 @@ class SqlDialect:
 
     # --- schema lock (migrations)
 
-    def schema_lock_statement(self) -> str | None:
-        """Run first inside the migration transaction (PostgreSQL); SQLite's `BEGIN
-        IMMEDIATE` already holds the single write lock."""
+    def schema_lock_statement(self, schema: str | None = None) -> str | None:
+        """Run first inside the migration transaction (PostgreSQL: one advisory lock per
+        schema, `durable_schema` when the schema is the connection's default); SQLite's
+        `BEGIN IMMEDIATE` already holds the single write lock."""
         if self.is_sqlite:
             return None
-        return f"SELECT pg_advisory_xact_lock(hashtext('{SCHEMA_LOCK_KEY}'))"
+        key = _pg_options.schema_lock_key(schema)
+        return f"SELECT pg_advisory_xact_lock(hashtext('{key}'))"
+
+    def create_schema_statement(self, schema: str | None) -> str | None:
+        """`CREATE SCHEMA IF NOT EXISTS` for a configured PostgreSQL schema (under the lock)."""
+        if self.is_sqlite or schema is None:
+            return None
+        return f'CREATE SCHEMA IF NOT EXISTS "{_pg_options.validate_schema(schema)}"'
 
 
 __all__ = [

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.schema import CreateTable
 
 from durably._store.sql import dialect as _d
+from durably._store.sql import pg as _pg
 from durably._store.sql.connection import connector_for
 from durably._store.sql.schema import schema_version
 
@@ -202,13 +203,21 @@ async def _read_version(conn: AsyncConnection) -> int:
 
 
 async def apply_on(
-    conn: AsyncConnection, dialect: _d.SqlDialect, *, to_version: int = HEAD
+    conn: AsyncConnection,
+    dialect: _d.SqlDialect,
+    *,
+    to_version: int = HEAD,
+    schema: str | None = None,
 ) -> list[str]:
     """Apply pending migrations on `conn`, which must already be inside the transaction the
-    caller commits (the store runs this through its connector with `tx=True`)."""
-    lock = dialect.schema_lock_statement()
+    caller commits (the store runs this through its connector with `tx=True`). `schema`: the
+    PostgreSQL schema the connections' `search_path` names (created here if missing)."""
+    lock = dialect.schema_lock_statement(schema)
     if lock is not None:
         await conn.exec_driver_sql(lock)
+    create = dialect.create_schema_statement(schema)
+    if create is not None:
+        await conn.exec_driver_sql(create)
     await conn.exec_driver_sql(_version_table_ddl(dialect.name))
     current = await _read_version(conn)
     statements = render(dialect.name, current, to_version)
@@ -236,7 +245,7 @@ async def _with_engine(
     if isinstance(engine_or_url, AsyncEngine):
         return await body(engine_or_url)
     url = _d.normalize_url(engine_or_url)
-    if offline_ok:
+    if offline_ok and url.get_backend_name() == _d.SQLITE:
         # Read-only inspection: no pragmas (journal_mode=WAL would modify the file).
         engine = create_async_engine(url, **_d.default_engine_options(url))
     else:
@@ -284,7 +293,10 @@ async def upgrade(engine_or_url: AsyncEngine | str | URL, *, sql_only: bool = Fa
         dialect = _d.SqlDialect(engine.dialect.name)
         connector = connector_for(dialect, engine)
         try:
-            return await connector.write(lambda s: apply_on(s.conn, dialect), tx=True)
+            schema = _pg.schema_of(engine)
+            return await connector.write(
+                lambda s: apply_on(s.conn, dialect, schema=schema), tx=True
+            )
         finally:
             await connector.close()
 

@@ -16,6 +16,7 @@ through SQLAlchemy's regular (cached) path.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -35,7 +36,9 @@ from durably._core.models import (
     WorkflowRun,
     now_utc,
 )
+from durably._store.protocol import WakeBus
 from durably._store.query import DEFAULT_NAMESPACE
+from durably._store.sql import pg as _pg
 from durably._store.sql import rows as _rows
 from durably._store.sql.connection import Session, connector_for
 from durably._store.sql.dialect import SqlDialect, create_engine, install_sqlite_pragmas
@@ -44,32 +47,20 @@ from durably._store.sql.predicates import run_query_predicates
 from durably._store.sql.schema import (
     CHECKPOINT_COLUMNS,
     RUN_COLUMNS,
-    attributes,
-    buffered_events,
-    buffered_signals,
     checkpoints,
     runs,
-    tags,
-    waiters,
 )
+from durably._store.sql.statements import CP_KEYS, Statements
+from durably._store.sql.wakebus import PgWakeBus
 
 Row = Sequence[Any]
 
-_INCOMPLETE_STATUSES = ("running", "cancelling")
-_CP_KEYS = ("run_id", "seq")
 _KEY_CHUNK = 1000  # (run_id, seq) pairs per lookup (PostgreSQL expands them into binds)
-_WAITER_COLUMNS = (waiters.c.token, waiters.c.run_id, waiters.c.seq, waiters.c.parallel_group)
-_EVENT_COLUMNS = (
-    buffered_events.c.id,
-    buffered_events.c.name,
-    buffered_events.c.payload,
-    buffered_events.c.published_at,
-)
 
 
 def _cas_params(row: dict[str, Any]) -> dict[str, Any]:
     """Parameters of the compare-and-set UPDATE: every non-key column + the key binds."""
-    params = {k: v for k, v in row.items() if k not in _CP_KEYS}
+    params = {k: v for k, v in row.items() if k not in CP_KEYS}
     params["w_run_id"] = row["run_id"]
     params["w_seq"] = row["seq"]
     return params
@@ -97,10 +88,19 @@ class SqlStateStore:
         self._cx = connector_for(self.dialect, engine)
         self._cx.on_rerun = self._rerun
         self._schema_ready = False
+        #: PostgreSQL schema of the tables when the engine was made by durably with one
+        #: (`?schema=` / `schema=`); None: the connections' default `search_path`.
+        self.schema: str | None = None
+        self._channel: str | None = None
+        self._buses: set[PgWakeBus] = set()
+        if not self.dialect.is_sqlite:
+            self.schema = _pg.schema_of(engine)
+            _pg.install_liveness_check(engine)
         #: SQL statements executed so far (benchmarks divide it by the number of steps).
         self.statement_count: int = 0
-        self._build_statements()
-        self._register_statements()
+        self._q = Statements(self.dialect)
+        self._update_if_status_stmts: dict[tuple[str, ...], sa.Update] = {}
+        self._cx.register(*self._q.prebuilt())
 
     @classmethod
     def from_url(
@@ -108,11 +108,38 @@ class SqlStateStore:
         url: str,
         *,
         clock: Callable[[], datetime] | None = None,
-        **engine_options: Any,
+        **options: Any,
     ) -> SqlStateStore:
-        """`sqlite:///rel.db`, `sqlite:////abs.db`, `sqlite://` (memory), `sqlite+aiosqlite://…`
-        or `postgresql://…` (mapped to asyncpg). The store owns (and closes) the engine."""
-        return cls(create_engine(url, **engine_options), owns_engine=True, clock=clock)
+        """A store on a new engine for `url`, which the store owns (and disposes on close).
+
+        URLs: `sqlite:///rel.db`, `sqlite:////abs.db`, `sqlite://` (memory),
+        `sqlite+aiosqlite://…`, or `postgresql://user:pass@host:5432/db` (also
+        `postgres://`, `postgresql+asyncpg://`; asyncpg is required: `pip install
+        durably[postgres]`).
+
+        PostgreSQL options, given as keywords or as URL query parameters (keywords win; see
+        docs/postgresql.md):
+
+        - `schema`: the PostgreSQL schema of the tables (connections get
+          `search_path=<schema>`; `ensure_schema()` creates it). Stores on different
+          schemas of one database are independent, wake-up channels included.
+        - `pool_size` (10), `max_overflow` (20), `pool_timeout` (30 s), `pool_recycle`
+          (never): the connection pool. Each store call holds a connection for one
+          statement, so `pool_size + max_overflow` bounds the concurrent statements.
+        - `statement_timeout` (ms, server side; 0 = none), `command_timeout` (s, client
+          side, asyncpg), `connect_timeout` (s, default 10), `application_name` (`durably`).
+        - `pool_pre_ping` (false): a server-closed connection is replaced at checkout for
+          free anyway (asyncpg knows); the ping (one extra round trip per call) also catches
+          silently dropped ones. A statement in flight when the server restarts fails with
+          `sqlalchemy.exc.DBAPIError` (`connection_invalidated=True`); the next call
+          reconnects.
+
+        Any other keyword goes to `sqlalchemy.ext.asyncio.create_async_engine`
+        (e.g. `echo=True`, `connect_args={...}`, merged with durably's).
+
+        Example: `SqlStateStore.from_url("postgresql://app@db/app?schema=durably&pool_size=20")`
+        """
+        return cls(create_engine(url, **options), owns_engine=True, clock=clock)
 
     async def __aenter__(self) -> SqlStateStore:
         return self
@@ -122,147 +149,6 @@ class SqlStateStore:
 
     def __repr__(self) -> str:
         return f"SqlStateStore({self.engine.url.render_as_string(hide_password=True)!r})"
-
-    # ------------------------------------------------------------------ statements
-
-    def _build_statements(self) -> None:
-        d = self.dialect
-        r, c, w = runs.c, checkpoints.c, waiters.c
-        bp = bindparam
-
-        self._q_insert_run = sa.insert(runs)
-        self._q_get_run = sa.select(*RUN_COLUMNS).where(r.id == bp("id"))
-        self._q_update_run = sa.update(runs).where(r.id == bp("w_id"))
-        self._update_if_status_stmts: dict[tuple[str, ...], sa.Update] = {}
-        self._q_delete_run_rows = (
-            sa.delete(checkpoints).where(c.run_id == bp("run_id")),
-            sa.delete(waiters).where(w.run_id == bp("run_id")),
-            sa.delete(attributes).where(attributes.c.run_id == bp("run_id")),
-            sa.delete(tags).where(tags.c.run_id == bp("run_id")),
-            sa.delete(runs).where(r.id == bp("run_id")),
-        )
-        self._q_insert_tags = sa.insert(tags)
-        self._q_insert_attrs = sa.insert(attributes)
-        self._q_delete_tags = sa.delete(tags).where(tags.c.run_id == bp("run_id"))
-        self._q_delete_attrs = sa.delete(attributes).where(attributes.c.run_id == bp("run_id"))
-
-        # checkpoints
-        self._q_get_cp = sa.select(*CHECKPOINT_COLUMNS).where(
-            c.run_id == bp("run_id"), c.seq == bp("seq")
-        )
-        self._q_save_cp = d.upsert(checkpoints, _CP_KEYS)
-        self._q_cas_cp = sa.update(checkpoints).where(
-            c.run_id == bp("w_run_id"), c.seq == bp("w_seq"), c.status == "pending"
-        )
-        self._q_pending_keys = (
-            sa.select(c.run_id, c.seq)
-            .where(d.in_pairs(c.run_id, c.seq, "keys"), c.status == "pending")
-            .with_for_update()
-        )
-        self._q_list_cps = (
-            sa.select(*CHECKPOINT_COLUMNS).where(c.run_id == bp("run_id")).order_by(c.seq)
-        )
-        self._q_latest_cp = (
-            sa.select(*CHECKPOINT_COLUMNS)
-            .where(c.run_id == bp("run_id"), c.name == bp("name"))
-            .order_by(c.seq.desc())
-            .limit(1)
-        )
-        self._q_count_cps = sa.select(sa.func.count()).where(
-            c.run_id == bp("run_id"),
-            c.seq >= bp("lo"),
-            c.seq <= bp("hi"),
-            d.in_list(c.status, "statuses"),
-        )
-
-        # pick-up scans, one statement per namespace shape (none / 'default' / other)
-        self._q_incomplete = self._scan_variants(
-            sa.or_(*(r.status == status for status in _INCOMPLETE_STATUSES)),
-            order=(r.created_at, r.id),
-        )
-        self._q_pending_runs = self._scan_variants(
-            r.status == "pending", order=(r.created_at, r.id), limited=True
-        )
-        due = (r.status == "suspended", r.wake_at.is_not(None), r.wake_at <= bp("now"))
-        self._q_due = self._scan_variants(*due, order=(r.wake_at, r.id))
-        self._q_due_limited = self._scan_variants(*due, order=(r.wake_at, r.id), limited=True)
-
-        # leases
-        lockable = sa.and_(
-            r.id == bp("w_id"),
-            sa.or_(r.locked_until.is_(None), r.locked_until <= bp("w_now")),
-        )
-        self._q_try_lock = (
-            sa.update(runs)
-            .where(lockable)
-            .values(locked_by=bp("w_owner"), locked_until=bp("w_until"))
-        )
-        self._q_claim = self._q_try_lock.returning(*RUN_COLUMNS) if d.supports_returning else None
-        self._q_release = (
-            sa.update(runs).where(r.id == bp("w_id")).values(locked_by=None, locked_until=None)
-        )
-        self._q_renew = (
-            sa.update(runs)
-            .where(r.id == bp("w_id"), r.locked_by == bp("w_owner"))
-            .values(locked_until=bp("w_until"))
-        )
-        self._q_renew_all = (
-            sa.update(runs).where(r.locked_by == bp("w_owner")).values(locked_until=bp("w_until"))
-        )
-        self._q_release_all = (
-            sa.update(runs)
-            .where(r.locked_by == bp("w_owner"))
-            .values(locked_by=None, locked_until=None)
-        )
-
-        # waiters
-        order = (w.run_id, w.seq, w.token)
-        self._q_put_waiter = d.upsert(waiters, ("token",))
-        self._q_get_waiter = sa.select(*_WAITER_COLUMNS).where(w.token == bp("token"))
-        self._q_delete_waiter = sa.delete(waiters).where(w.token == bp("token"))
-        self._q_take_waiter = (
-            self._q_delete_waiter.returning(*_WAITER_COLUMNS) if d.supports_returning else None
-        )
-        self._q_all_waiters = sa.select(*_WAITER_COLUMNS).order_by(*order)
-        self._q_waiters_plain = (
-            sa.select(*_WAITER_COLUMNS)
-            .where(d.prefix_predicate(w.token, ranged=False))
-            .order_by(*order)
-        )
-        self._q_waiters_ranged = (
-            sa.select(*_WAITER_COLUMNS)
-            .where(d.prefix_predicate(w.token, ranged=True))
-            .order_by(*order)
-        )
-        self._q_remove_waiter = sa.delete(waiters).where(
-            w.token == bp("token"), w.run_id == bp("run_id"), w.seq == bp("seq")
-        )
-
-        # buffered signals and events
-        bs, be = buffered_signals.c, buffered_events.c
-        self._q_buffer_signal = sa.insert(buffered_signals)
-        self._q_take_signal = (
-            d.take_oldest_signal(buffered_signals) if d.supports_returning else None
-        )
-        self._q_oldest_signal = (
-            sa.select(bs.id, bs.payload).where(bs.token == bp("token")).order_by(bs.id).limit(1)
-        )
-        self._q_delete_signal = sa.delete(buffered_signals).where(bs.id == bp("id"))
-        self._q_buffer_event = sa.insert(buffered_events)
-        self._q_list_events = (
-            sa.select(*_EVENT_COLUMNS)
-            .where(be.name == bp("name"))
-            .order_by(be.published_at, be.id)
-            .limit(bp("lim", type_=sa.Integer))
-        )
-        self._q_remove_event = sa.delete(buffered_events).where(be.id == bp("id"))
-
-    def _register_statements(self) -> None:
-        prebuilt: list[Any] = []
-        for name, value in vars(self).items():
-            if name.startswith("_q_"):
-                prebuilt.extend(value if isinstance(value, tuple) else (value,))
-        self._cx.register(*prebuilt)
 
     # Every statement goes through one of these three (each counts one statement).
 
@@ -327,12 +213,14 @@ class SqlStateStore:
             return
 
         async def work(s: Session) -> list[str]:
-            return await apply_on(s.conn, self.dialect)
+            return await apply_on(s.conn, self.dialect, schema=self.schema)
 
         await self._cx.write(work, tx=True)
         self._schema_ready = True
 
     async def close(self) -> None:
+        for bus in list(self._buses):
+            await bus.close()
         await self._cx.close()
         if self._owns_engine:
             await self.engine.dispose()
@@ -344,21 +232,21 @@ class SqlStateStore:
         attr_rows = _rows.attribute_rows(run.id, run.search_attributes)
         tag_rows = _rows.tag_rows(run.id, run.tags)
         if not attr_rows and not tag_rows:
-            await self._write(self._q_insert_run, params)
+            await self._write(self._q.insert_run, params)
             return
 
         async def work(s: Session) -> None:
-            await self._run(s, self._q_insert_run, params)
+            await self._run(s, self._q.insert_run, params)
             if tag_rows:
-                await self._many(s, self._q_insert_tags, tag_rows)
+                await self._many(s, self._q.insert_tags, tag_rows)
             if attr_rows:
-                await self._many(s, self._q_insert_attrs, attr_rows)
+                await self._many(s, self._q.insert_attrs, attr_rows)
 
         await self._cx.write(work, tx=True)
 
     async def update_run(self, run_id: str, patch: RunPatch) -> None:
         """Presence-based patch (store.md §3.1); a missing run is a silent no-op."""
-        await self._update_run(run_id, patch, self._q_update_run)
+        await self._update_run(run_id, patch, self._q.update_run)
 
     async def update_run_if_status(
         self, run_id: str, patch: RunPatch, statuses: Sequence[RunStatus]
@@ -407,19 +295,19 @@ class SqlStateStore:
                 return 0  # missing run (or status guard failed): no orphan side rows
             key = {"run_id": run_id}
             if rewrite_attrs:
-                await self._run(s, self._q_delete_attrs, key)
+                await self._run(s, self._q.delete_attrs, key)
                 if attr_rows:
-                    await self._many(s, self._q_insert_attrs, attr_rows)
+                    await self._many(s, self._q.insert_attrs, attr_rows)
             if rewrite_tags:
-                await self._run(s, self._q_delete_tags, key)
+                await self._run(s, self._q.delete_tags, key)
                 if tag_rows:
-                    await self._many(s, self._q_insert_tags, tag_rows)
+                    await self._many(s, self._q.insert_tags, tag_rows)
             return 1
 
         return int(await self._cx.write(work, tx=True))
 
     async def get_run(self, run_id: str) -> WorkflowRun | None:
-        row = await self._read_first(self._q_get_run, {"id": run_id})
+        row = await self._read_first(self._q.get_run, {"id": run_id})
         return _rows.run_from_row(row) if row is not None else None
 
     async def delete_run(self, run_id: str) -> None:
@@ -428,7 +316,7 @@ class SqlStateStore:
         params = {"run_id": run_id}
 
         async def work(s: Session) -> None:
-            for stmt in self._q_delete_run_rows:
+            for stmt in self._q.delete_run_rows:
                 await self._run(s, stmt, params)
 
         await self._cx.write(work, tx=True)
@@ -436,17 +324,17 @@ class SqlStateStore:
     # ------------------------------------------------------------------ checkpoints (§3.2)
 
     async def get_checkpoint(self, run_id: str, seq: int) -> StepCheckpoint | None:
-        row = await self._read_first(self._q_get_cp, {"run_id": run_id, "seq": seq})
+        row = await self._read_first(self._q.get_cp, {"run_id": run_id, "seq": seq})
         return _rows.checkpoint_from_row(row) if row is not None else None
 
     async def save_checkpoint(self, cp: StepCheckpoint) -> None:
         """Upsert on (run_id, seq): the whole row is replaced."""
-        await self._write(self._q_save_cp, _rows.checkpoint_to_sql(cp))
+        await self._write(self._q.save_cp, _rows.checkpoint_to_sql(cp))
 
     async def save_checkpoint_if_pending(self, cp: StepCheckpoint) -> bool:
         """Write `cp` iff its row exists with status `pending` (one conditional UPDATE)."""
         params = _cas_params(_rows.checkpoint_to_sql(cp))
-        return await self._write(self._q_cas_cp, params) == 1
+        return await self._write(self._q.cas_cp, params) == 1
 
     async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
         """Batched compare-and-set: per-entry results in input order, each entry compared
@@ -460,7 +348,7 @@ class SqlStateStore:
             return []
         rows = [_rows.checkpoint_to_sql(cp) for cp in cps]  # validate all before writing
         if len(rows) == 1:
-            return [await self._write(self._q_cas_cp, _cas_params(rows[0])) == 1]
+            return [await self._write(self._q.cas_cp, _cas_params(rows[0])) == 1]
         keys = list(dict.fromkeys((row["run_id"], row["seq"]) for row in rows))
 
         async def work(s: Session) -> list[bool]:
@@ -468,7 +356,7 @@ class SqlStateStore:
             for start in range(0, len(keys), _KEY_CHUNK):
                 chunk = keys[start : start + _KEY_CHUNK]
                 params = {"keys": self.dialect.pairs_value(chunk)}
-                found = await self._fetch(s, self._q_pending_keys, params)
+                found = await self._fetch(s, self._q.pending_keys, params)
                 for found_row in found:
                     status[(found_row[0], int(found_row[1]))] = "pending"
             results: list[bool] = []
@@ -481,17 +369,17 @@ class SqlStateStore:
                     final[key] = row
                 results.append(won)
             if final:
-                await self._many(s, self._q_cas_cp, [_cas_params(r) for r in final.values()])
+                await self._many(s, self._q.cas_cp, [_cas_params(r) for r in final.values()])
             return results
 
         return await self._cx.write(work, tx=True)
 
     async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
-        found = await self._read_all(self._q_list_cps, {"run_id": run_id}, point=True)
+        found = await self._read_all(self._q.list_cps, {"run_id": run_id}, point=True)
         return [_rows.checkpoint_from_row(row) for row in found]
 
     async def get_latest_checkpoint_by_name(self, run_id: str, name: str) -> StepCheckpoint | None:
-        row = await self._read_first(self._q_latest_cp, {"run_id": run_id, "name": name})
+        row = await self._read_first(self._q.latest_cp, {"run_id": run_id, "name": name})
         return _rows.checkpoint_from_row(row) if row is not None else None
 
     async def list_checkpoints_by_name_prefix(
@@ -522,30 +410,9 @@ class SqlStateStore:
             "hi": to_seq,
             "statuses": self.dialect.list_value(list(dict.fromkeys(statuses))),
         }
-        return await self._read_scalar(self._q_count_cps, params, point=True)
+        return await self._read_scalar(self._q.count_cps, params, point=True)
 
     # ------------------------------------------------------------------ pick-up scans (§3.3)
-
-    @staticmethod
-    def _scan_variants(
-        *preds: sa.ColumnElement[bool],
-        order: tuple[sa.ColumnElement[Any], ...],
-        limited: bool = False,
-    ) -> tuple[sa.Select[Any], sa.Select[Any], sa.Select[Any]]:
-        """(no namespace, 'default' incl. legacy NULLs, any other namespace)."""
-        ns = runs.c.namespace
-        shapes: list[tuple[sa.ColumnElement[bool], ...]] = [
-            (),
-            (sa.or_(ns == bindparam("ns"), ns.is_(None)),),
-            (ns == bindparam("ns"),),
-        ]
-        out = []
-        for extra in shapes:
-            stmt = sa.select(*RUN_COLUMNS).where(*preds, *extra).order_by(*order)
-            if limited:
-                stmt = stmt.limit(bindparam("lim", type_=sa.Integer))
-            out.append(stmt)
-        return out[0], out[1], out[2]
 
     async def _scan(
         self,
@@ -562,61 +429,143 @@ class SqlStateStore:
 
     async def list_incomplete_runs(self, namespace: str | None = None) -> list[WorkflowRun]:
         """Runs in `running` or `cancelling` (ordered by created_at, id for stability)."""
-        return await self._scan(self._q_incomplete, namespace, {})
+        return await self._scan(self._q.incomplete, namespace, {})
 
     async def list_pending_runs(
         self, limit: int, namespace: str | None = None
     ) -> list[WorkflowRun]:
         """FIFO by (created_at, id); the namespace filter applies before the limit."""
-        return await self._scan(self._q_pending_runs, namespace, {"lim": max(int(limit), 0)})
+        return await self._scan(self._q.pending_runs, namespace, {"lim": max(int(limit), 0)})
 
     async def list_due_timers(
         self, now_ms: int, namespace: str | None = None, limit: int | None = None
     ) -> list[WorkflowRun]:
         """Suspended runs with `wake_at <= now_ms`, ordered by (wake_at, id)."""
         if limit is None:
-            return await self._scan(self._q_due, namespace, {"now": int(now_ms)})
+            return await self._scan(self._q.due, namespace, {"now": int(now_ms)})
         params = {"now": int(now_ms), "lim": max(int(limit), 0)}
-        return await self._scan(self._q_due_limited, namespace, params)
+        return await self._scan(self._q.due_limited, namespace, params)
 
     # ------------------------------------------------------------------ leases (§3.4)
 
     async def try_lock_run(self, run_id: str, owner: str, lease_until_ms: int, now_ms: int) -> bool:
         """One conditional UPDATE: free or expired (`locked_until <= now_ms`) leases only."""
         params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms, "w_now": now_ms}
-        return await self._write(self._q_try_lock, params) == 1
+        return await self._write(self._q.try_lock, params) == 1
 
     async def release_run_lock(self, run_id: str) -> None:
-        await self._write(self._q_release, {"w_id": run_id})
+        await self._write(self._q.release, {"w_id": run_id})
 
     async def renew_run_lock(self, run_id: str, owner: str, lease_until_ms: int) -> bool:
         params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms}
-        return await self._write(self._q_renew, params) == 1
+        return await self._write(self._q.renew, params) == 1
 
     async def renew_run_locks(self, owner: str, lease_until_ms: int) -> int:
         """(durably) Extend every lease held by `owner` in one UPDATE; rows touched."""
-        return await self._write(self._q_renew_all, {"w_owner": owner, "w_until": lease_until_ms})
+        return await self._write(self._q.renew_all, {"w_owner": owner, "w_until": lease_until_ms})
 
     async def release_locks_of(self, owner: str) -> int:
         """(durably) Clear every lease held by `owner` in one UPDATE; rows touched."""
-        return await self._write(self._q_release_all, {"w_owner": owner})
+        return await self._write(self._q.release_all, {"w_owner": owner})
 
     async def claim_run(
         self, run_id: str, owner: str, lease_until_ms: int, now_ms: int
     ) -> WorkflowRun | None:
         """`try_lock_run` returning the locked row: one `UPDATE … RETURNING`."""
         params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms, "w_now": now_ms}
-        if self._q_claim is not None:
-            row = await self._write_first(self._q_claim, params)
+        if self._q.claim is not None:
+            row = await self._write_first(self._q.claim, params)
             return _rows.run_from_row(row) if row is not None else None
 
         async def work(s: Session) -> WorkflowRun | None:
-            if await self._run(s, self._q_try_lock, params) != 1:
+            if await self._run(s, self._q.try_lock, params) != 1:
                 return None
-            found = await self._fetch(s, self._q_get_run, {"id": run_id})
+            found = await self._fetch(s, self._q.get_run, {"id": run_id})
             return _rows.run_from_row(found[0]) if found else None
 
         return await self._cx.write(work, tx=True)
+
+    async def claim_pending_runs(
+        self,
+        owner: str,
+        lease_until_ms: int,
+        now_ms: int,
+        limit: int,
+        namespace: str | None = None,
+    ) -> list[WorkflowRun]:
+        """(durably) Lease up to `limit` pending runs whose lease is free or expired, oldest
+        first (`created_at`, `id`; namespace rule of §3.3 before the limit), in ONE statement:
+        `UPDATE … WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED) RETURNING *` on
+        PostgreSQL, so concurrent claimers never get the same run and never wait on each
+        other; SQLite has a single writer and needs no row locks."""
+        if limit <= 0:
+            return []
+        variants = self._q.claim_pending
+        params: dict[str, Any] = {
+            "w_owner": owner,
+            "w_until": int(lease_until_ms),
+            "w_now": int(now_ms),
+            "lim": int(limit),
+        }
+        if namespace is None:
+            stmt = variants[0]
+        else:
+            stmt = variants[1] if namespace == DEFAULT_NAMESPACE else variants[2]
+            params["ns"] = namespace
+        if self.dialect.supports_returning:
+            self.statement_count += 1
+            found = await self._cx.fetch(stmt, params, write=True)
+            claimed = [_rows.run_from_row(row) for row in found]
+        else:
+            claimed = await self._cx.write(
+                lambda s: self._claim_without_returning(s, stmt, params), tx=True
+            )
+        claimed.sort(key=lambda run: (run.created_at, run.id))
+        return claimed
+
+    async def _claim_without_returning(
+        self, s: Session, pick: sa.Executable, params: dict[str, Any]
+    ) -> list[WorkflowRun]:
+        """SQLite < 3.35: SELECT the candidates, then lease them (one transaction holding the
+        write lock, so nobody else can take them in between)."""
+        found = [_rows.run_from_row(row) for row in await self._fetch(s, pick, params)]
+        if not found:
+            return []
+        lock = {k: params[k] for k in ("w_owner", "w_until", "w_now")}
+        await self._many(s, self._q.try_lock, [{**lock, "w_id": run.id} for run in found])
+        owner, until = params["w_owner"], params["w_until"]
+        return [replace(run, locked_by=owner, locked_until=until) for run in found]
+
+    # ------------------------------------------------------------------ wake-ups (issue #3)
+
+    def wake_bus(self) -> WakeBus | None:
+        """(durably) A new LISTEN/NOTIFY `WakeBus` on PostgreSQL (see `wakebus.py`), closed
+        with the store at the latest; None on SQLite (one process per database file, the
+        engine's in-process wake-ups suffice)."""
+        if self.dialect.is_sqlite:
+            return None
+        bus = PgWakeBus(
+            self.engine,
+            channel=self._wake_channel,
+            notify=self._notify,
+            on_close=self._buses.discard,
+        )
+        self._buses.add(bus)
+        return bus
+
+    async def _wake_channel(self) -> str:
+        """The channel of this store's schema (the connections' `current_schema()` when the
+        engine was not made with an explicit schema: one statement, once)."""
+        if self._channel is None:
+            schema = self.schema
+            if schema is None:
+                row = await self._read_first(self._q.current_schema)
+                schema = str(row[0]) if row is not None and row[0] is not None else "public"
+            self._channel = _pg.wake_channel(schema)
+        return self._channel
+
+    async def _notify(self, channel: str, payload: str) -> None:
+        await self._write(self._q.notify, {"channel": channel, "payload": payload})
 
     # ------------------------------------------------------------------ waiters (§3.5)
 
@@ -628,20 +577,20 @@ class SqlStateStore:
             "seq": waiter.seq,
             "parallel_group": waiter.parallel_group,
         }
-        await self._write(self._q_put_waiter, params)
+        await self._write(self._q.put_waiter, params)
 
     async def take_signal_waiter(self, token: str) -> SignalWaiter | None:
         """Remove and return the row atomically (`DELETE … RETURNING`): taken exactly once."""
         params = {"token": token}
-        if self._q_take_waiter is not None:
-            row = await self._write_first(self._q_take_waiter, params)
+        if self._q.take_waiter is not None:
+            row = await self._write_first(self._q.take_waiter, params)
             return _rows.waiter_from_row(row) if row is not None else None
 
         async def work(s: Session) -> SignalWaiter | None:
-            found = await self._fetch(s, self._q_get_waiter, params)
+            found = await self._fetch(s, self._q.get_waiter, params)
             if not found:
                 return None
-            await self._run(s, self._q_delete_waiter, params)
+            await self._run(s, self._q.delete_waiter, params)
             return _rows.waiter_from_row(found[0])
 
         return await self._cx.write(work, tx=True)
@@ -649,37 +598,37 @@ class SqlStateStore:
     async def list_signal_waiters(self, prefix: str) -> list[SignalWaiter]:
         """Tokens starting with `prefix` (exact, case-sensitive), by (run_id, seq, token)."""
         if prefix == "":
-            found = await self._read_all(self._q_all_waiters)
+            found = await self._read_all(self._q.all_waiters)
         else:
             ranged, params = self.dialect.prefix_params(prefix)
-            stmt = self._q_waiters_ranged if ranged else self._q_waiters_plain
+            stmt = self._q.waiters_ranged if ranged else self._q.waiters_plain
             found = await self._read_all(stmt, params, point=True)
         return [_rows.waiter_from_row(row) for row in found]
 
     async def remove_signal_waiter(self, waiter: SignalWaiter) -> None:
         """Delete only the row matching token AND run_id AND seq."""
         params = {"token": waiter.token, "run_id": waiter.run_id, "seq": waiter.seq}
-        await self._write(self._q_remove_waiter, params)
+        await self._write(self._q.remove_waiter, params)
 
     # ------------------------------------------------------------------ buffers (§3.7–3.8)
 
     async def buffer_signal(self, token: str, payload: JSONValue) -> None:
         params = {"token": token, "payload": _rows.json_or_null(payload)}
-        await self._write(self._q_buffer_signal, params)
+        await self._write(self._q.buffer_signal, params)
 
     async def take_buffered_signal(self, token: str) -> BufferedSignal | None:
         """Remove and return the OLDEST payload for `token` (a NULL payload is still a hit)."""
         params = {"token": token}
-        if self._q_take_signal is not None:
-            row = await self._write_first(self._q_take_signal, params)
+        if self._q.take_signal is not None:
+            row = await self._write_first(self._q.take_signal, params)
             return BufferedSignal(payload=_rows.json_from_sql(row[0])) if row is not None else None
 
         async def work(s: Session) -> BufferedSignal | None:
-            found = await self._fetch(s, self._q_oldest_signal, params)
+            found = await self._fetch(s, self._q.oldest_signal, params)
             if not found:
                 return None
             signal_id, payload = found[0]
-            await self._run(s, self._q_delete_signal, {"id": signal_id})
+            await self._run(s, self._q.delete_signal, {"id": signal_id})
             return BufferedSignal(payload=_rows.json_from_sql(payload))
 
         return await self._cx.write(work, tx=True)
@@ -691,16 +640,16 @@ class SqlStateStore:
             "payload": _rows.json_or_null(event.payload),
             "published_at": int(event.published_at),
         }
-        await self._write(self._q_buffer_event, params)
+        await self._write(self._q.buffer_event, params)
 
     async def list_buffered_events(self, name: str, limit: int) -> list[BufferedEvent]:
         """Oldest `published_at` first (ties by id), at most `limit`, not consuming."""
         params = {"name": name, "lim": max(limit, 0)}
-        found = await self._read_all(self._q_list_events, params, point=True)
+        found = await self._read_all(self._q.list_events, params, point=True)
         return [_rows.event_from_row(row) for row in found]
 
     async def remove_buffered_event(self, event_id: str) -> bool:
-        return await self._write(self._q_remove_event, {"id": event_id}) == 1
+        return await self._write(self._q.remove_event, {"id": event_id}) == 1
 
     # ------------------------------------------------------------------ listing (§3.10, §6)
 

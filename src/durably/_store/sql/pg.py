@@ -1,0 +1,254 @@
+"""PostgreSQL specifics of the SQL store: URL options, engine options, connection liveness.
+
+durably reads its own options from the query string of a `postgresql://` URL (and from
+keywords of `SqlStateStore.from_url`, which win) and removes them before the URL reaches
+asyncpg:
+
+==================  ===============================================================  =========
+option              meaning                                                          default
+==================  ===============================================================  =========
+schema              PostgreSQL schema holding the tables (connections get            (server's
+                    `search_path=<schema>`; `ensure_schema` creates it)               default)
+pool_size           connections kept open in the pool                                10
+max_overflow        extra connections opened under load beyond `pool_size`           20
+pool_timeout        seconds to wait for a free pooled connection                     30
+pool_recycle        seconds after which a pooled connection is replaced (-1: never)  -1
+pool_pre_ping       `true`: ping every connection at checkout (one extra round       false
+                    trip per store call; see "Reconnection")
+statement_timeout   server-side `statement_timeout` in milliseconds (0: none)        0
+connect_timeout     seconds to establish a connection                                10
+command_timeout     client-side timeout of one statement in seconds (asyncpg)        none
+application_name    `application_name` of the connections                           durably
+==================  ===============================================================  =========
+
+Reconnection: every checkout first asks asyncpg whether the connection is still open — free,
+no round trip (`is_closed()`; asyncpg notices a server-closed socket on the event loop) — and
+silently replaces one the server closed (restart, `pg_terminate_backend`). A statement in
+flight when the server goes away fails with SQLAlchemy's `DBAPIError`
+(`connection_invalidated=True`); the pool is then invalidated and the next call reconnects.
+`pool_pre_ping=true` additionally catches silently dropped connections (a network partition),
+at the price of a round trip per call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+DEFAULT_POOL_SIZE = 10
+DEFAULT_MAX_OVERFLOW = 20
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_APPLICATION_NAME = "durably"
+CHANNEL_PREFIX = "durable_wake_"
+SCHEMA_LOCK_KEY = "durable_schema"
+
+
+@dataclass(slots=True)
+class PgOptions:
+    """durably's PostgreSQL options (see the module docstring); None = the default."""
+
+    schema: str | None = None
+    pool_size: int | None = None
+    max_overflow: int | None = None
+    pool_timeout: float | None = None
+    pool_recycle: int | None = None
+    pool_pre_ping: bool | None = None
+    statement_timeout: int | None = None
+    connect_timeout: float | None = None
+    command_timeout: float | None = None
+    application_name: str | None = None
+
+    def merged(self, other: PgOptions) -> PgOptions:
+        """`other`'s set fields win over ours."""
+        out = PgOptions()
+        for name in self.__slots__:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            setattr(out, name, theirs if theirs is not None else mine)
+        return out
+
+
+_PARSERS: dict[str, Any] = {
+    "schema": str,
+    "pool_size": int,
+    "max_overflow": int,
+    "pool_timeout": float,
+    "pool_recycle": int,
+    "pool_pre_ping": "bool",
+    "statement_timeout": int,
+    "connect_timeout": float,
+    "command_timeout": float,
+    "application_name": str,
+}
+OPTION_NAMES: tuple[str, ...] = tuple(_PARSERS)
+
+
+def _parse(name: str, raw: Any) -> Any:
+    kind = _PARSERS[name]
+    if isinstance(raw, tuple | list):
+        raw = raw[-1]
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ValueError(f"invalid boolean for {name!r}: {raw!r}")
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"invalid value for {name!r}: {raw!r}") from exc
+    if name == "schema":
+        validate_schema(value)
+    return value
+
+
+def validate_schema(schema: str) -> str:
+    """Schema names are plain identifiers (letters, digits, `_`; at most 63 characters)."""
+    if not _IDENT.match(schema):
+        raise ValueError(
+            f"invalid PostgreSQL schema name {schema!r}: use letters, digits and '_' "
+            "(not starting with a digit), at most 63 characters"
+        )
+    return schema
+
+
+def options_from(values: dict[str, Any]) -> PgOptions:
+    """Parse durably's options (strings from a URL, or typed keywords); unknown keys raise."""
+    unknown = set(values) - set(_PARSERS)
+    if unknown:
+        raise TypeError(f"unknown PostgreSQL option(s): {sorted(unknown)}")
+    return PgOptions(**{k: _parse(k, v) for k, v in values.items() if v is not None})
+
+
+def split_url(url: URL) -> tuple[URL, PgOptions]:
+    """`url` without durably's query parameters, and those parameters parsed."""
+    mine = {k: v for k, v in url.query.items() if k in _PARSERS}
+    if not mine:
+        return url, PgOptions()
+    return url.difference_update_query(list(mine)), options_from(mine)
+
+
+def engine_options(opts: PgOptions) -> dict[str, Any]:
+    """`create_async_engine` keywords for `opts` (pool sizing, asyncpg connect arguments)."""
+    server_settings: dict[str, str] = {
+        "application_name": opts.application_name or DEFAULT_APPLICATION_NAME
+    }
+    if opts.schema is not None:
+        server_settings["search_path"] = f'"{opts.schema}"'
+    if opts.statement_timeout is not None:
+        server_settings["statement_timeout"] = str(int(opts.statement_timeout))
+    connect_args: dict[str, Any] = {
+        "server_settings": server_settings,
+        "timeout": opts.connect_timeout
+        if opts.connect_timeout is not None
+        else DEFAULT_CONNECT_TIMEOUT_S,
+    }
+    if opts.command_timeout is not None:
+        connect_args["command_timeout"] = opts.command_timeout
+    out: dict[str, Any] = {
+        "connect_args": connect_args,
+        "pool_size": opts.pool_size if opts.pool_size is not None else DEFAULT_POOL_SIZE,
+        "max_overflow": (
+            opts.max_overflow if opts.max_overflow is not None else DEFAULT_MAX_OVERFLOW
+        ),
+        "pool_pre_ping": bool(opts.pool_pre_ping),
+    }
+    if opts.pool_timeout is not None:
+        out["pool_timeout"] = opts.pool_timeout
+    if opts.pool_recycle is not None:
+        out["pool_recycle"] = opts.pool_recycle
+    return out
+
+
+def merge_engine_options(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    """Caller keywords win; `connect_args` and its `server_settings` are merged key by key."""
+    out = {**ours, **theirs}
+    if "connect_args" in ours and "connect_args" in theirs:
+        args = {**ours["connect_args"], **theirs["connect_args"]}
+        ss_ours = ours["connect_args"].get("server_settings") or {}
+        ss_theirs = theirs["connect_args"].get("server_settings") or {}
+        if ss_ours or ss_theirs:
+            args["server_settings"] = {**ss_ours, **ss_theirs}
+        out["connect_args"] = args
+    return out
+
+
+# ------------------------------------------------------------------ per-engine facts
+
+_SCHEMAS: weakref.WeakKeyDictionary[sa.Engine, str] = weakref.WeakKeyDictionary()
+
+
+def remember_schema(engine: AsyncEngine, schema: str | None) -> None:
+    if schema is not None:
+        _SCHEMAS[engine.sync_engine] = schema
+
+
+def schema_of(engine: AsyncEngine) -> str | None:
+    """The schema an engine made by durably's `create_engine` was configured with."""
+    return _SCHEMAS.get(engine.sync_engine)
+
+
+def _driver_of(dbapi_connection: Any) -> Any:
+    driver = getattr(dbapi_connection, "driver_connection", None)
+    return driver if driver is not None else getattr(dbapi_connection, "_connection", None)
+
+
+def _check_alive(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    driver = _driver_of(dbapi_connection)
+    is_closed = getattr(driver, "is_closed", None)
+    if is_closed is not None and is_closed():
+        # The pool discards this connection and checks out (or opens) another one.
+        raise sa.exc.DisconnectionError("connection closed by the server")
+
+
+def install_liveness_check(engine: AsyncEngine) -> None:
+    """Replace server-closed connections at checkout, without a round trip (idempotent)."""
+    target = engine.sync_engine
+    if not event.contains(target, "checkout", _check_alive):
+        event.listen(target, "checkout", _check_alive)
+
+
+# ------------------------------------------------------------------ names
+
+
+def wake_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of the tables in `schema` (at most 63 bytes)."""
+    name = CHANNEL_PREFIX + schema
+    if len(name.encode()) <= 63:
+        return name
+    return CHANNEL_PREFIX + hashlib.sha1(schema.encode()).hexdigest()[:16]
+
+
+def schema_lock_key(schema: str | None) -> str:
+    """Key (hashed with `hashtext`) of the migration advisory lock: one per schema."""
+    return SCHEMA_LOCK_KEY if schema is None else f"{SCHEMA_LOCK_KEY}:{schema}"
+
+
+__all__ = [
+    "OPTION_NAMES",
+    "PgOptions",
+    "engine_options",
+    "install_liveness_check",
+    "merge_engine_options",
+    "options_from",
+    "remember_schema",
+    "schema_lock_key",
+    "schema_of",
+    "split_url",
+    "validate_schema",
+    "wake_channel",
+]

@@ -1,0 +1,248 @@
+"""The SQL store's prebuilt statements: built once per store, with named bind parameters.
+
+Registered with the connector (`Statements.prebuilt`): on SQLite each runs in ONE aiosqlite
+call with SQL compiled once; on PostgreSQL SQLAlchemy's compiled cache and asyncpg's prepared
+statements make each one a single Bind/Execute round trip. Scans and claims come in three
+namespace shapes (store.md §3.3): no namespace, `'default'` (legacy NULLs included), other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import bindparam
+
+from durably._store.sql.dialect import SqlDialect
+from durably._store.sql.schema import (
+    CHECKPOINT_COLUMNS,
+    RUN_COLUMNS,
+    attributes,
+    buffered_events,
+    buffered_signals,
+    checkpoints,
+    runs,
+    tags,
+    waiters,
+)
+
+WAITER_COLUMNS = (waiters.c.token, waiters.c.run_id, waiters.c.seq, waiters.c.parallel_group)
+EVENT_COLUMNS = (
+    buffered_events.c.id,
+    buffered_events.c.name,
+    buffered_events.c.payload,
+    buffered_events.c.published_at,
+)
+INCOMPLETE_STATUSES = ("running", "cancelling")
+CP_KEYS = ("run_id", "seq")
+
+
+class Statements:
+    """Every prebuilt statement of one store (attributes; tuples hold namespace variants)."""
+
+    def __init__(self, dialect: SqlDialect) -> None:
+        self.dialect = d = dialect
+        r, c, w = runs.c, checkpoints.c, waiters.c
+        bp = bindparam
+
+        self.insert_run = sa.insert(runs)
+        self.get_run = sa.select(*RUN_COLUMNS).where(r.id == bp("id"))
+        self.update_run = sa.update(runs).where(r.id == bp("w_id"))
+        self.delete_run_rows = (
+            sa.delete(checkpoints).where(c.run_id == bp("run_id")),
+            sa.delete(waiters).where(w.run_id == bp("run_id")),
+            sa.delete(attributes).where(attributes.c.run_id == bp("run_id")),
+            sa.delete(tags).where(tags.c.run_id == bp("run_id")),
+            sa.delete(runs).where(r.id == bp("run_id")),
+        )
+        self.insert_tags = sa.insert(tags)
+        self.insert_attrs = sa.insert(attributes)
+        self.delete_tags = sa.delete(tags).where(tags.c.run_id == bp("run_id"))
+        self.delete_attrs = sa.delete(attributes).where(attributes.c.run_id == bp("run_id"))
+
+        # checkpoints
+        self.get_cp = sa.select(*CHECKPOINT_COLUMNS).where(
+            c.run_id == bp("run_id"), c.seq == bp("seq")
+        )
+        self.save_cp = d.upsert(checkpoints, CP_KEYS)
+        self.cas_cp = sa.update(checkpoints).where(
+            c.run_id == bp("w_run_id"), c.seq == bp("w_seq"), c.status == "pending"
+        )
+        self.pending_keys = (
+            sa.select(c.run_id, c.seq)
+            .where(d.in_pairs(c.run_id, c.seq, "keys"), c.status == "pending")
+            .with_for_update()
+        )
+        self.list_cps = (
+            sa.select(*CHECKPOINT_COLUMNS).where(c.run_id == bp("run_id")).order_by(c.seq)
+        )
+        self.latest_cp = (
+            sa.select(*CHECKPOINT_COLUMNS)
+            .where(c.run_id == bp("run_id"), c.name == bp("name"))
+            .order_by(c.seq.desc())
+            .limit(1)
+        )
+        self.count_cps = sa.select(sa.func.count()).where(
+            c.run_id == bp("run_id"),
+            c.seq >= bp("lo"),
+            c.seq <= bp("hi"),
+            d.in_list(c.status, "statuses"),
+        )
+
+        # pick-up scans, one statement per namespace shape (none / 'default' / other)
+        self.incomplete = _scan_variants(
+            sa.or_(*(r.status == status for status in INCOMPLETE_STATUSES)),
+            order=(r.created_at, r.id),
+        )
+        self.pending_runs = _scan_variants(
+            r.status == "pending", order=(r.created_at, r.id), limited=True
+        )
+        due = (r.status == "suspended", r.wake_at.is_not(None), r.wake_at <= bp("now"))
+        self.due = _scan_variants(*due, order=(r.wake_at, r.id))
+        self.due_limited = _scan_variants(*due, order=(r.wake_at, r.id), limited=True)
+
+        # leases
+        lockable = sa.and_(
+            r.id == bp("w_id"),
+            sa.or_(r.locked_until.is_(None), r.locked_until <= bp("w_now")),
+        )
+        self.try_lock = (
+            sa.update(runs)
+            .where(lockable)
+            .values(locked_by=bp("w_owner"), locked_until=bp("w_until"))
+        )
+        self.claim = self.try_lock.returning(*RUN_COLUMNS) if d.supports_returning else None
+        self.release = (
+            sa.update(runs).where(r.id == bp("w_id")).values(locked_by=None, locked_until=None)
+        )
+        self.renew = (
+            sa.update(runs)
+            .where(r.id == bp("w_id"), r.locked_by == bp("w_owner"))
+            .values(locked_until=bp("w_until"))
+        )
+        self.renew_all = (
+            sa.update(runs).where(r.locked_by == bp("w_owner")).values(locked_until=bp("w_until"))
+        )
+        self.release_all = (
+            sa.update(runs)
+            .where(r.locked_by == bp("w_owner"))
+            .values(locked_by=None, locked_until=None)
+        )
+
+        # claim pending runs (SupportsClaimPending), one statement per namespace shape
+        self.claim_pending = _claim_variants(d)
+        self.current_schema = sa.select(sa.func.current_schema())
+        self.notify = sa.select(
+            sa.func.pg_notify(bp("channel", type_=sa.Text), bp("payload", type_=sa.Text))
+        )
+
+        # waiters
+        order = (w.run_id, w.seq, w.token)
+        self.put_waiter = d.upsert(waiters, ("token",))
+        self.get_waiter = sa.select(*WAITER_COLUMNS).where(w.token == bp("token"))
+        self.delete_waiter = sa.delete(waiters).where(w.token == bp("token"))
+        self.take_waiter = (
+            self.delete_waiter.returning(*WAITER_COLUMNS) if d.supports_returning else None
+        )
+        self.all_waiters = sa.select(*WAITER_COLUMNS).order_by(*order)
+        self.waiters_plain = (
+            sa.select(*WAITER_COLUMNS)
+            .where(d.prefix_predicate(w.token, ranged=False))
+            .order_by(*order)
+        )
+        self.waiters_ranged = (
+            sa.select(*WAITER_COLUMNS)
+            .where(d.prefix_predicate(w.token, ranged=True))
+            .order_by(*order)
+        )
+        self.remove_waiter = sa.delete(waiters).where(
+            w.token == bp("token"), w.run_id == bp("run_id"), w.seq == bp("seq")
+        )
+
+        # buffered signals and events
+        bs, be = buffered_signals.c, buffered_events.c
+        self.buffer_signal = sa.insert(buffered_signals)
+        self.take_signal = (
+            d.take_oldest_signal(buffered_signals) if d.supports_returning else None
+        )
+        self.oldest_signal = (
+            sa.select(bs.id, bs.payload).where(bs.token == bp("token")).order_by(bs.id).limit(1)
+        )
+        self.delete_signal = sa.delete(buffered_signals).where(bs.id == bp("id"))
+        self.buffer_event = sa.insert(buffered_events)
+        self.list_events = (
+            sa.select(*EVENT_COLUMNS)
+            .where(be.name == bp("name"))
+            .order_by(be.published_at, be.id)
+            .limit(bp("lim", type_=sa.Integer))
+        )
+        self.remove_event = sa.delete(buffered_events).where(be.id == bp("id"))
+
+
+    def prebuilt(self) -> list[Any]:
+        out: list[Any] = []
+        for name, value in vars(self).items():
+            if name != "dialect":
+                out.extend(value if isinstance(value, tuple) else (value,))
+        return [stmt for stmt in out if stmt is not None]
+
+
+def _scan_variants(
+    *preds: sa.ColumnElement[bool],
+    order: tuple[sa.ColumnElement[Any], ...],
+    limited: bool = False,
+) -> tuple[sa.Select[Any], sa.Select[Any], sa.Select[Any]]:
+    """(no namespace, 'default' incl. legacy NULLs, any other namespace)."""
+    ns = runs.c.namespace
+    shapes: list[tuple[sa.ColumnElement[bool], ...]] = [
+        (),
+        (sa.or_(ns == bindparam("ns"), ns.is_(None)),),
+        (ns == bindparam("ns"),),
+    ]
+    out = []
+    for extra in shapes:
+        stmt = sa.select(*RUN_COLUMNS).where(*preds, *extra).order_by(*order)
+        if limited:
+            stmt = stmt.limit(bindparam("lim", type_=sa.Integer))
+        out.append(stmt)
+    return out[0], out[1], out[2]
+
+def _claim_variants(dialect: SqlDialect) -> tuple[sa.Executable, sa.Executable, sa.Executable]:
+    """`UPDATE … SET locked_by, locked_until WHERE id IN (oldest claimable pending ids
+    LIMIT :lim [FOR UPDATE SKIP LOCKED]) RETURNING *` for (no namespace, 'default',
+    other). Without RETURNING (SQLite < 3.35) the SELECT of the candidates instead."""
+    r = runs.c
+    ns = r.namespace
+    shapes: list[tuple[sa.ColumnElement[bool], ...]] = [
+        (),
+        (sa.or_(ns == bindparam("ns"), ns.is_(None)),),
+        (ns == bindparam("ns"),),
+    ]
+    claimable = (
+        r.status == "pending",
+        sa.or_(r.locked_until.is_(None), r.locked_until <= bindparam("w_now")),
+    )
+    out: list[sa.Executable] = []
+    for extra in shapes:
+        columns = (r.id,) if dialect.supports_returning else RUN_COLUMNS
+        pick = (
+            sa.select(*columns)
+            .where(*claimable, *extra)
+            .order_by(r.created_at, r.id)
+            .limit(bindparam("lim", type_=sa.Integer))
+        )
+        if not dialect.is_sqlite:
+            pick = pick.with_for_update(skip_locked=True)
+        if not dialect.supports_returning:
+            out.append(pick)
+            continue
+        out.append(
+            sa.update(runs)
+            .where(r.id.in_(pick))
+            .values(locked_by=bindparam("w_owner"), locked_until=bindparam("w_until"))
+            .returning(*RUN_COLUMNS)
+        )
+    return out[0], out[1], out[2]
+
+
+__all__ = ["CP_KEYS", "EVENT_COLUMNS", "INCOMPLETE_STATUSES", "WAITER_COLUMNS", "Statements"]

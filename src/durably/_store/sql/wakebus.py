@@ -1,0 +1,191 @@
+"""Cross-process wake-ups over PostgreSQL LISTEN/NOTIFY (`WakeBus`, issue #3).
+
+One bus per `SqlStateStore.wake_bus()` call. It LISTENs on ONE dedicated asyncpg connection
+(taken from the store's engine, then detached from the pool so it never counts against the
+pool size and always carries the engine's connect arguments, `search_path` included) on the
+channel of the store's schema (`pg.wake_channel`: `durable_wake_<schema>`), so stores on
+different schemas of one database never see each other's messages. The payload is
+`"<kind>:<run_id>"`.
+
+`publish` runs `SELECT pg_notify(channel, payload)` on a pooled connection through the store
+(one statement, counted in `statement_count`); PostgreSQL delivers it when that autocommitted
+statement commits — to every listener of the channel, this bus's own included.
+
+When the listener connection is lost (server restart, `pg_terminate_backend`, network
+error), asyncpg reports it at once and the bus reconnects in the background with
+exponential backoff (`RECONNECT_DELAYS`, then the last delay forever) and LISTENs again.
+Messages published while it was away are lost: delivery is best effort and at most once, and
+the engine's polling is the fallback. `close()` stops the listener and any reconnect loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from durably._store.protocol import WakeHandler
+
+log = logging.getLogger("durably.store.wakebus")
+
+#: Seconds between reconnect attempts of a lost listener (the last one repeats).
+RECONNECT_DELAYS: tuple[float, ...] = (0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+Notify = Callable[[str, str], Awaitable[None]]
+"""`notify(channel, payload)`: the store's counted `SELECT pg_notify(...)`."""
+
+
+class PgWakeBus:
+    """`WakeBus` on LISTEN/NOTIFY (see the module docstring)."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        channel: Callable[[], Awaitable[str]],
+        notify: Notify,
+        on_close: Callable[[PgWakeBus], None] | None = None,
+    ) -> None:
+        self._engine = engine
+        self._resolve_channel = channel
+        self._notify = notify
+        self._on_close = on_close
+        self._handler: WakeHandler | None = None
+        self._channel: str | None = None
+        self._conn: Any = None  # the asyncpg connection LISTENing
+        self._reconnect: asyncio.Task[None] | None = None
+        self._closed = False
+        #: connections (re)established so far; the first one is made by `start`
+        self.connects = 0
+        #: messages handed to the handler
+        self.delivered = 0
+        #: publishes that failed (logged, not raised: delivery is best effort)
+        self.publish_failures = 0
+
+    @property
+    def channel(self) -> str | None:
+        return self._channel
+
+    @property
+    def listener_pid(self) -> int | None:
+        """Server process id of the LISTENing connection (None while disconnected)."""
+        conn = self._conn
+        if conn is None or conn.is_closed():
+            return None
+        pid: int = conn.get_server_pid()
+        return pid
+
+    @property
+    def connected(self) -> bool:
+        return self.listener_pid is not None
+
+    # ------------------------------------------------------------------ WakeBus
+
+    async def start(self, handler: WakeHandler) -> None:
+        """Begin delivering to `handler`; LISTEN is active when this returns. A second call
+        replaces the handler. Raises if the first connection cannot be made."""
+        if self._closed:
+            raise RuntimeError("the wake bus is closed")
+        self._handler = handler
+        if self._conn is None and self._reconnect is None:
+            await self._connect()
+
+    async def publish(self, kind: str, run_id: str) -> None:
+        """`pg_notify` on the store's pool; a failure is logged and counted, not raised."""
+        try:
+            if self._channel is None:
+                self._channel = await self._resolve_channel()
+            await self._notify(self._channel, f"{kind}:{run_id}")
+        except Exception as error:
+            self.publish_failures += 1
+            log.warning("wake bus: publish of %s:%s failed: %s", kind, run_id, error)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        task, self._reconnect = self._reconnect, None
+        if task is not None:
+            task.cancel()
+            with suppress(BaseException):
+                await task
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await _close_quietly(conn)
+        if self._on_close is not None:
+            self._on_close(self)
+
+    # ------------------------------------------------------------------ the listener
+
+    async def _connect(self) -> None:
+        fairy = await self._engine.raw_connection()
+        conn: Any = fairy.driver_connection
+        fairy.detach()  # ours for good: the pool opens another one in its place
+        try:
+            if self._channel is None:
+                self._channel = await self._resolve_channel()
+            conn.add_termination_listener(self._lost)
+            await conn.add_listener(self._channel, self._on_notification)
+        except BaseException:
+            await _close_quietly(conn)
+            raise
+        if self._closed:
+            await _close_quietly(conn)
+            return
+        self._conn = conn
+        self.connects += 1
+        if conn.is_closed():  # lost before its termination listener could tell
+            self._lost(conn)
+
+    def _on_notification(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        handler = self._handler
+        if handler is None or self._closed:
+            return
+        kind, sep, run_id = payload.partition(":")
+        if not sep:
+            return  # not ours
+        self.delivered += 1
+        try:
+            handler(kind, run_id)
+        except Exception:
+            log.exception("wake bus: handler failed for %s", payload)
+
+    def _lost(self, conn: Any) -> None:
+        if conn is not self._conn or self._closed:
+            return
+        self._conn = None
+        log.warning("wake bus: listener connection lost; reconnecting")
+        if self._reconnect is None:
+            self._reconnect = asyncio.get_running_loop().create_task(self._reconnect_loop())
+
+    async def _reconnect_loop(self) -> None:
+        attempt = 0
+        try:
+            while not self._closed:
+                await asyncio.sleep(RECONNECT_DELAYS[min(attempt, len(RECONNECT_DELAYS) - 1)])
+                attempt += 1
+                try:
+                    await self._connect()
+                except Exception as error:
+                    log.debug("wake bus: reconnect attempt %d failed: %s", attempt, error)
+                    continue
+                log.info("wake bus: listener reconnected after %d attempt(s)", attempt)
+                return
+        finally:
+            if self._reconnect is asyncio.current_task():
+                self._reconnect = None
+
+
+async def _close_quietly(conn: Any) -> None:
+    try:
+        await asyncio.wait_for(conn.close(), timeout=2)
+    except BaseException:
+        with suppress(Exception):
+            conn.terminate()
+
+
+__all__ = ["RECONNECT_DELAYS", "PgWakeBus"]

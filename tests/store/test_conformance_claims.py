@@ -1,0 +1,131 @@
+"""StateStore conformance: `claim_pending_runs` (SupportsClaimPending, issue #3).
+
+Optional method: every case runs for each store of the `store` fixture that has it (looked up
+with `getattr`, like the engine does) and is skipped for a store that does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from durably._core.models import WorkflowRun
+
+from .support import ConformantStore, at, make_run
+
+NOW = 1_000_000
+UNTIL = NOW + 30_000
+
+
+def claimer(store: ConformantStore) -> Any:
+    claim = getattr(store, "claim_pending_runs", None)
+    if claim is None:
+        pytest.skip(f"{type(store).__name__} has no claim_pending_runs")
+    return claim
+
+
+def run_ids(runs: list[WorkflowRun]) -> list[str]:
+    return [r.id for r in runs]
+
+
+async def test_claims_oldest_pending_first_up_to_the_limit(store: ConformantStore) -> None:
+    claim = claimer(store)
+    await store.create_run(make_run("p3", status="pending", created_at=at(3)))
+    await store.create_run(make_run("p1", status="pending", created_at=at(1)))
+    await store.create_run(make_run("p2b", status="pending", created_at=at(2)))
+    await store.create_run(make_run("p2a", status="pending", created_at=at(2)))
+    for status in ("running", "suspended", "completed", "cancelling", "blocked"):
+        await store.create_run(make_run(f"not-{status}", status=status, created_at=at(0)))
+
+    first = await claim("a", UNTIL, NOW, 2)
+    assert run_ids(first) == ["p1", "p2a"]
+    for run in first:
+        assert run.status == "pending"  # a claim leases; it does not change the status
+        assert (run.locked_by, run.locked_until) == ("a", UNTIL)
+        assert run.input == {"orderId": "o1"}
+        stored = await store.get_run(run.id)
+        assert stored is not None and (stored.locked_by, stored.locked_until) == ("a", UNTIL)
+    assert run_ids(await claim("b", UNTIL, NOW, 10)) == ["p2b", "p3"]
+    assert await claim("c", UNTIL, NOW, 10) == []
+    p3 = await store.get_run("p3")
+    assert p3 is not None and p3.locked_by == "b"
+    for status in ("running", "suspended", "completed", "cancelling", "blocked"):
+        untouched = await store.get_run(f"not-{status}")
+        assert untouched is not None and untouched.locked_by is None
+
+
+async def test_a_zero_limit_claims_nothing(store: ConformantStore) -> None:
+    claim = claimer(store)
+    await store.create_run(make_run("p", status="pending"))
+    assert await claim("a", UNTIL, NOW, 0) == []
+    run = await store.get_run("p")
+    assert run is not None and run.locked_by is None
+
+
+async def test_live_leases_are_skipped_and_expired_ones_claimed(store: ConformantStore) -> None:
+    claim = claimer(store)
+    await store.create_run(make_run("live", status="pending", created_at=at(0)))
+    await store.create_run(make_run("expired", status="pending", created_at=at(1)))
+    await store.create_run(make_run("boundary", status="pending", created_at=at(2)))
+    await store.create_run(make_run("free", status="pending", created_at=at(3)))
+    assert await store.try_lock_run("live", "x", NOW + 1, 0)
+    assert await store.try_lock_run("expired", "x", NOW - 500, 0)
+    assert await store.try_lock_run("boundary", "x", NOW, 0)  # locked_until == now: expired
+
+    claimed = await claim("a", UNTIL, NOW, 10)
+    assert run_ids(claimed) == ["expired", "boundary", "free"]
+    assert all(r.locked_by == "a" for r in claimed)
+    live = await store.get_run("live")
+    assert live is not None and (live.locked_by, live.locked_until) == ("x", NOW + 1)
+    # a claimed run's lease is a lease: not re-taken before it expires, renewable by its owner
+    assert not await store.try_lock_run("free", "y", UNTIL + 10, NOW)
+    assert await store.renew_run_lock("free", "a", UNTIL + 10)
+    assert await claim("a", UNTIL, NOW, 10) == []  # an owner cannot re-claim a live lease
+    # once the lease lapses anyone may claim the run
+    later = await claim("b", UNTIL + 50_000, UNTIL + 10, 10)
+    assert run_ids(later) == ["live", "expired", "boundary", "free"]
+
+
+async def test_namespace_applies_before_the_limit(store: ConformantStore) -> None:
+    claim = claimer(store)
+    await store.create_run(make_run("b-old", status="pending", namespace="beta", created_at=at(0)))
+    await store.create_run(make_run("a-new", status="pending", namespace="alpha", created_at=at(1)))
+    await store.create_run(
+        make_run("a-newer", status="pending", namespace="alpha", created_at=at(2))
+    )
+    await store.create_run(make_run("d-pend", status="pending", namespace=None, created_at=at(3)))
+    await store.create_run(make_run("a-run", status="running", namespace="alpha"))
+
+    assert run_ids(await claim("a", UNTIL, NOW, 1, "alpha")) == ["a-new"]
+    assert run_ids(await claim("a", UNTIL, NOW, 5, namespace="alpha")) == ["a-newer"]
+    assert run_ids(await claim("a", UNTIL, NOW, 5, "gamma")) == []
+    assert run_ids(await claim("a", UNTIL, NOW, 5, "default")) == ["d-pend"]
+    assert run_ids(await claim("a", UNTIL, NOW, 5)) == ["b-old"]  # None: every namespace
+
+
+async def test_concurrent_claimers_never_get_the_same_run(store: ConformantStore) -> None:
+    claim = claimer(store)
+    total = 60
+    for i in range(total):
+        await store.create_run(make_run(f"r{i:03d}", status="pending", created_at=at(i)))
+    won: dict[str, list[str]] = {}
+
+    async def worker(owner: str) -> None:
+        won[owner] = []
+        while True:
+            got = await claim(owner, UNTIL, NOW, 3)
+            if not got:
+                return
+            assert all(r.locked_by == owner for r in got)
+            won[owner].extend(r.id for r in got)
+            await asyncio.sleep(0)
+
+    await asyncio.gather(*(worker(f"engine-{n}") for n in range(8)))
+    claimed = [run_id for ids in won.values() for run_id in ids]
+    assert len(claimed) == len(set(claimed)) == total
+    for owner, ids in won.items():
+        for run_id in ids:
+            stored = await store.get_run(run_id)
+            assert stored is not None and stored.locked_by == owner
