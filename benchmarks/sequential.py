@@ -14,6 +14,8 @@ Usage::
     python benchmarks/sequential.py                 # SQLite in a temp dir
     python benchmarks/sequential.py --store memory  # the in-memory reference store
     python benchmarks/sequential.py --reps 3        # median of 3 repetitions
+    python benchmarks/sequential.py --store postgres --pg-url postgresql://postgres@127.0.0.1/test
+                                                    # PostgreSQL: a fresh schema per run
 """
 
 from __future__ import annotations
@@ -46,9 +48,16 @@ async def seq_wf(ctx: WorkflowCtx, n: int) -> int:
     return x
 
 
-def _store_url(kind: str, directory: str, name: str) -> str:
+_PG_SCHEMAS: list[tuple[str, str]] = []
+
+
+def _store_url(kind: str, directory: str, name: str, pg_url: str = "") -> str:
     if kind == "memory":
         return "memory"
+    if kind == "postgres":
+        schema = f"bench_{name.replace('-', '_')}_{os.getpid()}"
+        _PG_SCHEMAS.append((pg_url, schema))
+        return f"{pg_url}{'&' if '?' in pg_url else '?'}schema={schema}"
     path = os.path.join(directory, f"{name}.db")
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(path + suffix):
@@ -121,7 +130,12 @@ def _median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--store", choices=["sqlite", "memory"], default="sqlite")
+    parser.add_argument("--store", choices=["sqlite", "memory", "postgres"], default="sqlite")
+    parser.add_argument(
+        "--pg-url",
+        default=os.environ.get("DURABLY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test"),
+        help="PostgreSQL server for --store postgres (each run gets a fresh schema, dropped after)",
+    )
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--long-steps", type=int, default=1000)
     parser.add_argument("--workflows", type=int, default=200)
@@ -135,7 +149,7 @@ async def main() -> int:
         ):
             runs = []
             for rep in range(args.reps):
-                url = _store_url(args.store, directory, f"{name}-{rep}")
+                url = _store_url(args.store, directory, f"{name}-{rep}", args.pg_url)
                 runs.append(await make(url))
             report = _median_run(runs)
             report.update(
@@ -153,7 +167,22 @@ async def main() -> int:
             )
             ok = ok and bool(report["ok"])
             print(json.dumps(report), flush=True)
+    await _drop_pg_schemas()
     return 0 if ok else 1
+
+
+async def _drop_pg_schemas() -> None:
+    from sqlalchemy import text
+
+    from durably._store.sql.dialect import create_engine
+
+    for pg_url, schema in _PG_SCHEMAS:
+        engine = create_engine(pg_url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        finally:
+            await engine.dispose()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ statement_timeout   server-side `statement_timeout` in milliseconds (0: none)   
 connect_timeout     seconds to establish a connection                                10
 command_timeout     client-side timeout of one statement in seconds (asyncpg)        none
 application_name    `application_name` of the connections                           durably
+synchronous_commit  server `synchronous_commit` (`off` trades the last few hundred      (server's)
+                    ms of commits on a server crash for ~5x faster single commits)
 ==================  ===============================================================  =========
 
 Reconnection: every checkout first asks asyncpg whether the connection is still open — free,
@@ -69,6 +71,7 @@ class PgOptions:
     connect_timeout: float | None = None
     command_timeout: float | None = None
     application_name: str | None = None
+    synchronous_commit: str | None = None
 
     def merged(self, other: PgOptions) -> PgOptions:
         """`other`'s set fields win over ours."""
@@ -90,6 +93,7 @@ _PARSERS: dict[str, Any] = {
     "connect_timeout": float,
     "command_timeout": float,
     "application_name": str,
+    "synchronous_commit": str,
 }
 OPTION_NAMES: tuple[str, ...] = tuple(_PARSERS)
 
@@ -151,6 +155,8 @@ def engine_options(opts: PgOptions) -> dict[str, Any]:
         server_settings["search_path"] = f'"{opts.schema}"'
     if opts.statement_timeout is not None:
         server_settings["statement_timeout"] = str(int(opts.statement_timeout))
+    if opts.synchronous_commit is not None:
+        server_settings["synchronous_commit"] = opts.synchronous_commit
     connect_args: dict[str, Any] = {
         "server_settings": server_settings,
         "timeout": opts.connect_timeout

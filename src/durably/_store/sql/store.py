@@ -127,7 +127,9 @@ class SqlStateStore:
           (never): the connection pool. Each store call holds a connection for one
           statement, so `pool_size + max_overflow` bounds the concurrent statements.
         - `statement_timeout` (ms, server side; 0 = none), `command_timeout` (s, client
-          side, asyncpg), `connect_timeout` (s, default 10), `application_name` (`durably`).
+          side, asyncpg), `connect_timeout` (s, default 10), `application_name` (`durably`),
+          `synchronous_commit` (server default; `off` is faster and loses the last commits
+          on a server crash, never on a restart).
         - `pool_pre_ping` (false): a server-closed connection is replaced at checkout for
           free anyway (asyncpg knows); the ping (one extra round trip per call) also catches
           silently dropped ones. A statement in flight when the server restarts fails with
