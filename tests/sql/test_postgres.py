@@ -4,7 +4,9 @@ across engines. Every test runs on its own fresh schema (tests/pg_support.py).""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
+from collections import deque
 from typing import Any
 
 import pytest
@@ -200,14 +202,19 @@ async def test_hot_paths_take_one_round_trip(
         for _, coro in cases():  # warm-up: prepares every statement on the one connection
             await coro
             seen.append("")
+        pool: Any = store._cx.pool  # type: ignore[attr-defined]
+        (conn,) = pool._idle  # the one connection
+        prepared = len(conn._stmt_cache)
         spy = _RoundTrips(monkeypatch)
         for name, coro in cases():
             spy.calls.clear()
             before = store.statement_count
             await coro
             seen.append("")
-            assert spy.calls == ["fetch"], (name, spy.calls)
+            assert spy.calls in (["fetch"], ["execute"]), (name, spy.calls)
             assert store.statement_count - before == 1, name
+        assert len(conn._stmt_cache) == prepared  # nothing was prepared again
+        assert pool._idle == [conn]
     finally:
         await store.close()
 
@@ -252,9 +259,8 @@ async def test_an_in_flight_statement_fails_clearly_and_the_next_call_reconnects
         await store.ensure_schema()
         await store.create_run(make_run())
 
-        async def slow() -> None:
-            async with store.engine.connect() as conn:
-                await conn.execute(sa.text("SELECT pg_sleep(5)"))
+        async def slow() -> None:  # a statement on the store's own connections
+            await store._read_all(sa.select(sa.func.pg_sleep(5)))
 
         task = asyncio.create_task(slow())
         await asyncio.sleep(0.3)
@@ -327,3 +333,99 @@ async def test_concurrent_leases_and_takes_across_pool_connections(pg_url: str) 
         assert sorted(t.payload for t in taken if t is not None) == list(range(20))
     finally:
         await store.close()
+
+
+# ------------------------------------------------------------------ the asyncpg pool
+
+
+def _pool(store: SqlStateStore) -> Any:
+    return store._cx.pool  # type: ignore[attr-defined]
+
+
+async def _sleep(store: SqlStateStore, seconds: float) -> None:
+    await store._read_all(sa.select(sa.func.pg_sleep(seconds)))
+
+
+async def test_the_pool_is_bounded_and_keeps_pool_size_idle(pg_schema: str) -> None:
+    store = SqlStateStore.from_url(schema_url(pg_schema, pool_size=2, max_overflow=1))
+    try:
+        pool = _pool(store)
+        assert (pool.max_size, pool.keep) == (3, 2)
+        peak = 0
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, pool.size)
+                await asyncio.sleep(0.005)
+
+        watcher = asyncio.create_task(watch())
+        started = time.perf_counter()
+        await asyncio.gather(*(_sleep(store, 0.1) for _ in range(9)))
+        elapsed = time.perf_counter() - started
+        watcher.cancel()
+        assert peak == 3  # never more than pool_size + max_overflow
+        assert elapsed >= 0.28  # 9 statements of 0.1 s, three at a time
+        assert pool.size == len(pool._idle) == 2  # the overflow one was closed
+    finally:
+        await store.close()
+    assert pool.size == 0
+
+
+async def test_waiting_for_a_connection_times_out_clearly(pg_schema: str) -> None:
+    url = schema_url(pg_schema, pool_size=1, max_overflow=0, pool_timeout=0.2)
+    store = SqlStateStore.from_url(url)
+    try:
+        await store.ensure_schema()
+        busy = asyncio.create_task(_sleep(store, 1))
+        await asyncio.sleep(0.1)
+        with pytest.raises(TimeoutError, match=r"no free PostgreSQL connection within 0\.2 s"):
+            await store.get_run("r1")
+        # a cancelled waiter leaves nothing behind
+        waiter = asyncio.create_task(store.get_run("r1"))
+        await asyncio.sleep(0.05)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        await busy
+        assert _pool(store)._waiters == deque()
+        assert await store.get_run("r1") is None
+    finally:
+        await store.close()
+
+
+async def test_a_statement_cancelled_mid_flight_discards_its_connection(pg_url: str) -> None:
+    store = SqlStateStore.from_url(pg_url, pool_size=1, max_overflow=0)
+    try:
+        await store.ensure_schema()
+        await store.create_run(make_run())
+        pool = _pool(store)
+        (first,) = pool._idle
+        task = asyncio.create_task(_sleep(store, 5))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert pool.size == 0 and first.is_closed()
+        run = await store.get_run("r1")  # a new connection
+        assert run is not None and pool._idle and pool._idle[0] is not first
+    finally:
+        await store.close()
+
+
+async def test_recycle_and_pre_ping(pg_url: str) -> None:
+    recycling = SqlStateStore.from_url(pg_url, pool_recycle=0)
+    pinging = SqlStateStore.from_url(pg_url, pool_pre_ping=True, application_name="durably_ping")
+    try:
+        await recycling.ensure_schema()
+        await recycling.create_run(make_run())
+        assert await recycling.get_run("r1") is not None
+        assert _pool(recycling)._idle == []  # too old at once: closed when released
+        assert await pinging.get_run("r1") is not None
+        assert await _terminate("durably_ping") == 1
+        assert await pinging.get_run("r1") is not None  # the ping found it dead
+    finally:
+        await recycling.close()
+        await pinging.close()
+    with pytest.raises(sa.exc.ResourceClosedError):
+        await recycling.get_run("r1")

@@ -296,6 +296,14 @@ class Connector:
 
         return await (self.write(work) if write else self.read(work, point=True))
 
+    async def schema_transaction(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """`fn(conn)` inside one transaction on an SQLAlchemy connection (migrations)."""
+
+        async def work(s: Session) -> T:
+            return await fn(s.conn)
+
+        return await self.write(work, tx=True)
+
     async def close(self) -> None:
         return None
 
@@ -661,8 +669,8 @@ class SqliteConnector(Connector):
 
 
 class PoolConnector(Connector):
-    """PostgreSQL: pooled connections; single statements in autocommit, `tx` work in
-    `engine.begin()`."""
+    """PostgreSQL on a driver other than asyncpg: SQLAlchemy's pool; single statements in
+    autocommit, `tx` work in `engine.begin()`."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -681,8 +689,14 @@ class PoolConnector(Connector):
 
 
 def connector_for(dialect: SqlDialect, engine: AsyncEngine) -> Connector:
+    """SQLite: the group-committing writer; PostgreSQL: asyncpg directly (`pgconn.py`), or
+    SQLAlchemy's pool for another async PostgreSQL driver."""
     if dialect.is_sqlite:
         return SqliteConnector(engine)
+    if engine.dialect.driver == "asyncpg":
+        from durably._store.sql.pgconn import PgConnector
+
+        return PgConnector(engine)
     return PoolConnector(engine)
 
 

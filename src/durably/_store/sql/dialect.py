@@ -181,7 +181,7 @@ def create_engine(url: str | URL, **engine_options: Any) -> AsyncEngine:
         )
         engine = create_async_engine(normalized, **options)
         _pg_options.install_liveness_check(engine)
-        _pg_options.remember_schema(engine, opts.schema)
+        _pg_options.remember(engine, opts)
         return engine
     misplaced = sorted(k for k in engine_options if k in _PG_ONLY)
     if misplaced:
@@ -255,6 +255,8 @@ class SqlDialect:
         # SQLite passes variable-length lists as ONE JSON parameter (`json_each`), so the
         # statement text stays fixed (prebuilt, one driver call); PostgreSQL expands IN lists.
         self.json_lists = self.is_sqlite and sqlite_json_supported()
+        #: lists bind as one parameter per member (SQLite without JSON1): chunk long ones
+        self.expands_lists = self.is_sqlite and not self.json_lists
 
     # --- upsert
 
@@ -280,12 +282,15 @@ class SqlDialect:
     # --- variable-length IN lists with a fixed statement text
 
     def in_list(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
-        """`column IN (<list bound as :name>)`; bind the value from `list_value`."""
+        """`column IN (<list bound as :name>)`; bind the value from `list_value`. SQLite: a
+        JSON array through `json_each`; PostgreSQL: `= ANY(:name)` with an array."""
         if self.json_lists:
             members: sa.Select[Any] = sa.select(sa.literal_column("value")).select_from(
                 sa.func.json_each(sa.bindparam(name, type_=sa.Text))
             )
             return column.in_(members)
+        if not self.is_sqlite:
+            return column == sa.any_(sa.bindparam(name, type_=_pg.ARRAY(column.type)))
         return column.in_(sa.bindparam(name, expanding=True))
 
     def list_value(self, values: Sequence[Any]) -> Any:
@@ -294,19 +299,28 @@ class SqlDialect:
     def in_pairs(
         self, first: sa.ColumnElement[Any], second: sa.ColumnElement[Any], name: str
     ) -> sa.ColumnElement[bool]:
-        """`(first, second) IN (<pairs bound as :name>)`; bind the value from `pairs_value`."""
+        """`(first, second) IN (<pairs bound as :name…>)`; bind from `pairs_params`. SQLite:
+        a JSON array of pairs; PostgreSQL: two arrays zipped by `unnest`."""
         if self.json_lists:
             value: sa.ColumnClause[Any] = sa.literal_column("value")
             members = sa.select(
                 sa.func.json_extract(value, "$[0]"), sa.func.json_extract(value, "$[1]")
             ).select_from(sa.func.json_each(sa.bindparam(name, type_=sa.Text)))
             return sa.tuple_(first, second).in_(members)
+        if not self.is_sqlite:
+            firsts = sa.bindparam(f"{name}_1", type_=_pg.ARRAY(first.type))
+            seconds = sa.bindparam(f"{name}_2", type_=_pg.ARRAY(second.type))
+            return sa.tuple_(first, second).in_(
+                sa.select(sa.func.unnest(firsts), sa.func.unnest(seconds))
+            )
         return sa.tuple_(first, second).in_(sa.bindparam(name, expanding=True))
 
-    def pairs_value(self, pairs: Sequence[tuple[Any, Any]]) -> Any:
+    def pairs_params(self, name: str, pairs: Sequence[tuple[Any, Any]]) -> dict[str, Any]:
         if self.json_lists:
-            return json.dumps([list(p) for p in pairs])
-        return [tuple(p) for p in pairs]
+            return {name: json.dumps([list(p) for p in pairs])}
+        if not self.is_sqlite:
+            return {f"{name}_1": [p[0] for p in pairs], f"{name}_2": [p[1] for p in pairs]}
+        return {name: [tuple(p) for p in pairs]}
 
     # --- prefix matching (store.md §5.4: never LIKE)
 

@@ -294,8 +294,8 @@ async def upgrade(engine_or_url: AsyncEngine | str | URL, *, sql_only: bool = Fa
         connector = connector_for(dialect, engine)
         try:
             schema = _pg.schema_of(engine)
-            return await connector.write(
-                lambda s: apply_on(s.conn, dialect, schema=schema), tx=True
+            return await connector.schema_transaction(
+                lambda conn: apply_on(conn, dialect, schema=schema)
             )
         finally:
             await connector.close()

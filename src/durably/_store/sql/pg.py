@@ -10,7 +10,7 @@ option              meaning                                                     
 schema              PostgreSQL schema holding the tables (connections get            (server's
                     `search_path=<schema>`; `ensure_schema` creates it)               default)
 pool_size           connections kept open in the pool                                10
-max_overflow        extra connections opened under load beyond `pool_size`           20
+max_overflow        extra connections opened under load beyond `pool_size`           10
 pool_timeout        seconds to wait for a free pooled connection                     30
 pool_recycle        seconds after which a pooled connection is replaced (-1: never)  -1
 pool_pre_ping       `true`: ping every connection at checkout (one extra round       false
@@ -50,7 +50,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 DEFAULT_POOL_SIZE = 10
-DEFAULT_MAX_OVERFLOW = 20
+DEFAULT_MAX_OVERFLOW = 10
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_APPLICATION_NAME = "durably"
 CHANNEL_PREFIX = "durable_wake_"
@@ -195,17 +195,22 @@ def merge_engine_options(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[s
 
 # ------------------------------------------------------------------ per-engine facts
 
-_SCHEMAS: weakref.WeakKeyDictionary[sa.Engine, str] = weakref.WeakKeyDictionary()
+_OPTIONS: weakref.WeakKeyDictionary[sa.Engine, PgOptions] = weakref.WeakKeyDictionary()
 
 
-def remember_schema(engine: AsyncEngine, schema: str | None) -> None:
-    if schema is not None:
-        _SCHEMAS[engine.sync_engine] = schema
+def remember(engine: AsyncEngine, opts: PgOptions) -> None:
+    """Record the options an engine was made with by durably's `create_engine`."""
+    _OPTIONS[engine.sync_engine] = opts
+
+
+def options_of(engine: AsyncEngine) -> PgOptions | None:
+    return _OPTIONS.get(engine.sync_engine)
 
 
 def schema_of(engine: AsyncEngine) -> str | None:
     """The schema an engine made by durably's `create_engine` was configured with."""
-    return _SCHEMAS.get(engine.sync_engine)
+    opts = _OPTIONS.get(engine.sync_engine)
+    return opts.schema if opts is not None else None
 
 
 def _driver_of(dbapi_connection: Any) -> Any:
@@ -251,7 +256,8 @@ __all__ = [
     "install_liveness_check",
     "merge_engine_options",
     "options_from",
-    "remember_schema",
+    "options_of",
+    "remember",
     "schema_lock_key",
     "schema_of",
     "split_url",

@@ -22,7 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from durably._core.models import (
     BufferedEvent,
@@ -55,7 +55,7 @@ from durably._store.sql.wakebus import PgWakeBus
 
 Row = Sequence[Any]
 
-_KEY_CHUNK = 1000  # (run_id, seq) pairs per lookup (PostgreSQL expands them into binds)
+_KEY_CHUNK = 1000  # (run_id, seq) pairs per lookup when lists expand into binds
 
 
 def _cas_params(row: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +123,7 @@ class SqlStateStore:
         - `schema`: the PostgreSQL schema of the tables (connections get
           `search_path=<schema>`; `ensure_schema()` creates it). Stores on different
           schemas of one database are independent, wake-up channels included.
-        - `pool_size` (10), `max_overflow` (20), `pool_timeout` (30 s), `pool_recycle`
+        - `pool_size` (10), `max_overflow` (10), `pool_timeout` (30 s), `pool_recycle`
           (never): the connection pool. Each store call holds a connection for one
           statement, so `pool_size + max_overflow` bounds the concurrent statements.
         - `statement_timeout` (ms, server side; 0 = none), `command_timeout` (s, client
@@ -214,10 +214,10 @@ class SqlStateStore:
         if self._schema_ready:
             return
 
-        async def work(s: Session) -> list[str]:
-            return await apply_on(s.conn, self.dialect, schema=self.schema)
+        async def work(conn: AsyncConnection) -> list[str]:
+            return await apply_on(conn, self.dialect, schema=self.schema)
 
-        await self._cx.write(work, tx=True)
+        await self._cx.schema_transaction(work)
         self._schema_ready = True
 
     async def close(self) -> None:
@@ -355,9 +355,10 @@ class SqlStateStore:
 
         async def work(s: Session) -> list[bool]:
             status: dict[tuple[str, int], str] = {}
-            for start in range(0, len(keys), _KEY_CHUNK):
-                chunk = keys[start : start + _KEY_CHUNK]
-                params = {"keys": self.dialect.pairs_value(chunk)}
+            step = _KEY_CHUNK if self.dialect.expands_lists else len(keys)
+            for start in range(0, len(keys), step):
+                chunk = keys[start : start + step]
+                params = self.dialect.pairs_params("keys", chunk)
                 found = await self._fetch(s, self._q.pending_keys, params)
                 for found_row in found:
                     status[(found_row[0], int(found_row[1]))] = "pending"
