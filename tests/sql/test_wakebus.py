@@ -208,3 +208,35 @@ async def test_sqlite_has_no_wake_bus(tmp_path: Path) -> None:
         assert store.wake_bus() is None
     finally:
         await store.close()
+
+
+async def test_a_silently_dead_listener_is_replaced_by_the_health_check(
+    stores: tuple[SqlStateStore, SqlStateStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncpg
+
+    from durably._store.sql import wakebus
+
+    monkeypatch.setattr(wakebus, "HEALTH_INTERVAL_S", 0.05)
+    monkeypatch.setattr(wakebus, "HEALTH_TIMEOUT_S", 0.1)
+    one, two = stores
+    listener, publisher = bus_of(one), bus_of(two)
+    inbox = Inbox()
+    await listener.start(inbox)
+    stuck = listener._conn
+    real_execute = asyncpg.Connection.execute
+
+    async def execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self is stuck:  # a half-open connection: the ping never comes back
+            await asyncio.sleep(10)
+        return await real_execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "execute", execute)
+    deadline = time.monotonic() + 5
+    while listener.connects < 2:
+        assert time.monotonic() < deadline, "the health check did not replace the listener"
+        await asyncio.sleep(0.01)
+    assert stuck.is_closed()
+    await publisher.publish("ready", "healthy-again")
+    await inbox.wait_for(1)
+    assert inbox.got == [("ready", "healthy-again")]

@@ -543,9 +543,10 @@ class SqlStateStore:
 
     def wake_bus(self) -> WakeBus | None:
         """(durably) A new LISTEN/NOTIFY `WakeBus` on PostgreSQL (see `wakebus.py`), closed
-        with the store at the latest; None on SQLite (one process per database file, the
-        engine's in-process wake-ups suffice)."""
-        if self.dialect.is_sqlite:
+        with the store at the latest. None on SQLite (no cross-process channel: processes
+        sharing a file rely on the engine's polling) and for PostgreSQL drivers other than
+        asyncpg (likewise)."""
+        if self.dialect.is_sqlite or self.engine.dialect.driver != "asyncpg":
             return None
         bus = PgWakeBus(
             self.engine,

@@ -13,7 +13,9 @@ statement commits — to every listener of the channel, this bus's own included.
 
 When the listener connection is lost (server restart, `pg_terminate_backend`, network
 error), asyncpg reports it at once and the bus reconnects in the background with
-exponential backoff (`RECONNECT_DELAYS`, then the last delay forever) and LISTENs again.
+exponential backoff (`RECONNECT_DELAYS`, then the last delay forever) and LISTENs again; a
+periodic `SELECT 1` on the listener (`HEALTH_INTERVAL_S`) catches a connection that died
+silently.
 Messages published while it was away are lost: delivery is best effort and at most once, and
 the engine's polling is the fallback. `close()` stops the listener and any reconnect loop.
 """
@@ -34,6 +36,10 @@ log = logging.getLogger("durably.store.wakebus")
 
 #: Seconds between reconnect attempts of a lost listener (the last one repeats).
 RECONNECT_DELAYS: tuple[float, ...] = (0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+#: Every so many seconds the listener connection runs `SELECT 1` (at most `HEALTH_TIMEOUT_S`):
+#: a connection that died without the socket noticing (a network partition) is replaced.
+HEALTH_INTERVAL_S = 10.0
+HEALTH_TIMEOUT_S = 5.0
 
 Notify = Callable[[str, str], Awaitable[None]]
 """`notify(channel, payload)`: the store's counted `SELECT pg_notify(...)`."""
@@ -58,6 +64,7 @@ class PgWakeBus:
         self._channel: str | None = None
         self._conn: Any = None  # the asyncpg connection LISTENing
         self._reconnect: asyncio.Task[None] | None = None
+        self._health: asyncio.Task[None] | None = None
         self._closed = False
         #: connections (re)established so far; the first one is made by `start`
         self.connects = 0
@@ -93,6 +100,8 @@ class PgWakeBus:
         self._handler = handler
         if self._conn is None and self._reconnect is None:
             await self._connect()
+        if self._health is None:
+            self._health = asyncio.get_running_loop().create_task(self._health_loop())
 
     async def publish(self, kind: str, run_id: str) -> None:
         """`pg_notify` on the store's pool; a failure is logged and counted, not raised."""
@@ -108,11 +117,12 @@ class PgWakeBus:
         if self._closed:
             return
         self._closed = True
-        task, self._reconnect = self._reconnect, None
-        if task is not None:
-            task.cancel()
-            with suppress(BaseException):
-                await task
+        for task in (self._reconnect, self._health):
+            if task is not None:
+                task.cancel()
+                with suppress(BaseException):
+                    await task
+        self._reconnect = self._health = None
         conn, self._conn = self._conn, None
         if conn is not None:
             await _close_quietly(conn)
@@ -162,6 +172,22 @@ class PgWakeBus:
         if self._reconnect is None:
             self._reconnect = asyncio.get_running_loop().create_task(self._reconnect_loop())
 
+    async def _health_loop(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(HEALTH_INTERVAL_S)
+            conn = self._conn
+            if conn is None or conn.is_closed():
+                continue  # lost: the reconnect loop is on it
+            try:
+                await asyncio.wait_for(conn.execute("SELECT 1"), HEALTH_TIMEOUT_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                log.warning("wake bus: listener health check failed (%s); reconnecting", error)
+                with suppress(Exception):
+                    conn.terminate()
+                self._lost(conn)
+
     async def _reconnect_loop(self) -> None:
         attempt = 0
         try:
@@ -188,4 +214,4 @@ async def _close_quietly(conn: Any) -> None:
             conn.terminate()
 
 
-__all__ = ["RECONNECT_DELAYS", "PgWakeBus"]
+__all__ = ["HEALTH_INTERVAL_S", "HEALTH_TIMEOUT_S", "RECONNECT_DELAYS", "PgWakeBus"]
