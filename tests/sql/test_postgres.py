@@ -429,3 +429,44 @@ async def test_recycle_and_pre_ping(pg_url: str) -> None:
         await pinging.close()
     with pytest.raises(sa.exc.ResourceClosedError):
         await recycling.get_run("r1")
+
+
+# ------------------------------------------------------------------ grouped checkpoint writes
+
+
+async def test_concurrent_checkpoint_writes_share_round_trips(pg_url: str) -> None:
+    from durably._store.sql import rows
+
+    store = SqlStateStore.from_url(pg_url)
+    try:
+        await store.ensure_schema()
+        cx: Any = store._cx  # type: ignore[attr-defined]
+        before = store.statement_count
+        await asyncio.gather(*(store.save_checkpoint(make_cp(f"r{i}", i)) for i in range(200)))
+        assert store.statement_count - before == 200  # statements, as a caller sees them
+        assert cx.group_round_trips < 100  # round trips: grouped while one was in flight
+        counted = await store._read_all(sa.text("SELECT count(*) FROM durable_step_checkpoints"))
+        assert counted[0][0] == 200
+
+        # one bad row fails alone; its group-mates are written
+        good = [rows.checkpoint_to_sql(make_cp("g", i)) for i in range(5)]
+        bad = {**rows.checkpoint_to_sql(make_cp("g", 99)), "name": None}  # NOT NULL
+        results = await asyncio.gather(
+            *(cx.execute_idempotent(store._q.save_cp, p) for p in [*good[:2], bad, *good[2:]]),
+            return_exceptions=True,
+        )
+        names = [type(r).__name__ for r in results]
+        assert names == ["NoneType"] * 2 + ["IntegrityError"] + ["NoneType"] * 3
+        assert [cp.seq for cp in await store.list_checkpoints("g")] == [0, 1, 2, 3, 4]
+
+        # a cancelled caller's row is written all the same; close waits for it
+        task = asyncio.create_task(store.save_checkpoint(make_cp("c", 0)))
+        await asyncio.sleep(0)
+        task.cancel()
+    finally:
+        await store.close()
+    again = SqlStateStore.from_url(pg_url)
+    try:
+        assert await again.get_checkpoint("c", 0) is not None
+    finally:
+        await again.close()

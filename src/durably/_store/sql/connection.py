@@ -286,6 +286,13 @@ class Connector:
 
         return await self.write(work)
 
+    async def execute_idempotent(self, stmt: sa.Executable, params: Params = None) -> None:
+        """One IDEMPOTENT write statement whose row count the caller does not need (an
+        upsert). A connector may run concurrent ones of the same statement together
+        (PostgreSQL: one `executemany` round trip, one commit) and re-run one whose outcome
+        is unknown; acknowledged after its commit."""
+        await self.execute(stmt, params)
+
     async def fetch(
         self, stmt: sa.Executable, params: Params = None, *, write: bool
     ) -> Sequence[Sequence[Any]]:

@@ -212,10 +212,10 @@ class PgPool:
         except BaseException:
             if future.done() and not future.cancelled() and future.result() is not None:
                 self.release(future.result())  # handed over as we were cancelled
+            elif not future.done():
+                with suppress(ValueError):
+                    self._waiters.remove(future)  # (a settled one was popped already)
             raise
-        finally:
-            with suppress(ValueError):
-                self._waiters.remove(future)
 
     def release(self, conn: Any, *, discard: bool = False) -> None:
         if discard or self._closed or not self._usable(conn):
@@ -315,6 +315,24 @@ def pool_limits(engine: AsyncEngine) -> dict[str, Any]:
 # ------------------------------------------------------------------ sessions and connector
 
 
+class _Grouped:
+    """One caller's row in a group of idempotent writes (`PgConnector.execute_idempotent`)."""
+
+    __slots__ = ("args", "future")
+
+    def __init__(self, args: Sequence[Any]) -> None:
+        self.args = args
+        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def settle(self, error: Exception | None) -> None:
+        if self.future.done():  # the caller was cancelled (its row was written all the same)
+            return
+        if error is None:
+            self.future.set_result(None)
+        else:
+            self.future.set_exception(error)
+
+
 class PgSession(Session):
     """`Session` on one asyncpg connection (statements compiled by `PgStatements`)."""
 
@@ -358,11 +376,18 @@ class PgSession(Session):
 class PgConnector(Connector):
     """PostgreSQL through asyncpg directly (see the module docstring)."""
 
+    #: idempotent writes of one statement grouped into one `executemany` at most
+    max_group = 256
+
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._statements = PgStatements(engine.dialect)
         self._errors = _Errors(engine.dialect)
         self.pool = PgPool(engine, **pool_limits(engine))
+        self._groups: dict[str, deque[_Grouped]] = {}
+        self._drainers: dict[str, asyncio.Task[None]] = {}
+        #: round trips of grouped writes (`executemany` or single), for tests and tuning
+        self.group_round_trips = 0
 
     def register(self, *stmts: sa.Executable | None) -> None:
         self._statements.register(*stmts)
@@ -435,11 +460,81 @@ class PgConnector(Connector):
 
         return await self._with(run)
 
+    # -------------------------------------------------------------- grouped idempotent writes
+
+    async def execute_idempotent(self, stmt: sa.Executable, params: Params = None) -> None:
+        """Queued per SQL text: while a group of one statement is in flight, the next
+        callers' rows wait and then go together as ONE `executemany` (one round trip, one
+        implicit transaction, atomic). A lone caller runs at once, as a plain statement.
+        Every caller is acknowledged after the commit that contains its row; if a group
+        fails, its rows are re-run one by one (they are idempotent upserts), so each caller
+        gets its own outcome. A cancelled caller's row is written all the same."""
+        sql, args = self._statements.one(stmt, params)
+        queue = self._groups.get(sql)
+        if queue is None:
+            queue = self._groups[sql] = deque()
+        item = _Grouped(args)
+        queue.append(item)
+        if sql not in self._drainers:
+            self._drainers[sql] = asyncio.get_running_loop().create_task(
+                self._drain(sql, queue)
+            )
+        await item.future
+
+    async def _drain(self, sql: str, queue: deque[_Grouped]) -> None:
+        try:
+            while queue:
+                group = [queue.popleft() for _ in range(min(len(queue), self.max_group))]
+                await self._run_group(sql, group)
+        except BaseException:
+            for item in queue:
+                item.future.cancel()
+            queue.clear()
+            raise
+        finally:
+            self._drainers.pop(sql, None)
+
+    async def _run_group(self, sql: str, group: list[_Grouped]) -> None:
+        if len(group) > 1:
+            self.group_round_trips += 1
+            try:
+                await self._with(lambda conn: self._many(conn, sql, [i.args for i in group]))
+            except Exception:
+                pass  # rolled back as a whole (or unknown): each row alone, below
+            else:
+                for item in group:
+                    item.settle(None)
+                return
+        for item in group:
+            self.group_round_trips += 1
+            args = item.args
+            try:
+                await self._with(lambda conn: self._one(conn, sql, args))  # noqa: B023
+            except Exception as error:
+                item.settle(error)
+            else:
+                item.settle(None)
+
+    async def _one(self, conn: Any, sql: str, args: Sequence[Any]) -> None:
+        try:
+            await conn.execute(sql, *args)
+        except Exception as error:
+            raise self._errors.wrap(error, conn, sql, args) from error
+
+    async def _many(self, conn: Any, sql: str, rows: list[Sequence[Any]]) -> None:
+        try:
+            await conn.executemany(sql, rows)
+        except Exception as error:
+            raise self._errors.wrap(error, conn, sql, rows) from error
+
     async def schema_transaction(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         async with self._engine.begin() as conn:
             return await fn(conn)
 
     async def close(self) -> None:
+        """Wait for the grouped writes in flight, then close the connections."""
+        while self._drainers:
+            await asyncio.wait(set(self._drainers.values()))
         await self.pool.close()
 
 
