@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from durably._store.sql import SqlStateStore
-from durably._store.sql.dialect import create_engine
+from durably._store.sql.dialect import create_engine, normalize_url
 from durably._store.sql.pg import split_url, wake_channel
 from tests.pg_support import PG_URL, connect, fresh_schema, pg_schema, pg_url, schema_url
 
@@ -111,7 +111,7 @@ async def test_a_caller_engine_with_its_own_search_path(pg_schema: str) -> None:
     from sqlalchemy.ext.asyncio import create_async_engine
 
     engine = create_async_engine(
-        PG_URL.replace("postgresql://", "postgresql+asyncpg://", 1),
+        normalize_url(PG_URL),  # a plain SQLAlchemy engine, none of durably's options
         connect_args={"server_settings": {"search_path": pg_schema}},
     )
     store = SqlStateStore(engine)
