@@ -66,7 +66,7 @@ async def require_pg() -> None:
     if not _checked:
         _checked = True
         try:
-            conn = await connect(timeout=3, patience=10)
+            conn = await connect(timeout=3, patience=3)
         except ModuleNotFoundError as exc:
             _unreachable = f"asyncpg is not installed ({exc})"
         except Exception as exc:
