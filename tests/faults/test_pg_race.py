@@ -18,12 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.faults.pg_harness import (
-    RESURRECTED,
-    KnownEngineBug,
     Worker,
     check_invariants,
     fresh_database,
-    known_bug,
     prepare,
     read_log,
     wait_terminal,
@@ -35,18 +32,6 @@ STEPS = 6
 DB_LATENCY_MS = 3  # the recoverers' database is 3 ms away (see fault_app.FaultStore)
 
 
-STALE_RECOVERY_BUG = (
-    "engine bug: recover_incomplete (src/durably/_engine/poller.py:82-131) iterates a stale "
-    "list_incomplete_runs() snapshot; try_lock_run succeeds on a run another engine (or this "
-    "one) completed meanwhile — a settled run's lease is free — and the unconditional "
-    "update_run(status='pending') resurrects it (completed -> pending, replayed, completed "
-    "again; a cancelled run would run on). Fix: write the recovery with "
-    "update_run_if_status(run.id, patch, (run.status,)) (same for the dead-letter write) and "
-    "release the lease and skip when it matched nothing"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=KnownEngineBug, reason=STALE_RECOVERY_BUG)
 @pytest.mark.timeout(150)
 async def test_two_engines_race_to_recover_the_same_orphans(tmp_path: Path) -> None:
     log = tmp_path / "effects.log"
@@ -91,7 +76,6 @@ async def test_two_engines_race_to_recover_the_same_orphans(tmp_path: Path) -> N
         ready = [float(racer.stdout().split("READY ")[1].split()[1]) for racer in racers]
         assert abs(ready[0] - ready[1]) < 1.0, f"the recoverers did not open together: {ready}"
         print(f"  {len(orphans)} orphans recovered {got[0]} / {got[1]}")
-        with known_bug(RESURRECTED):
-            await check_invariants(
-                url, log, ids, STEPS, workers=procs, label="two engines racing to recover"
-            )
+        await check_invariants(
+            url, log, ids, STEPS, workers=procs, label="two engines racing to recover"
+        )

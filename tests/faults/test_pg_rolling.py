@@ -17,15 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.faults.pg_harness import (
-    CHECKPOINT_REWRITTEN,
-    CONCURRENT,
-    RERUN_AFTER_COMMIT,
-    RESURRECTED,
-    KnownEngineBug,
     Worker,
     check_invariants,
     fresh_database,
-    known_bug,
     prepare,
     read_log,
     wait_for_lines,
@@ -37,33 +31,12 @@ RUNS = 200
 STEPS = 8
 
 
-SAME_INSTANCE_OVERLAP_BUG = (
-    "engine bug: a new process with the same instance_id voids the leases of its LIVE, "
-    "draining predecessor — Engine.open() calls store.release_locks_of(instance_id) "
-    "(src/durably/_engine/engine.py:205-209) assuming the previous life is dead — and then "
-    "recovers the predecessor's running runs while it still executes them; the predecessor "
-    "does not notice, because renew_leases (src/durably/_engine/poller.py:200-206) trusts "
-    "renew_run_locks' row COUNT, which the successor's leases under the same owner name "
-    "inflate. Both processes run the same steps (effects after commit, checkpoints "
-    "rewritten). The stale-list resurrection of test_pg_race.py shows up here too. Fix: lock "
-    "owners per incarnation (instance_id + boot nonce), release a previous incarnation's leases "
-    "only once it is provably gone (e.g. a session advisory lock on instance_id held for the "
-    "process lifetime), and renew by RETURNING the ids (compare sets, not counts)"
-)
-SAME_INSTANCE_KINDS = (RESURRECTED, CONCURRENT, RERUN_AFTER_COMMIT, CHECKPOINT_REWRITTEN)
-
-
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize(
     "successor",
     [
         "new-instance",
-        pytest.param(
-            "same-instance",
-            marks=pytest.mark.xfail(
-                strict=True, raises=KnownEngineBug, reason=SAME_INSTANCE_OVERLAP_BUG
-            ),
-        ),
+        "same-instance",
     ],
 )
 async def test_rolling_restart(tmp_path: Path, successor: str) -> None:
@@ -118,8 +91,6 @@ async def test_rolling_restart(tmp_path: Path, successor: str) -> None:
             f"  SIGTERM at {committed}/{RUNS * STEPS} committed steps; old ran "
             f"{len(old_runs)} runs, new {len(new_runs)}, both {len(old_runs & new_runs)}"
         )
-        kinds = SAME_INSTANCE_KINDS if successor == "same-instance" else ()
-        with known_bug(*kinds):
-            await check_invariants(
-                url, log, ids, STEPS, workers=procs, label=f"rolling restart / {successor}"
-            )
+        await check_invariants(
+            url, log, ids, STEPS, workers=procs, label=f"rolling restart / {successor}"
+        )

@@ -17,6 +17,8 @@ from durably._core.models import (
     LIVE_RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
     RunPatch,
+    RunStatus,
+    StepCheckpoint,
     StepError,
     WorkflowRun,
     replace,
@@ -24,6 +26,7 @@ from durably._core.models import (
 from durably._engine.ctx import WorkflowCtx
 from durably._engine.events import EngineEvent
 from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, StoreFailure
+from durably._engine.registry import Workflow
 
 if TYPE_CHECKING:
     from durably._engine.engine import Engine
@@ -37,11 +40,18 @@ _LIVE = LIVE_RUN_STATUSES
 async def update_if_live(engine: Engine, run_id: str, patch: RunPatch) -> bool:
     """Write a settle patch unless the run was settled meanwhile (never resurrect a run
     another process cancelled; engine.md §1.8 "never resurrect")."""
+    return await update_if_status(engine, run_id, patch, _LIVE)
+
+
+async def update_if_status(
+    engine: Engine, run_id: str, patch: RunPatch, statuses: tuple[RunStatus, ...]
+) -> bool:
+    """A write that only lands while the run is still in one of `statuses`."""
     conditional = getattr(engine.store, "update_run_if_status", None)
     if conditional is not None:
-        return bool(await conditional(run_id, patch, _LIVE))
+        return bool(await conditional(run_id, patch, statuses))
     current = await engine.store.get_run(run_id)
-    if current is None or current.status not in _LIVE:
+    if current is None or current.status not in statuses:
         return False
     await engine.store.update_run(run_id, patch)
     return True
@@ -77,12 +87,37 @@ async def run_one(engine: Engine, run_id: str) -> bool:
 
 async def drive(engine: Engine, run: WorkflowRun) -> None:
     """Execute one turn of a run whose lease this instance holds."""
+    try:
+        prepared = await _prepare_turn(engine, run)
+    except Exception as exc:
+        # The store failed before the turn began: give the lease back so the run is
+        # retried at once once the store answers again, not a whole lease later.
+        log.warning("run %s: could not start its turn (%s); it will be retried", run.id, exc)
+        await _release_quietly(engine, run.id)
+        return
+    if prepared is None:
+        return
+    execution = Execution(engine, *prepared)
+    engine.executions[run.id] = execution
+    task = asyncio.current_task()
+    execution.task = task
+    try:
+        await _turn(engine, execution)
+    finally:
+        engine.executions.pop(run.id, None)
+        engine.turn_finished()
+
+
+async def _prepare_turn(
+    engine: Engine, run: WorkflowRun
+) -> tuple[WorkflowRun, Workflow[Any, Any], list[StepCheckpoint]] | None:
+    """Mark the run running and load its history; None when the turn must not run."""
     store = engine.store
     if run.status in TERMINAL_RUN_STATUSES or (
         engine.namespace is not None and run.namespace not in (engine.namespace, None)
     ):
         await store.release_run_lock(run.id)
-        return
+        return None
     workflow = engine.registration(run.workflow, run.workflow_version)
     if workflow is None:
         # engine.md §1.7 step 4: keep the prior version deployed so in-flight runs drain.
@@ -94,12 +129,12 @@ async def drive(engine: Engine, run: WorkflowRun) -> None:
             run.workflow_version,
         )
         await store.release_run_lock(run.id)
-        return
+        return None
     fresh = engine.fresh_runs.pop(run.id, False)
     if run.status == "pending":
         if not await update_if_live(engine, run.id, {"status": "running"}):
             await store.release_run_lock(run.id)  # cancelled between claim and start
-            return
+            return None
         run = replace(run, status="running")
         engine.events.emit(
             EngineEvent(
@@ -111,19 +146,11 @@ async def drive(engine: Engine, run: WorkflowRun) -> None:
         # the turn is found by recovery at once instead of at its old wakeAt.
         if not await update_if_live(engine, run.id, {"status": "running", "wake_at": None}):
             await store.release_run_lock(run.id)
-            return
+            return None
         run = replace(run, status="running", wake_at=None)
     # A run this instance created a moment ago has no checkpoints yet: skip the read.
     checkpoints = [] if fresh else await store.list_checkpoints(run.id)
-    execution = Execution(engine, run, workflow, checkpoints)
-    engine.executions[run.id] = execution
-    task = asyncio.current_task()
-    execution.task = task
-    try:
-        await _turn(engine, execution)
-    finally:
-        engine.executions.pop(run.id, None)
-        engine.turn_finished()
+    return run, workflow, checkpoints
 
 
 async def _turn(engine: Engine, ex: Execution) -> None:

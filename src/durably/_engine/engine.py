@@ -38,7 +38,7 @@ from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
 from durably._engine.transport import InProcessTransport
 from durably._engine.typed_io import validation_details
 from durably._engine.wakes import WakeLink
-from durably._store.protocol import StateStore
+from durably._store.protocol import InstanceHold, StateStore
 
 log = logging.getLogger("durably")
 
@@ -61,6 +61,7 @@ _TUNING_DEFAULTS: dict[str, Any] = {
     "max_resident_runs": 10_000,
     "max_concurrent_runs": 1_000,
     "claim_batch": 16,
+    "instance_wait_ms": None,
 }
 
 
@@ -144,6 +145,11 @@ class Engine:
         self.pending_batch = int(opts["pending_batch"])
         self.max_concurrent_runs = int(opts["max_concurrent_runs"])
         self.claim_batch = int(opts["claim_batch"])
+        # how long a restart with an explicit instance_id waits for a live predecessor
+        wait = opts["instance_wait_ms"]
+        self.instance_wait_ms = (
+            int(wait) if wait is not None else self.drain_timeout_ms + 2 * self.lease_ms
+        )
         self._step_threads = int(opts["step_threads"])
 
         if workflows is None:
@@ -168,6 +174,7 @@ class Engine:
         self._again: set[str] = set()
         self._claimed: dict[str, WorkflowRun] = {}
         self.wakes = WakeLink(self)
+        self._instance_hold: InstanceHold | None = None
         self.draining = False
         self._watchers: dict[str, set[_RunWatch]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -203,10 +210,7 @@ class Engine:
             if ensure is not None:
                 await ensure()
             if self._explicit_instance and self.drive_runs:
-                # A restart with the same instance_id: our previous life's leases are void.
-                release = getattr(self.store, "release_locks_of", None)
-                if release is not None:
-                    await release(self.instance_id)
+                await self._take_instance()
             self._executor = ThreadPoolExecutor(
                 max_workers=self._step_threads, thread_name_prefix="durably-step"
             )
@@ -219,6 +223,30 @@ class Engine:
                 ]
             self._opened = True
 
+    async def _take_instance(self) -> None:
+        """A restart with the same instance_id: once the previous incarnation is provably
+        gone (the store's instance hold), its leases are void and its runs ours at once. A
+        LIVE predecessor (a rolling restart) is waited for — two live processes never share
+        an instance_id, which would let each renew and release the other's leases."""
+        hold = getattr(self.store, "hold_instance", None)
+        if hold is not None:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.instance_wait_ms / 1000.0
+            while True:
+                self._instance_hold = await hold(self.instance_id)
+                if self._instance_hold is not None:
+                    break
+                if loop.time() >= deadline:
+                    raise RuntimeError(
+                        f"instance_id {self.instance_id!r} is held by another live process; "
+                        f"gave up after {self.instance_wait_ms}ms (give each live process "
+                        "its own instance_id, or stop the other one first)"
+                    )
+                await asyncio.sleep(0.05)
+        release = getattr(self.store, "release_locks_of", None)
+        if release is not None:
+            await release(self.instance_id)
+
     async def close(self) -> None:
         """Drain in-flight turns, stop the loops and close an owned store."""
         if not self._opened:
@@ -227,6 +255,9 @@ class Engine:
             return
         await self.drain(self.drain_timeout_ms / 1000.0)
         await self.wakes.close()
+        if self._instance_hold is not None:
+            hold, self._instance_hold = self._instance_hold, None
+            await hold.release()
         for task in self._background:
             task.cancel()
         for task in self._background:

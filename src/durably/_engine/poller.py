@@ -6,8 +6,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from durably._core.models import StepError
+from durably._core.models import StepError, WorkflowRun
 from durably._engine import operator
+from durably._engine.driver import update_if_status
 from durably._engine.events import EngineEvent
 
 if TYPE_CHECKING:
@@ -85,8 +86,15 @@ async def recover_incomplete(engine: Engine) -> int:
         now = engine.clock()
         if run.locked_until is not None and run.locked_until > now:
             continue  # a live turn owns it (saves a write per poll)
-        if not await store.try_lock_run(run.id, engine.instance_id, now + engine.lease_ms, now):
+        leased = await _lease_fresh(engine, run.id, now)
+        if leased is None:
             continue
+        if leased.status not in ("running", "cancelling"):
+            # The listing was stale: the run settled (or was re-enqueued) meanwhile, and a
+            # settled run's lease is free. Never resurrect it.
+            await store.release_run_lock(run.id)
+            continue
+        run = leased
         attempts = (run.recovery_attempts or 0) + 1
         cap = engine.max_recovery_attempts
         if cap is not None and attempts > cap:
@@ -95,7 +103,8 @@ async def recover_incomplete(engine: Engine) -> int:
                 message=f"run exceeded maxRecoveryAttempts ({cap}) — moved to dead-letter",
                 code="max_recovery_attempts",
             )
-            await store.update_run(
+            written = await update_if_status(
+                engine,
                 run.id,
                 {
                     "status": "dead",
@@ -104,7 +113,11 @@ async def recover_incomplete(engine: Engine) -> int:
                     "locked_by": None,
                     "locked_until": None,
                 },
+                (run.status,),
             )
+            if not written:
+                await store.release_run_lock(run.id)
+                continue
             engine.events.emit(
                 EngineEvent(
                     type="run.failed",
@@ -121,7 +134,8 @@ async def recover_incomplete(engine: Engine) -> int:
             engine.notify_parent(run, {"ok": False, "error": error.message, "code": error.code})
             continue
         status = "pending" if run.status == "running" else run.status
-        await store.update_run(
+        written = await update_if_status(
+            engine,
             run.id,
             {
                 "status": status,
@@ -129,11 +143,27 @@ async def recover_incomplete(engine: Engine) -> int:
                 "locked_by": None,
                 "locked_until": None,
             },
+            (run.status,),
         )
+        if not written:
+            await store.release_run_lock(run.id)
+            continue
         log.info("recovered run %s (attempt %d)", run.id, attempts)
         engine.dispatch(run.id)
         recovered += 1
     return recovered
+
+
+async def _lease_fresh(engine: Engine, run_id: str, now: int) -> WorkflowRun | None:
+    """Lease a run and read it as it is NOW (one statement with `claim_run`)."""
+    until = now + engine.lease_ms
+    claim = getattr(engine.store, "claim_run", None)
+    if claim is not None:
+        leased: WorkflowRun | None = await claim(run_id, engine.instance_id, until, now)
+        return leased
+    if not await engine.store.try_lock_run(run_id, engine.instance_id, until, now):
+        return None
+    return await engine.store.get_run(run_id)
 
 
 async def resume_due_timers(engine: Engine) -> int:

@@ -230,6 +230,7 @@ class InMemoryStateStore:
         self._attr_index: dict[str, dict[str, AttributeValue]] = {}
 
         self._wake_handlers: list[WakeHandler] = []
+        self._instance_holds: set[str] = set()
         self.statement_count: int = 0
         self.last_attribute_candidates: int = 0
         self.last_checkpoint_rows_read: int = 0
@@ -563,6 +564,13 @@ class InMemoryStateStore:
             claimed.append(_read_run(self._runs[row.id]))
         return claimed
 
+    async def hold_instance(self, instance_id: str) -> _MemoryHold | None:
+        """(durably) One live engine per `instance_id` on this store (SupportsInstanceHold)."""
+        if instance_id in self._instance_holds:
+            return None
+        self._instance_holds.add(instance_id)
+        return _MemoryHold(self._instance_holds, instance_id)
+
     def wake_bus(self) -> InMemoryWakeBus:
         """(durably) Wake-ups between engines that share THIS store object (SupportsWakeBus):
         the in-process analogue of PostgreSQL's LISTEN/NOTIFY."""
@@ -642,6 +650,15 @@ class InMemoryStateStore:
         return len(self._select(query))
 
 
+class _MemoryHold:
+    def __init__(self, holds: set[str], instance_id: str):
+        self._holds = holds
+        self._instance_id = instance_id
+
+    async def release(self) -> None:
+        self._holds.discard(self._instance_id)
+
+
 class InMemoryWakeBus:
     """One engine's subscription to the wake messages of engines sharing a memory store."""
 
@@ -673,6 +690,7 @@ if TYPE_CHECKING:
         SupportsClaimPending,
         SupportsConditionalUpdate,
         SupportsCountRuns,
+        SupportsInstanceHold,
         SupportsWakeBus,
         WakeBus,
     )
@@ -685,6 +703,7 @@ if TYPE_CHECKING:
     _as_claim: SupportsClaimPending = InMemoryStateStore()
     _as_conditional: SupportsConditionalUpdate = InMemoryStateStore()
     _as_wake: SupportsWakeBus = InMemoryStateStore()
+    _as_hold: SupportsInstanceHold = InMemoryStateStore()
     _as_bus: WakeBus = InMemoryWakeBus([])
 
 

@@ -180,7 +180,24 @@ class SupportsClaimPending(Protocol):
     ) -> list[WorkflowRun]: ...
 
 
+class InstanceHold(Protocol):
+    async def release(self) -> None: ...
+
+
+class SupportsInstanceHold(Protocol):
+    """(durably) One live process per engine `instance_id`.
+
+    `hold_instance(instance_id)` claims the id for the caller's lifetime and returns a hold,
+    or None while a LIVE incarnation holds it. The hold must vanish when its holder dies
+    (a database session lock, an OS file lock): only then may a successor with the same id
+    void the predecessor's leases and take its runs back at once.
+    """
+
+    async def hold_instance(self, instance_id: str) -> InstanceHold | None: ...
+
+
 __all__ = [
+    "InstanceHold",
     "StateStore",
     "StateStoreUnavailable",
     "SupportsBulkLeases",
@@ -191,6 +208,7 @@ __all__ = [
     "SupportsConditionalUpdate",
     "SupportsCountRuns",
     "SupportsEnsureSchema",
+    "SupportsInstanceHold",
     "SupportsWakeBus",
     "WakeBus",
     "WakeHandler",

@@ -176,9 +176,7 @@ def create_engine(url: str | URL, **engine_options: Any) -> AsyncEngine:
             {k: engine_options.pop(k) for k in _PG_SHARED if engine_options.get(k) is not None}
         )
         opts = from_url.merged(_pg_options.options_from(ours))
-        options = _pg_options.merge_engine_options(
-            _pg_options.engine_options(opts), engine_options
-        )
+        options = _pg_options.merge_engine_options(_pg_options.engine_options(opts), engine_options)
         engine = create_async_engine(normalized, **options)
         _pg_options.install_liveness_check(engine)
         _pg_options.remember(engine, opts)

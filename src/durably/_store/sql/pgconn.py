@@ -289,9 +289,7 @@ def pool_limits(engine: AsyncEngine) -> dict[str, Any]:
     pool: Any = engine.sync_engine.pool
     if opts is not None:
         size = opts.pool_size if opts.pool_size is not None else _pg.DEFAULT_POOL_SIZE
-        overflow = (
-            opts.max_overflow if opts.max_overflow is not None else _pg.DEFAULT_MAX_OVERFLOW
-        )
+        overflow = opts.max_overflow if opts.max_overflow is not None else _pg.DEFAULT_MAX_OVERFLOW
         return {
             "max_size": size + max(overflow, 0),
             "keep": size,
@@ -476,9 +474,7 @@ class PgConnector(Connector):
         item = _Grouped(args)
         queue.append(item)
         if sql not in self._drainers:
-            self._drainers[sql] = asyncio.get_running_loop().create_task(
-                self._drain(sql, queue)
-            )
+            self._drainers[sql] = asyncio.get_running_loop().create_task(self._drain(sql, queue))
         await item.future
 
     async def _drain(self, sql: str, queue: deque[_Grouped]) -> None:

@@ -162,9 +162,7 @@ class Statements:
         # buffered signals and events
         bs, be = buffered_signals.c, buffered_events.c
         self.buffer_signal = sa.insert(buffered_signals)
-        self.take_signal = (
-            d.take_oldest_signal(buffered_signals) if d.supports_returning else None
-        )
+        self.take_signal = d.take_oldest_signal(buffered_signals) if d.supports_returning else None
         self.oldest_signal = (
             sa.select(bs.id, bs.payload).where(bs.token == bp("token")).order_by(bs.id).limit(1)
         )
@@ -177,7 +175,6 @@ class Statements:
             .limit(bp("lim", type_=sa.Integer))
         )
         self.remove_event = sa.delete(buffered_events).where(be.id == bp("id"))
-
 
     def prebuilt(self) -> list[Any]:
         out: list[Any] = []
@@ -206,6 +203,7 @@ def _scan_variants(
             stmt = stmt.limit(bindparam("lim", type_=sa.Integer))
         out.append(stmt)
     return out[0], out[1], out[2]
+
 
 def _claim_variants(dialect: SqlDialect) -> tuple[sa.Executable, sa.Executable, sa.Executable]:
     """`UPDATE … SET locked_by, locked_until WHERE id IN (oldest claimable pending ids

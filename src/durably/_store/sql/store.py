@@ -36,8 +36,9 @@ from durably._core.models import (
     WorkflowRun,
     now_utc,
 )
-from durably._store.protocol import WakeBus
+from durably._store.protocol import InstanceHold, WakeBus
 from durably._store.query import DEFAULT_NAMESPACE
+from durably._store.sql import instance as _instance
 from durably._store.sql import pg as _pg
 from durably._store.sql import rows as _rows
 from durably._store.sql.connection import Session, connector_for
@@ -540,6 +541,20 @@ class SqlStateStore:
         await self._many(s, self._q.try_lock, [{**lock, "w_id": run.id} for run in found])
         owner, until = params["w_owner"], params["w_until"]
         return [replace(run, locked_by=owner, locked_until=until) for run in found]
+
+    # ------------------------------------------------------------------ one live process per id
+
+    async def hold_instance(self, instance_id: str) -> InstanceHold | None:
+        """(durably) Hold `instance_id` for this process's life (see `instance.py`); None
+        while a live incarnation holds it."""
+        if not self.dialect.is_sqlite:
+            return await _instance.hold_pg(
+                self.engine, f"durably:instance:{self.schema or ''}:{instance_id}"
+            )
+        database = self.engine.url.database
+        if database and database != ":memory:":
+            return await _instance.hold_file(database, instance_id)
+        return _instance.hold_local(self.engine, instance_id)
 
     # ------------------------------------------------------------------ wake-ups (issue #3)
 
