@@ -5,7 +5,8 @@ Prints one JSON object per workload:
 * ``w4_1000_steps``: one workflow of 1,000 sequential no-op ``inc`` steps;
 * ``w1_200x10``: 200 workflows of 10 steps each, all submitted back to back.
 
-Each reports wall time, steps per second, p50/p99 workflow latency (W1) and the number of
+Each reports wall time, steps per second, p50/p99 workflow latency (W1), p50/p99 step
+latency (time between consecutive step completions of a run) and the number of
 store statements per step (``statement_count`` of the store divided by the steps; it counts
 the runs' start and finish too). Every workload runs in a fresh SQLite file.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import resource
@@ -71,6 +73,18 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[rank - 1]
 
 
+async def _step_latencies(engine: durably.Engine, run_ids: list[str]) -> dict[str, float]:
+    """Per-step latency: the time between consecutive step completions of a run, read from
+    its checkpoints after the measurement (so it costs the measured phase nothing)."""
+    gaps: list[float] = []
+    for run_id in run_ids:
+        times = [cp.finished_at.timestamp() for cp in await engine.list_checkpoints(run_id)]
+        gaps += [(b - a) * 1000 for a, b in itertools.pairwise(times)]
+    if not gaps:
+        return {}
+    return {"step_p50_ms": round(_pct(gaps, 50), 3), "step_p99_ms": round(_pct(gaps, 99), 3)}
+
+
 async def one_long(url: str, steps: int) -> dict[str, Any]:
     async with durably.Engine(store=url, workflows=[seq_wf], steps=[inc]) as engine:
         before = engine.store.statement_count  # type: ignore[attr-defined]
@@ -78,6 +92,7 @@ async def one_long(url: str, steps: int) -> dict[str, Any]:
         result = await engine.execute(seq_wf, steps, run_id="w4-0", timeout=540)
         wall = time.perf_counter() - t0
         statements = engine.store.statement_count - before  # type: ignore[attr-defined]
+        step_latency = await _step_latencies(engine, ["w4-0"])
     return {
         "workload": f"w4_{steps}_steps",
         "ok": result == steps,
@@ -86,6 +101,7 @@ async def one_long(url: str, steps: int) -> dict[str, Any]:
         "us_per_step": round(wall / steps * 1e6, 1),
         "statements": statements,
         "statements_per_step": round(statements / steps, 3),
+        **step_latency,
     }
 
 
@@ -105,6 +121,8 @@ async def many_short(url: str, workflows: int, steps: int) -> dict[str, Any]:
         results = await asyncio.gather(*(one(i) for i in range(workflows)))
         wall = time.perf_counter() - t0
         statements = engine.store.statement_count - before  # type: ignore[attr-defined]
+        sample = [f"w1-{i}" for i in range(0, workflows, max(1, workflows // 50))]
+        step_latency = await _step_latencies(engine, sample)
     total = workflows * steps
     return {
         "workload": f"w1_{workflows}x{steps}",
@@ -116,6 +134,7 @@ async def many_short(url: str, workflows: int, steps: int) -> dict[str, Any]:
         "p99_ms": round(_pct(latencies, 99), 2),
         "statements": statements,
         "statements_per_step": round(statements / total, 3),
+        **step_latency,
     }
 
 
