@@ -304,6 +304,7 @@ async def _settle_suspended(engine: Engine, ex: Execution, wake_at: int | None) 
             namespace=ex.run.namespace,
         )
     )
+    engine.wakes.announce_soon("settled", ex.run_id)
     # A delivery that raced this turn found the lease taken and only nudged `wakeAt`,
     # which the write above may have overwritten: look at the awaited rows once more.
     for seq in sorted(ex.waiting_seqs):

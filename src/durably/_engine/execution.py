@@ -273,6 +273,8 @@ class Execution:
         self.run = replace(self.run, status="suspended", wake_at=wake_at)
         await self._write_status({"status": "suspended", "wake_at": wake_at})
         self.emit("run.suspended", namespace=self.run.namespace)
+        # `suspended` settles `wait_for_run` (engine.md §1.9) in other processes too
+        self.engine.wakes.announce_soon("settled", self.run_id)
 
     async def mark_running(self) -> None:
         if self.cancelled:
