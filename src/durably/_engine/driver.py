@@ -226,53 +226,51 @@ async def _release_quietly(engine: Engine, run_id: str) -> None:
         log.debug("could not release the lease of %s", run_id, exc_info=True)
 
 
-async def settle_completed(engine: Engine, run: WorkflowRun, output: Any) -> None:
-    patch: RunPatch = {
-        "status": "completed",
-        "output": output,
-        "error": None,
-        "wake_at": None,
-        "locked_by": None,
-        "locked_until": None,
-    }
-    if not await update_if_live(engine, run.id, patch):
-        await _release_quietly(engine, run.id)
-        return
-    engine.events.emit(
-        EngineEvent(
-            type="run.completed",
-            run_id=run.id,
-            workflow=run.workflow,
-            namespace=run.namespace,
-            output=output,
-        )
-    )
-    engine.notify_parent(run, {"ok": True, "value": output})
+async def settle_terminal(
+    engine: Engine,
+    run: WorkflowRun,
+    patch: RunPatch,
+    event: EngineEvent,
+    completion: dict[str, Any],
+    *,
+    statuses: tuple[RunStatus, ...] = _LIVE,
+) -> bool:
+    """The one way a turn ends a run: a conditional write that also drops the lease, then
+    the run's event, its parent's completion and a `settled` wake for other processes."""
+    final: RunPatch = {**patch, "wake_at": None, "locked_by": None, "locked_until": None}
+    if not await update_if_status(engine, run.id, final, statuses):
+        await _release_quietly(engine, run.id)  # settled elsewhere meanwhile: never resurrect
+        return False
+    engine.events.emit(event)
+    engine.notify_parent(run, completion)
     engine.wakes.announce_soon("settled", run.id)
+    return True
+
+
+def _event(type_: Any, run: WorkflowRun, **fields: Any) -> EngineEvent:
+    return EngineEvent(
+        type=type_, run_id=run.id, workflow=run.workflow, namespace=run.namespace, **fields
+    )
+
+
+async def settle_completed(engine: Engine, run: WorkflowRun, output: Any) -> None:
+    await settle_terminal(
+        engine,
+        run,
+        {"status": "completed", "output": output, "error": None},
+        _event("run.completed", run, output=output),
+        {"ok": True, "value": output},
+    )
 
 
 async def settle_failed(engine: Engine, run: WorkflowRun, error: StepError) -> None:
-    patch: RunPatch = {
-        "status": "failed",
-        "error": error,
-        "wake_at": None,
-        "locked_by": None,
-        "locked_until": None,
-    }
-    if not await update_if_live(engine, run.id, patch):
-        await _release_quietly(engine, run.id)
-        return
-    engine.events.emit(
-        EngineEvent(
-            type="run.failed",
-            run_id=run.id,
-            workflow=run.workflow,
-            namespace=run.namespace,
-            error=error,
-        )
+    await settle_terminal(
+        engine,
+        run,
+        {"status": "failed", "error": error},
+        _event("run.failed", run, error=error),
+        completion_of_failure(error),
     )
-    engine.notify_parent(run, completion_of_failure(error))
-    engine.wakes.announce_soon("settled", run.id)
 
 
 def completion_of_failure(error: StepError) -> dict[str, Any]:
@@ -317,32 +315,23 @@ async def _settle_suspended(engine: Engine, ex: Execution, wake_at: int | None) 
 async def _settle_continued(engine: Engine, ex: Execution, new_input: Any) -> None:
     """engine.md §1.7 ContinueAsNew: complete (no output) and start `<id>~N` unpinned."""
     run = ex.run
-    patch: RunPatch = {
-        "status": "completed",
-        "output": None,
-        "error": None,
-        "wake_at": None,
-        "locked_by": None,
-        "locked_until": None,
-    }
-    if not await update_if_live(engine, run.id, patch):
-        await _release_quietly(engine, run.id)
-        return
-    engine.events.emit(
-        EngineEvent(
-            type="run.completed", run_id=run.id, workflow=run.workflow, namespace=run.namespace
-        )
+    completed = await settle_terminal(
+        engine,
+        run,
+        {"status": "completed", "output": None, "error": None},
+        _event("run.completed", run),
+        {"ok": True, "value": None},
     )
-    engine.notify_parent(run, {"ok": True, "value": None})
-    engine.spawn(
-        engine.start_raw(
-            run.workflow,
-            new_input,
-            next_continuation_id(run.id),
-            namespace=run.namespace,
-            tags=run.tags,
+    if completed:
+        engine.spawn(
+            engine.start_raw(
+                run.workflow,
+                new_input,
+                next_continuation_id(run.id),
+                namespace=run.namespace,
+                tags=run.tags,
+            )
         )
-    )
 
 
 def next_continuation_id(run_id: str) -> str:

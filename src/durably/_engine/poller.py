@@ -6,9 +6,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from durably._core.models import StepError, WorkflowRun
+from durably._core.models import StepError, WorkflowRun, replace
 from durably._engine import operator
-from durably._engine.driver import update_if_status
+from durably._engine.driver import settle_terminal, update_if_status
 from durably._engine.events import EngineEvent
 
 if TYPE_CHECKING:
@@ -103,35 +103,24 @@ async def recover_incomplete(engine: Engine) -> int:
                 message=f"run exceeded maxRecoveryAttempts ({cap}) — moved to dead-letter",
                 code="max_recovery_attempts",
             )
-            written = await update_if_status(
+            dead = await settle_terminal(
                 engine,
-                run.id,
-                {
-                    "status": "dead",
-                    "error": error,
-                    "recovery_attempts": attempts,
-                    "locked_by": None,
-                    "locked_until": None,
-                },
-                (run.status,),
-            )
-            if not written:
-                await store.release_run_lock(run.id)
-                continue
-            engine.events.emit(
+                run,
+                {"status": "dead", "error": error, "recovery_attempts": attempts},
                 EngineEvent(
                     type="run.failed",
                     run_id=run.id,
                     workflow=run.workflow,
                     namespace=run.namespace,
                     error=error,
-                )
+                ),
+                {"ok": False, "error": error.message, "code": error.code},
+                statuses=(run.status,),
             )
-            dead = await store.get_run(run.id)
-            if dead is not None:
-                engine.fire_dead(dead)
-            engine.wakes.announce_soon("settled", run.id)
-            engine.notify_parent(run, {"ok": False, "error": error.message, "code": error.code})
+            if dead:
+                engine.fire_dead(
+                    replace(run, status="dead", error=error, recovery_attempts=attempts)
+                )
             continue
         status = "pending" if run.status == "running" else run.status
         written = await update_if_status(
