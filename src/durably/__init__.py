@@ -38,6 +38,7 @@ from durably._core.models import (
 from durably._engine.ctx import WorkflowCtx
 from durably._engine.engine import Engine
 from durably._engine.events import EngineEvent, MetricsSnapshot
+from durably._engine.fans import Fulfilled, Rejected, Settled
 from durably._engine.handle import RunHandle, UpdateResult
 from durably._engine.registry import (
     OnErrorInput,
@@ -59,6 +60,7 @@ __all__ = [
     "Engine",
     "EngineEvent",
     "FatalError",
+    "Fulfilled",
     "GatherError",
     "GatherItemFailure",
     "InMemoryStateStore",
@@ -68,6 +70,7 @@ __all__ = [
     "NonDeterminismError",
     "OnErrorInput",
     "OnErrorRoute",
+    "Rejected",
     "RemoteStepError",
     "RetryPolicy",
     "RunFailedError",
@@ -78,6 +81,7 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "SerializationError",
+    "Settled",
     "SignalTimeoutError",
     "SignalWaiter",
     "SingletonQueueFullError",

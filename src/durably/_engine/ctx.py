@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
@@ -24,7 +24,9 @@ from durably._core.errors import (
 )
 from durably._core.jsonutil import compact
 from durably._core.models import JSONValue, SignalWaiter, StepCheckpoint, ms_from_utc
+from durably._engine import fans
 from durably._engine.execution import STEP_SCOPE, Execution
+from durably._engine.fans import FanMode, Settled
 from durably._engine.registry import BackoffKind, RetryPolicy, Step, Workflow, _backoff_from
 from durably._engine.typed_io import PLAIN, ValueCodec
 
@@ -523,13 +525,69 @@ class WorkflowCtx:
         await ex.save(ex.instant(seq, f"spawn:{child_id}", "local", output=child_id))
         return child_id
 
-    def all(self, *args: Any, **kwargs: Any) -> NoReturn:
-        """Fans (`ctx.all`) land with issue #4."""
-        raise NotImplementedError("ctx.all (fans) is not supported yet")
+    def all(
+        self,
+        target: Workflow[Any, O] | Step[Any, O] | str,
+        inputs: Iterable[Any],
+        *,
+        mode: FanMode = "wait_all",
+        concurrency: int | None = None,
+        **step_opts: Any,
+    ) -> Coroutine[Any, Any, list[O]]:
+        """Fan out one workflow or step over `inputs`; outputs in input order (§3.8)."""
+        if mode not in ("wait_all", "fail_fast"):
+            raise ValueError(f'ctx.all: mode must be "wait_all" or "fail_fast", not {mode!r}')
+        return self._fan("all", target, list(inputs), mode, concurrency, step_opts, False)
 
-    def all_settled(self, *args: Any, **kwargs: Any) -> NoReturn:
-        """Fans (`ctx.all_settled`) land with issue #4."""
-        raise NotImplementedError("ctx.all_settled (fans) is not supported yet")
+    def all_settled(
+        self,
+        target: Workflow[Any, O] | Step[Any, O] | str,
+        inputs: Iterable[Any],
+        *,
+        concurrency: int | None = None,
+        **step_opts: Any,
+    ) -> Coroutine[Any, Any, list[Settled[O]]]:
+        """Like `all` in wait_all mode, but returns `Fulfilled`/`Rejected` items (§3.9)."""
+        return self._fan(
+            "all_settled", target, list(inputs), "wait_all", concurrency, step_opts, True
+        )
+
+    def _fan(
+        self,
+        primitive: str,
+        target: Workflow[Any, Any] | Step[Any, Any] | str,
+        inputs: list[Any],
+        mode: FanMode,
+        concurrency: int | None,
+        step_opts: dict[str, Any],
+        settled: bool,
+    ) -> Coroutine[Any, Any, Any]:
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"ctx.{primitive}: concurrency must be >= 1, not {concurrency}")
+        is_step = isinstance(target, Step) or (
+            # Decision (engine.md §3.8, two forms): a name is a workflow fan when a workflow is
+            # registered under it, else a step fan by step name.
+            isinstance(target, str) and self._engine.registration(target) is None
+        )
+        if not isinstance(target, Workflow | Step | str):
+            raise TypeError(f"ctx.{primitive}() takes a workflow or a step, not {target!r}")
+        if not is_step and step_opts:
+            # Decision (engine.md §3.8): AllOptions = {mode, concurrency} only for workflow fans.
+            raise TypeError(f"ctx.{primitive}: step options {sorted(step_opts)} on a workflow fan")
+        unknown = sorted(set(step_opts) - _STEP_FAN_OPTIONS)
+        if unknown:
+            raise TypeError(f"ctx.{primitive}: unsupported step fan options {unknown}")
+        self._guard(primitive)
+        if not inputs:
+            return _empty()  # engine.md §3.8: [] with no seqs claimed, no side effects
+        first = self._claim(primitive, len(inputs))  # N contiguous seqs, synchronously
+        if is_step:
+            assert not isinstance(target, Workflow)
+            return _step_fan(self, target, inputs, first, mode, concurrency, step_opts, settled)
+        assert not isinstance(target, Step)
+        return fans.workflow_fan(
+            self._ex, target, inputs, first, mode=mode, concurrency=concurrency, settled=settled
+        )
 
     # ------------------------------------------------------------------ operator hooks
 
@@ -595,6 +653,52 @@ class WorkflowCtx:
 
         ex.run = replace(ex.run, search_attributes=merged)
         await ex.save(ex.instant(seq, "searchAttributes", "local", output=attrs))
+
+
+# engine.md §3.8: AllStepsOptions = step dispatch options minus queue/timeout. `priority` is
+# accepted for API parity; the in-process transport has no queue for it to order.
+_STEP_FAN_OPTIONS = frozenset(
+    {"retries", "backoff", "backoff_ms", "backoff_max_ms", "jitter", "priority"}
+)
+
+
+async def _empty() -> list[Any]:
+    return []
+
+
+def _step_fan(
+    ctx: WorkflowCtx,
+    step: Step[Any, Any] | str,
+    inputs: list[Any],
+    first: int,
+    mode: FanMode,
+    concurrency: int | None,
+    opts: dict[str, Any],
+    settled: bool,
+) -> Coroutine[Any, Any, list[Any]]:
+    definition = step if isinstance(step, Step) else ctx._engine.registry_step(step)
+    name = step.name if isinstance(step, Step) else step
+    base = definition.policy if definition is not None else RetryPolicy()
+    kind, base_ms = _backoff_from(opts.get("backoff"))
+    backoff_ms = opts.get("backoff_ms")
+    policy = base.overlay(
+        retries=opts.get("retries"),
+        backoff=kind,
+        backoff_ms=to_ms(backoff_ms) if backoff_ms is not None else base_ms,
+        backoff_max_ms=to_ms_or_none(opts.get("backoff_max_ms")),
+        jitter=opts.get("jitter"),
+    )
+    return fans.step_fan(
+        ctx._ex,
+        name,
+        definition,
+        inputs,
+        first,
+        policy,
+        mode=mode,
+        concurrency=concurrency,
+        settled=settled,
+    )
 
 
 def _unwrap(child_id: str, completion: Any, codec: ValueCodec) -> Any:

@@ -344,6 +344,7 @@ class Execution:
         input: Any,
         policy: RetryPolicy,
         timeout_ms: int | None,
+        parallel_group: str | None = None,
     ) -> Any:
         """ctx.step through the in-process transport (engine.md §3.1, §5.2).
 
@@ -396,6 +397,7 @@ class Execution:
                     started,
                     finished,
                     output=output,
+                    parallel_group=parallel_group,
                 )
                 await self.save(done)
                 self.emit(
@@ -423,6 +425,7 @@ class Execution:
                 finished,
                 error=error,
                 wake_at=wake_at,
+                parallel_group=parallel_group,
             )
             await self.save(failed)
             self.emit(
@@ -462,6 +465,7 @@ class Execution:
         error: StepError | None = None,
         wake_at: int | None = None,
         events: tuple[StepEvent, ...] | None = None,
+        parallel_group: str | None = None,
     ) -> StepCheckpoint:
         return StepCheckpoint(
             run_id=self.run_id,
@@ -476,6 +480,7 @@ class Execution:
             attempts=attempts,
             wake_at=wake_at,
             events=events or None,
+            parallel_group=parallel_group,
             enqueued_at=utc_from_ms(started),
             started_at=utc_from_ms(started),
             finished_at=utc_from_ms(finished),

@@ -1,0 +1,383 @@
+"""Fans: `ctx.all` / `ctx.all_settled` (engine.md §3.8–3.9, §2.5; api.md §3).
+
+A first, correct implementation (not yet scale-optimized, issue #4 item 1): one row per
+member, the single-child protocol per workflow-fan member, `Execution.run_step` per
+step-fan member. No folded `fan:` records yet (engine.md §3.8.4 makes folding optional).
+
+Decisions (engine.md §3.8.2, in-process transport): a step-fan member is an ordinary
+`run_step` at its own seq — like `ctx.step`, one row per attempt (no `pending` row before
+execution: the dispatching process is the executing one), every row tagged with the group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+from durably._core.errors import (
+    GatherError,
+    GatherItemFailure,
+    StepFailedError,
+    WorkflowSuspended,
+    _ControlFlow,
+)
+from durably._core.models import JSONValue, SignalWaiter
+from durably._engine.execution import Execution, ReplayNow
+from durably._engine.registry import RetryPolicy, Step, Workflow
+from durably._engine.typed_io import PLAIN, ValueCodec
+
+log = logging.getLogger("durably")
+
+O = TypeVar("O")
+FanMode = Literal["wait_all", "fail_fast"]
+
+
+# ------------------------------------------------------------------ Settled (§3.9)
+
+
+@dataclass(frozen=True, slots=True)
+class Settled(Generic[O]):
+    """One item of `ctx.all_settled`: `Fulfilled(value)` or `Rejected(id, error, ...)`."""
+
+    status: ClassVar[str] = ""
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Settled[Any]:
+        if data.get("status") == "fulfilled":
+            return Fulfilled(data.get("value"))
+        return Rejected(
+            id=str(data.get("id")),
+            error=str(data.get("error")),
+            code=data.get("code"),
+            details=data.get("details"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Fulfilled(Settled[O]):
+    value: O
+    status: ClassVar[str] = "fulfilled"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": "fulfilled", "value": self.value}
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected(Settled[Any]):
+    id: str
+    error: str
+    code: str | None = None
+    details: JSONValue = None
+    status: ClassVar[str] = "rejected"
+
+    def to_json(self) -> dict[str, Any]:
+        # engine.md §3.9: `code`/`details` keys omitted when absent.
+        out: dict[str, Any] = {"status": "rejected", "id": self.id, "error": self.error}
+        if self.code is not None:
+            out["code"] = self.code
+        if self.details is not None:
+            out["details"] = self.details
+        return out
+
+
+# ------------------------------------------------------------------ shared
+
+
+def fan_group(first_seq: int) -> str:
+    # engine.md §2.5: the plain `all:<firstSeq>` form (readers MUST accept it). Decision: the
+    # extended `:<total>[:ff]` encoding is left for the scale work of issue #4.
+    return f"all:{first_seq}"
+
+
+def _waves(n: int, concurrency: int | None) -> list[range]:
+    # engine.md §3.8.1 launch window: all N, or waves [k*c, (k+1)*c); wave k+1 launches
+    # only once every member of wave k settled (same rule for step fans, §3.8.2).
+    if concurrency is None or concurrency >= n:
+        return [range(n)]
+    return [range(k, min(n, k + concurrency)) for k in range(0, n, concurrency)]
+
+
+@dataclass(slots=True)
+class _Outcome:
+    ok: bool
+    value: Any = None
+    error: str = ""
+    code: str | None = None
+    details: JSONValue = None
+
+
+def _finish(
+    outcomes: Sequence[_Outcome | None],
+    ids: list[str],
+    mode: FanMode,
+    settled: bool,
+) -> list[Any]:
+    n = len(ids)
+    done = [o for o in outcomes if o is not None]
+    assert len(done) == n
+    if settled:
+        return [
+            Fulfilled(o.value) if o.ok else Rejected(ids[i], o.error, o.code, o.details)
+            for i, o in enumerate(done)
+        ]
+    failures = [_failure(i, ids[i], o) for i, o in enumerate(done) if not o.ok]
+    if failures:
+        raise GatherError(failures, total=n)
+    return [o.value for o in done]
+
+
+def _failure(index: int, id: str, o: _Outcome) -> GatherItemFailure:
+    return GatherItemFailure(index, id, o.error, o.code, o.details)
+
+
+# ------------------------------------------------------------------ workflow fan (§3.8.1)
+
+
+def _completion_outcome(completion: Any, codec: ValueCodec) -> _Outcome:
+    """engine.md §3.7 `unwrapCompletion`, without raising: a child's code/details reach the
+    GatherItemFailure / Rejected item (§4 edge cases)."""
+    if isinstance(completion, dict) and completion.get("ok") is True:
+        value = completion.get("value")
+        return _Outcome(True, None if value is None else codec.from_json(value))
+    if isinstance(completion, dict):
+        return _Outcome(
+            False,
+            error=str(completion.get("error")),
+            code=completion.get("code"),
+            details=completion.get("details"),
+        )
+    return _Outcome(False, error=str(completion))
+
+
+async def workflow_fan(
+    ex: Execution,
+    workflow: Workflow[Any, Any] | str,
+    inputs: list[Any],
+    first: int,
+    *,
+    mode: FanMode,
+    concurrency: int | None,
+    settled: bool,
+) -> list[Any]:
+    engine = ex.engine
+    store = ex.store
+    n = len(inputs)
+    group = fan_group(first)
+    codec = workflow.output_codec if isinstance(workflow, Workflow) else PLAIN
+    if concurrency is None:
+        ids = [f"{ex.run_id}.all.{first}.{i}" for i in range(n)]
+    else:
+        # engine.md §3.8.1 (0.79, inferred): `.w<k>.<i>`, k = i // concurrency, i = input index.
+        ids = [f"{ex.run_id}.all.{first}.w{i // concurrency}.{i}" for i in range(n)]
+    fail_fast = mode == "fail_fast" and not settled
+    outcomes: list[_Outcome | None] = [None] * n
+
+    def record(i: int) -> _Outcome | None:
+        if outcomes[i] is None:
+            cp = ex.snapshot.get(first + i)
+            if cp is not None and cp.status == "completed":
+                outcomes[i] = _completion_outcome(cp.output, codec)
+        return outcomes[i]
+
+    def first_failure() -> int | None:
+        # engine.md §3.8.1 failFast: scanning in INPUT order, the first completed member
+        # whose Completion is ok:false.
+        for i in range(n):
+            o = record(i)
+            if o is not None and not o.ok:
+                return i
+        return None
+
+    async def stop(index: int) -> None:
+        o = outcomes[index]
+        assert o is not None
+        # Decision (engine.md §3.8.1 failFast): remove our own waiters of the members not
+        # yet completed BEFORE cancelling them, so their `cancelled` completions are
+        # buffered instead of landing at fan seqs; a replay then finds the same first
+        # failure. The cancel is a deferred plain cancel, errors swallowed, idempotent.
+        pending = [i for i in range(n) if record(i) is None]
+        for i in pending:
+            await store.remove_signal_waiter(
+                SignalWaiter(token=f"child:{ids[i]}", run_id=ex.run_id, seq=first + i)
+            )
+        engine.spawn(_cancel_quietly(engine, [ids[i] for i in pending]))
+        raise GatherError([_failure(index, ids[index], o)], total=n)
+
+    for wave in _waves(n, concurrency):
+        if fail_fast and (bad := first_failure()) is not None:
+            await stop(bad)  # with waves, no further wave is ever started
+        outstanding: list[int] = []
+        for i in wave:
+            if record(i) is None:
+                await _launch_member(ex, workflow, inputs[i], ids[i], first + i, group)
+                if record(i) is None:
+                    outstanding.append(i)
+        if fail_fast and (bad := first_failure()) is not None:
+            await stop(bad)
+        if not outstanding:
+            continue
+        if not ex.resident:
+            # Classic mode: suspend once for the whole block (§3.8.1); the lost-wake guard
+            # of the suspend settle re-reads every awaited row.
+            ex.waiting_seqs.update(first + i for i in outstanding)
+            raise WorkflowSuspended(None)
+        if fail_fast:
+            # Decision (engine.md §3.8.1 failFast, resident mode): wake on every member
+            # settling; the failure raised is the first failed one in INPUT order among the
+            # members settled when a failure is observed — what a replay scan also finds.
+            await _wait_any_failure(ex, first, outstanding, record)
+            if (bad := first_failure()) is not None:
+                await stop(bad)
+        else:
+            # wait_all / all_settled (engine.md §3.8.1 "all settled"): one park at a time;
+            # deliveries for the other members land in the snapshot meanwhile.
+            for i in outstanding:
+                await ex.wait(first + i, None)
+        for i in outstanding:
+            assert record(i) is not None
+    return _finish(outcomes, ids, mode, settled)
+
+
+async def _launch_member(
+    ex: Execution,
+    workflow: Workflow[Any, Any] | str,
+    input: Any,
+    child_id: str,
+    seq: int,
+    group: str,
+) -> None:
+    """The single-child protocol of engine.md §3.7 for one member, with the fan group."""
+    store = ex.store
+    token = f"child:{child_id}"
+    name = f"signal:{token}"
+    cp = ex.snapshot.get(seq)
+    waiter = SignalWaiter(token=token, run_id=ex.run_id, seq=seq, parallel_group=group)
+    await store.put_signal_waiter(waiter)  # waiter FIRST
+    hit = await store.take_buffered_signal(token)  # lost-wake guard
+    if hit is not None:
+        await store.remove_signal_waiter(waiter)
+        await ex.save(ex.instant(seq, name, "signal", output=hit.payload, parallel_group=group))
+        return
+    if cp is None:
+        if await store.get_run(child_id) is None:
+            ex.engine.start_child_soon(workflow, input, child_id, ex.run, None, None)
+        await ex.save(ex.instant(seq, name, "signal", status="running", parallel_group=group))
+
+
+async def _wait_any_failure(
+    ex: Execution, first: int, indices: list[int], record: Callable[[int], _Outcome | None]
+) -> None:
+    """Resident failFast: wait for members until all settled or one failed."""
+    tasks = {asyncio.ensure_future(ex.wait(first + i, None)): i for i in indices}
+    pending = set(tasks)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # propagates eviction / store failures
+                outcome = record(tasks[task])
+                if outcome is not None and not outcome.ok:
+                    return
+    finally:
+        for task in pending:
+            task.cancel()
+        for task in tasks:
+            task.add_done_callback(_retrieve)
+
+
+async def _cancel_quietly(engine: Any, ids: list[str]) -> None:
+    for child_id in ids:
+        try:
+            await engine.cancel(child_id)
+        except Exception:
+            log.debug("fail_fast cancel of %s failed", child_id, exc_info=True)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+# ------------------------------------------------------------------ step fan (§3.8.2)
+
+
+async def step_fan(
+    ex: Execution,
+    name: str,
+    definition: Step[Any, Any] | None,
+    inputs: list[Any],
+    first: int,
+    policy: RetryPolicy,
+    *,
+    mode: FanMode,
+    concurrency: int | None,
+    settled: bool,
+) -> list[Any]:
+    n = len(inputs)
+    group = fan_group(first)
+    ids = [f"{ex.run_id}:{first + i}" for i in range(n)]  # member id = stepId (§3.8.2)
+    fail_fast = mode == "fail_fast" and not settled
+    outcomes: list[_Outcome | None] = [None] * n
+    for wave in _waves(n, concurrency):
+        tasks = {
+            asyncio.ensure_future(
+                ex.run_step(first + i, name, definition, inputs[i], policy, None, group)
+            ): i
+            for i in wave
+        }
+        pending = set(tasks)
+        flow: list[tuple[int, BaseException]] = []
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=tasks.__getitem__):
+                    i = tasks[task]
+                    exc = task.exception()
+                    if exc is None:
+                        outcomes[i] = _Outcome(True, task.result())
+                    elif isinstance(exc, StepFailedError):
+                        # A member failed for good: its recorded StepError surfaces.
+                        se = exc.step_error
+                        failed = _Outcome(False, error=se.message, code=se.code, details=se.details)
+                        outcomes[i] = failed
+                        if fail_fast:
+                            # engine.md §3.8.2 failFast: raise with the first member failed
+                            # for good; decision: siblings still in flight are cancelled
+                            # (their late results are ignored anyway).
+                            raise GatherError([_failure(i, ids[i], failed)], total=n)
+                    else:
+                        flow.append((i, exc))
+        finally:
+            for task in pending:
+                task.cancel()
+            for task in tasks:
+                task.add_done_callback(_retrieve)
+        if flow:
+            # Decision: every in-flight member of the wave settles before the turn ends (so
+            # its checkpoint lands); then the most severe signal propagates: store
+            # failure / eviction / NonDeterminism first, then ReplayNow, then a suspension
+            # at the earliest wakeAt among members (§3.8.2).
+            raise _pick(flow)
+    return _finish(outcomes, ids, mode, settled)
+
+
+def _pick(flow: list[tuple[int, BaseException]]) -> BaseException:
+    excs = [e for _, e in flow]
+    for e in excs:
+        if not isinstance(e, WorkflowSuspended | ReplayNow) and isinstance(e, _ControlFlow):
+            return e
+    for e in excs:
+        if not isinstance(e, _ControlFlow):
+            return e
+    for e in excs:
+        if isinstance(e, ReplayNow):
+            return e
+    wakes = [e.wake_at for e in excs if isinstance(e, WorkflowSuspended)]
+    known = [w for w in wakes if w is not None]
+    return WorkflowSuspended(min(known) if known else None)
