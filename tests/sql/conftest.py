@@ -5,53 +5,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from durably._core.models import StepCheckpoint, WorkflowRun
 from durably._store.sql import SqlStateStore
 from tests.pg_support import fresh_schema, schema_url
+from tests.store.support import T0, at, make_cp, make_run
 
-T0 = datetime(2026, 6, 11, tzinfo=UTC)
-
-
-def at(minutes: int = 0, *, ms: int = 0) -> datetime:
-    return T0 + timedelta(minutes=minutes, milliseconds=ms)
-
-
-def make_run(run_id: str = "r1", **kw: Any) -> WorkflowRun:
-    fields: dict[str, Any] = {
-        "id": run_id,
-        "workflow": "checkout",
-        "workflow_version": "1",
-        "status": "running",
-        "input": {"orderId": "o1"},
-        "created_at": T0,
-        "updated_at": T0,
-    }
-    fields.update(kw)
-    return WorkflowRun(**fields)
-
-
-def make_cp(run_id: str = "r1", seq: int = 0, **kw: Any) -> StepCheckpoint:
-    fields: dict[str, Any] = {
-        "run_id": run_id,
-        "seq": seq,
-        "name": "reserve",
-        "kind": "local",
-        "step_id": f"{run_id}:{seq}",
-        "status": "completed",
-        "output": {"ok": True},
-        "attempts": 1,
-        "started_at": T0,
-        "finished_at": T0,
-    }
-    fields.update(kw)
-    return StepCheckpoint(**fields)
+# The store.md §14 fixtures, shared with the conformance suite.
+__all__ = ["T0", "at", "make_cp", "make_run"]
 
 
 def sqlite_url(path: Path) -> str:
