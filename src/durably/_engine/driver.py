@@ -23,6 +23,7 @@ from durably._core.models import (
     WorkflowRun,
     replace,
 )
+from durably._engine import routing
 from durably._engine.ctx import WorkflowCtx
 from durably._engine.events import EngineEvent
 from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, StoreFailure
@@ -96,6 +97,14 @@ async def drive(engine: Engine, run: WorkflowRun) -> None:
         await _release_quietly(engine, run.id)
         return
     if prepared is None:
+        return
+    # engine.md §6.5: a routed run follows its handoff; the body is NOT run again.
+    if routing.live_handoff(run.id, prepared[2]) is not None:
+        try:
+            await routing.follow_handoff(engine, prepared[0], prepared[2])
+        except Exception as exc:
+            log.warning("run %s: could not follow its onError handoff (%s)", run.id, exc)
+            await _release_quietly(engine, run.id)
         return
     execution = Execution(engine, *prepared)
     engine.executions[run.id] = execution
@@ -219,6 +228,10 @@ async def _turn(engine: Engine, ex: Execution) -> None:
     await settle_completed(engine, ex.run, output)
 
 
+async def release_quietly(engine: Engine, run_id: str) -> None:
+    await _release_quietly(engine, run_id)
+
+
 async def _release_quietly(engine: Engine, run_id: str) -> None:
     try:
         await engine.store.release_run_lock(run_id)
@@ -263,7 +276,13 @@ async def settle_completed(engine: Engine, run: WorkflowRun, output: Any) -> Non
     )
 
 
-async def settle_failed(engine: Engine, run: WorkflowRun, error: StepError) -> None:
+async def settle_failed(
+    engine: Engine, run: WorkflowRun, error: StepError, *, route: bool = True
+) -> None:
+    # engine.md §1.8 `failed`: routeFailure (§6.4) first; a failure settled by
+    # followHandoff (§6.5) passes route=False and is never routed again.
+    if route and await routing.route_failure(engine, run, error):
+        return
     await settle_terminal(
         engine,
         run,

@@ -30,7 +30,7 @@ from durably._core.models import (
     now_utc,
     replace,
 )
-from durably._engine import driver, operator, poller, publish, signals
+from durably._engine import driver, operator, poller, publish, routing, signals
 from durably._engine.events import EngineEvent, EventBus, Listener, MetricsSnapshot
 from durably._engine.execution import Execution, ResidentSet
 from durably._engine.handle import RunHandle, UpdateResult, WaitUntil, is_settled
@@ -222,6 +222,7 @@ class Engine:
                     asyncio.create_task(poller.lease_loop(self), name="durably-leases"),
                 ]
             self._opened = True
+        routing.warn_unserved(self)  # engine.md §6.2: boot-time warning, never raises
 
     async def _take_instance(self) -> None:
         """A restart with the same instance_id: once the previous incarnation is provably
@@ -305,6 +306,10 @@ class Engine:
 
     def registered_workflows(self) -> list[Workflow[Any, Any]]:
         return list(self._workflows.workflows.values())
+
+    async def unserved_on_error_routes(self) -> list[dict[str, Any]]:
+        """engine.md §6.2: `{workflow, route}` whose handler is not registered here."""
+        return routing.unserved_on_error_routes(self)
 
     def registry_step(self, name: str) -> Step[Any, Any] | None:
         if self._steps is not None:

@@ -11,6 +11,7 @@ from durably._core.models import (
     HANDOFF_SEQ_BASE,
     RunPatch,
     RunResult,
+    SignalWaiter,
     StepError,
     WorkflowRun,
     replace,
@@ -149,7 +150,9 @@ async def requeue(
     resurrecting = run.status in ("failed", "dead")
     if resurrecting:
         now = engine.clock()
-        for cp in await store.list_checkpoints(run_id):
+        cps = await store.list_checkpoints(run_id)
+        await _retire_handoff(engine, run_id, cps)
+        for cp in cps:
             if cp.seq >= HANDOFF_SEQ_BASE:
                 continue
             if cp.status == "failed":
@@ -198,6 +201,23 @@ async def requeue(
     await store.update_run(run_id, patch)
     engine.dispatch(run_id)
     return RunResult(run_id, "pending")
+
+
+async def _retire_handoff(engine: Engine, run_id: str, cps: list[Any]) -> None:
+    """engine.md §8.3 / §6.6: rename the live handoff row to its retired name (kept for the
+    timeline, status unchanged, never followed) — first, before anything else is reset."""
+    from durably._engine import routing
+
+    live = routing.live_handoff(run_id, cps)
+    if live is None:
+        return
+    handler_id = routing.handoff_handler_id(run_id, live)
+    assert handler_id is not None
+    await engine.store.save_checkpoint(replace(live, name=routing.retired_handoff_name(handler_id)))
+    # A waiter left behind by a handler that never completed must not wake the new attempt.
+    await engine.store.remove_signal_waiter(
+        SignalWaiter(token=f"child:{handler_id}", run_id=run_id, seq=live.seq)
+    )
 
 
 _ENGINE_MINTED = ("singleton:", "concurrency:", "version:undeclared", "durable:")

@@ -237,6 +237,41 @@ class OnErrorInput:
     input: Any
     error: dict[str, Any]
 
+    def to_json(self) -> dict[str, Any]:
+        """The handler's stored input, camelCase per api.md's naming rule."""
+        return {
+            "runId": self.run_id,
+            "workflow": self.workflow,
+            "input": self.input,
+            "error": dict(self.error),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> OnErrorInput:
+        if isinstance(data, OnErrorInput):
+            return data
+        if not isinstance(data, dict):
+            raise ValueError("OnErrorInput must be an object {runId, workflow, input, error}")
+        return cls(
+            run_id=str(data.get("runId", data.get("run_id", ""))),
+            workflow=str(data.get("workflow", "")),
+            input=data.get("input"),
+            error=dict(data.get("error") or {}),
+        )
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        # A handler annotating its input with OnErrorInput receives it rebuilt from the
+        # camelCase JSON (engine.md §6.1); unannotated handlers receive the plain dict.
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_plain_validator_function(
+            cls.from_json,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda v: v.to_json() if isinstance(v, OnErrorInput) else v
+            ),
+        )
+
 
 def assert_routes(workflow: str, routes: Sequence[OnErrorRoute]) -> tuple[OnErrorRoute, ...]:
     """engine.md §6.2: two routes for one code, or two catch-alls, are rejected."""

@@ -1,0 +1,249 @@
+"""onError routing: a failed run handed to a handler workflow by error code (engine.md §6).
+
+Only routes of LOCALLY registered workflows apply (engine.md §6.3 item 1). Routes announced
+by remote workers for convention-served workflows (§6.3 item 2, `announcedRoutes` and the
+`run.unrouted` disagreement report) need remote worker groups, which this engine does not
+have yet: a run without a local registration is never routed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from durably._core.models import (
+    HANDOFF_SEQ_BASE,
+    RunPatch,
+    SignalWaiter,
+    StepCheckpoint,
+    StepError,
+    WorkflowRun,
+    utc_from_ms,
+)
+from durably._engine import driver
+from durably._engine.events import EngineEvent
+from durably._engine.registry import OnErrorInput, OnErrorRoute
+
+if TYPE_CHECKING:
+    from durably._engine.engine import Engine
+
+log = logging.getLogger("durably")
+
+HANDOFF_PREFIX = "signal:child:"
+RETIRED_PREFIX = "handoff:retired:"
+
+
+def on_error_run_id(run_id: str, attempt: int) -> str:
+    """engine.md §6.1 `onErrorRunId`: `<runId>.onError.<attempt>` (attempt 1-based)."""
+    return f"{run_id}.onError.{attempt}"
+
+
+def handoff_name(handler_id: str) -> str:
+    """engine.md §6.4 step 4: the name the child wake writes, so it overwrites the row."""
+    return f"{HANDOFF_PREFIX}{handler_id}"
+
+
+def retired_handoff_name(handler_id: str) -> str:
+    """engine.md §6.4 step 4 / §6.6: a distinct non-child name, never followed."""
+    return f"{RETIRED_PREFIX}{handler_id}"
+
+
+def route_for(routes: Sequence[OnErrorRoute], error: StepError) -> OnErrorRoute | None:
+    """engine.md §6.2 `routeFor`: exact code, else the catch-all; never `non_determinism`
+    (a broken deploy is never routed, even by an explicit or catch-all route)."""
+    if not routes or error.code == "non_determinism":
+        return None
+    catch_all: OnErrorRoute | None = None
+    for route in routes:
+        if route.code is None:
+            catch_all = route
+        elif error.code is not None and route.code == error.code:
+            return route
+    return catch_all
+
+
+def handoff_checkpoints(cps: Sequence[StepCheckpoint]) -> list[StepCheckpoint]:
+    """engine.md §6.4 helpers: rows at `seq >= HANDOFF_SEQ_BASE`, live or retired."""
+    return [cp for cp in cps if cp.seq >= HANDOFF_SEQ_BASE]
+
+
+def handoff_handler_id(run_id: str, cp: StepCheckpoint) -> str | None:
+    """The handler id a LIVE handoff row names, else None (engine.md §6.4 helpers)."""
+    if cp.seq < HANDOFF_SEQ_BASE or not cp.name.startswith(HANDOFF_PREFIX):
+        return None
+    handler_id = cp.name[len(HANDOFF_PREFIX) :]
+    if not handler_id.startswith(f"{run_id}.onError."):
+        return None
+    return handler_id
+
+
+def live_handoff(run_id: str, cps: Sequence[StepCheckpoint]) -> StepCheckpoint | None:
+    """engine.md §6.4 `liveHandoff`: the highest-seq unretired handoff row, else None."""
+    live = [cp for cp in handoff_checkpoints(cps) if handoff_handler_id(run_id, cp)]
+    return max(live, key=lambda cp: cp.seq) if live else None
+
+
+def routes_of(engine: Engine, run: WorkflowRun) -> tuple[OnErrorRoute, ...]:
+    """engine.md §6.3 item 1: the local registration of `workflow@version` (or latest).
+    Item 2 (routes announced by remote workers) is out of scope: no remote worker groups."""
+    wf = engine.registration(run.workflow, run.workflow_version) or engine.registration(
+        run.workflow
+    )
+    return wf.on_error if wf is not None else ()
+
+
+def on_error_input(run: WorkflowRun, error: StepError) -> dict[str, Any]:
+    """engine.md §6.1 `OnErrorInput` as JSON, camelCase per api.md's naming rule."""
+    return OnErrorInput(
+        run_id=run.id, workflow=run.workflow, input=run.input, error=error.to_json()
+    ).to_json()
+
+
+async def route_failure(engine: Engine, run: WorkflowRun, error: StepError) -> bool:
+    """engine.md §6.4 `routeFailure`: hand the failure to its handler; True when routed
+    (the run is then `suspended`, its lease released), False when it fails as usual."""
+    route = route_for(routes_of(engine, run), error)
+    if route is None:
+        return False
+    store = engine.store
+    # §6.4 step 3: attempt = 1 + handoff rows (live or retired); seq = BASE + attempt - 1.
+    attempt = 1 + len(handoff_checkpoints(await store.list_checkpoints(run.id)))
+    handler_id = on_error_run_id(run.id, attempt)
+    seq = HANDOFF_SEQ_BASE + attempt - 1
+    handler_input = on_error_input(run, error)
+    # §6.4 step 4: the waiter first, then the placeholder the child wake overwrites.
+    await store.put_signal_waiter(SignalWaiter(token=f"child:{handler_id}", run_id=run.id, seq=seq))
+    at = utc_from_ms(engine.clock())
+    await store.save_checkpoint(
+        StepCheckpoint(
+            run_id=run.id,
+            seq=seq,
+            name=handoff_name(handler_id),
+            kind="signal",
+            step_id=f"{run.id}:{seq}",
+            status="running",
+            input={"workflow": route.workflow, "input": handler_input},
+            attempts=1,
+            enqueued_at=at,
+            started_at=at,
+            finished_at=at,
+        )
+    )
+    # The turn that failed is over: a completion delivered from now on must start a new
+    # turn (which follows the handoff), not wake the closed resident execution.
+    ex = engine.executions.get(run.id)
+    if ex is not None:
+        ex.resident = False
+    # §6.4 step 5: `suspended`, reconcile fallback wake, `error` keeps the original failure
+    # (inferred), lease released. No `run.failed`, no parent notification yet.
+    patch: RunPatch = {
+        "status": "suspended",
+        "error": error,
+        "wake_at": engine.fallback_wake_at(),
+        "locked_by": None,
+        "locked_until": None,
+    }
+    if not await driver.update_if_live(engine, run.id, patch):
+        # Settled elsewhere meanwhile (cancelled): never resurrect; the handoff row stays
+        # as a record, nothing is started.
+        await store.remove_signal_waiter(SignalWaiter(f"child:{handler_id}", run.id, seq))
+        await driver.release_quietly(engine, run.id)
+        return True
+    engine.events.emit(
+        EngineEvent(
+            type="run.routed",
+            run_id=run.id,
+            workflow=run.workflow,
+            namespace=run.namespace,
+            error=error,
+            name=route.workflow,  # §6.4 step 5: the handler workflow (field inferred)
+        )
+    )
+    engine.wakes.announce_soon("settled", run.id)
+    # §6.4 step 6: deferred start, tagged as the run's child; a failed start is delivered
+    # as a failed child completion (§3.7).
+    engine.start_child_soon(route.workflow, handler_input, handler_id, run, None, run.priority)
+    return True
+
+
+async def follow_handoff(engine: Engine, run: WorkflowRun, cps: Sequence[StepCheckpoint]) -> bool:
+    """engine.md §6.5 `followHandoff`, at the start of every turn of a routed run, before
+    the body. True when the turn was consumed (settled or suspended again)."""
+    cp = live_handoff(run.id, cps)
+    if cp is None:
+        return False
+    handler_id = handoff_handler_id(run.id, cp)
+    assert handler_id is not None
+    if cp.status == "completed":
+        completion = cp.output if isinstance(cp.output, dict) else {"ok": True, "value": cp.output}
+        if completion.get("ok"):
+            await driver.settle_completed(engine, run, completion.get("value"))
+        else:
+            failure = StepError(
+                message=str(completion.get("error", "onError handler failed")),
+                code=completion.get("code"),
+                details=completion.get("details"),
+            )
+            # §6.5: this failure settle does NOT route again.
+            await driver.settle_failed(engine, run, failure, route=False)
+        return True
+    handler = await engine.store.get_run(handler_id)
+    if handler is not None and handler.status == "completed":
+        await driver.settle_completed(engine, run, handler.output)
+        return True
+    if handler is not None and handler.status in ("failed", "dead", "cancelled"):
+        # §6.5: failed/dead → its error; cancelled → failed with its error (inferred).
+        failure = handler.error or StepError(
+            message=f"onError handler {handler_id} {handler.status}"
+        )
+        await driver.settle_failed(engine, run, failure, route=False)
+        return True
+    if handler is None:
+        # §6.5 / §6 edge case: the turn that handed off crashed before the deferred start.
+        start = cp.input if isinstance(cp.input, dict) else {}
+        workflow = start.get("workflow")
+        if isinstance(workflow, str):
+            engine.start_child_soon(
+                workflow, start.get("input"), handler_id, run, None, run.priority
+            )
+    # Stay suspended (reconcile fallback wake); the handler's completion re-drives the run.
+    patch: RunPatch = {
+        "status": "suspended",
+        "wake_at": engine.fallback_wake_at(),
+        "locked_by": None,
+        "locked_until": None,
+    }
+    if not await driver.update_if_live(engine, run.id, patch):
+        await driver.release_quietly(engine, run.id)
+    return True
+
+
+def unserved_on_error_routes(engine: Engine) -> list[dict[str, Any]]:
+    """engine.md §6.2 `unservedOnErrorRoutes`: `{workflow, route}` for every route of a
+    locally registered workflow whose handler is not registered on this engine. (The
+    "served by a live worker group" half needs remote workers: not checked yet.)"""
+    unserved: list[dict[str, Any]] = []
+    for wf in engine.registered_workflows():
+        for route in wf.on_error:
+            if engine.registration(route.workflow) is None:
+                unserved.append({"workflow": wf.name, "route": route})
+    return unserved
+
+
+def warn_unserved(engine: Engine) -> None:
+    """engine.md §6.2: a boot-time warning; never raises."""
+    try:
+        unserved = unserved_on_error_routes(engine)
+    except Exception:
+        log.debug("could not check onError routes", exc_info=True)
+        return
+    if unserved:
+        log.warning(
+            "onError handlers not registered on this engine: %s",
+            ", ".join(
+                f"{u['workflow']} → {u['route'].workflow}"
+                + (f" (code {u['route'].code})" if u["route"].code else "")
+                for u in unserved
+            ),
+        )

@@ -1,0 +1,256 @@
+"""onError routing: handoff, follow, retry, events and unserved routes (engine.md §6)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+import durably
+from durably import FatalError, OnErrorInput, OnErrorRoute, RunFailedError, WorkflowCtx
+from durably._core.models import HANDOFF_SEQ_BASE, StepError
+from durably._engine.events import EngineEvent
+from durably._engine.routing import route_for
+
+from .conftest import EngineFactory
+from .support import RESULT_TIMEOUT, bump, wait_status
+
+
+def test_route_for_exact_code_catch_all_and_non_determinism() -> None:
+    declined = OnErrorRoute(workflow="h.declined", code="declined")
+    catch_all = OnErrorRoute(workflow="h.any")
+    routes = [declined, catch_all]
+    assert route_for(routes, StepError("x", code="declined")) is declined
+    assert route_for(routes, StepError("x", code="timeout")) is catch_all
+    assert route_for(routes, StepError("x")) is catch_all
+    # engine.md §6.2: a broken deploy is never routed, even by a catch-all or exact route.
+    assert route_for(routes, StepError("x", code="non_determinism")) is None
+    nd = [OnErrorRoute(workflow="h", code="non_determinism")]
+    assert route_for(nd, StepError("x", code="non_determinism")) is None
+    assert route_for([], StepError("x", code="declined")) is None
+    assert route_for([declined], StepError("x", code="other")) is None
+
+
+def test_on_error_input_from_json() -> None:
+    value = OnErrorInput.from_json(
+        {"runId": "r", "workflow": "w", "input": [1], "error": {"message": "m"}}
+    )
+    assert value == OnErrorInput(run_id="r", workflow="w", input=[1], error={"message": "m"})
+    assert value.to_json()["runId"] == "r"
+
+
+async def test_code_route_completes_the_run_with_the_handlers_output(
+    engine_factory: EngineFactory, uid: str
+) -> None:
+    seen: list[Any] = []
+    counts: dict[str, int] = {}
+
+    @durably.workflow(f"{uid}.handler")
+    async def handler(ctx: WorkflowCtx, failure: OnErrorInput) -> dict[str, Any]:
+        seen.append(failure)
+        return {"recovered": failure.input["order"]}
+
+    @durably.workflow(f"{uid}.any")
+    async def any_handler(ctx: WorkflowCtx, failure: Any) -> str:
+        return "catch-all"
+
+    @durably.workflow(
+        f"{uid}.checkout",
+        on_error=[
+            OnErrorRoute(workflow=f"{uid}.handler", code="declined"),
+            OnErrorRoute(workflow=f"{uid}.any"),
+        ],
+    )
+    async def checkout(ctx: WorkflowCtx, order: dict[str, Any]) -> Any:
+        bump(counts, "body")
+        raise FatalError("card declined", code="declined", details={"card": "4242"})
+
+    events: list[EngineEvent] = []
+    async with engine_factory() as engine:
+        engine.subscribe(events.append)
+        handle = await engine.start(checkout, {"order": 7}, run_id=f"{uid}-r")
+        assert await handle.result(timeout=RESULT_TIMEOUT) == {"recovered": 7}
+        run_id = handle.run_id
+        handler_run = await engine.get_run(f"{run_id}.onError.1")
+        cps = await engine.list_checkpoints(run_id)
+        children = await engine.get_run_children(run_id)
+        metrics = engine.metrics()
+
+    assert counts == {"body": 1}  # the body is never re-run by the routed turns
+    assert len(seen) == 1
+    got = seen[0]
+    assert (got.run_id, got.workflow, got.input) == (run_id, f"{uid}.checkout", {"order": 7})
+    assert got.error["message"] == "card declined"
+    assert got.error["code"] == "declined" and got.error["details"] == {"card": "4242"}
+    assert handler_run is not None and handler_run.status == "completed"
+    assert handler_run.input["runId"] == run_id
+    handoff = [cp for cp in cps if cp.seq >= HANDOFF_SEQ_BASE]
+    assert [(cp.seq, cp.name, cp.status) for cp in handoff] == [
+        (HANDOFF_SEQ_BASE, f"signal:child:{run_id}.onError.1", "completed")
+    ]
+    assert f"{run_id}.onError.1" in children
+    routed = [e for e in events if e.type == "run.routed"]
+    assert len(routed) == 1 and routed[0].name == f"{uid}.handler"
+    assert routed[0].error is not None and routed[0].error.code == "declined"
+    assert not [e for e in events if e.type == "run.failed" and e.run_id == run_id]
+    assert metrics.runs["routed"] == 1
+    assert metrics.routed_by_code == {"declined": 1}
+
+
+async def test_handler_failure_fails_the_run_without_routing_again(
+    engine_factory: EngineFactory, uid: str
+) -> None:
+    @durably.workflow(f"{uid}.handler")
+    async def handler(ctx: WorkflowCtx, failure: dict[str, Any]) -> None:
+        raise FatalError("handler gave up", code="gave_up", details={"of": failure["runId"]})
+
+    @durably.workflow(f"{uid}.wf", on_error=[OnErrorRoute(workflow=f"{uid}.handler")])
+    async def wf(ctx: WorkflowCtx) -> None:
+        raise FatalError("boom")  # no code → catch-all
+
+    async with engine_factory() as engine:
+        handle = await engine.start(wf, run_id=f"{uid}-r")
+        with pytest.raises(RunFailedError) as info:
+            await handle.result(timeout=RESULT_TIMEOUT)
+        cps = await engine.list_checkpoints(handle.run_id)
+        metrics = engine.metrics()
+
+    error = info.value.error
+    assert error is not None
+    assert (error.message, error.code, error.details) == (
+        "handler gave up",
+        "gave_up",
+        {"of": f"{uid}-r"},
+    )
+    assert len([cp for cp in cps if cp.seq >= HANDOFF_SEQ_BASE]) == 1
+    assert metrics.runs["routed"] == 1 and metrics.routed_by_code == {"*": 1}
+
+
+async def test_no_matching_route_fails_as_usual(engine_factory: EngineFactory, uid: str) -> None:
+    @durably.workflow(f"{uid}.handler")
+    async def handler(ctx: WorkflowCtx, failure: Any) -> str:
+        return "handled"
+
+    @durably.workflow(
+        f"{uid}.wf", on_error=[OnErrorRoute(workflow=f"{uid}.handler", code="declined")]
+    )
+    async def wf(ctx: WorkflowCtx) -> None:
+        raise FatalError("other", code="other")
+
+    async with engine_factory() as engine:
+        handle = await engine.start(wf)
+        with pytest.raises(RunFailedError) as info:
+            await handle.result(timeout=RESULT_TIMEOUT)
+        assert await engine.get_run(f"{handle.run_id}.onError.1") is None
+        assert engine.metrics().runs["routed"] == 0
+    assert info.value.error is not None and info.value.error.code == "other"
+
+
+async def test_requeue_retires_the_handoff_and_routes_to_the_next_attempt(
+    engine_factory: EngineFactory, uid: str
+) -> None:
+    counts: dict[str, int] = {}
+
+    @durably.workflow(f"{uid}.handler")
+    async def handler(ctx: WorkflowCtx, failure: OnErrorInput) -> str:
+        if bump(counts, "handler") == 1:
+            raise FatalError("not this time")
+        return f"handled {failure.run_id}"
+
+    @durably.workflow(f"{uid}.wf", on_error=[OnErrorRoute(workflow=f"{uid}.handler")])
+    async def wf(ctx: WorkflowCtx) -> None:
+        bump(counts, "body")
+        raise FatalError("boom", code="x")
+
+    async with engine_factory() as engine:
+        handle = await engine.start(wf, run_id=f"{uid}-r")
+        run_id = handle.run_id
+        with pytest.raises(RunFailedError):
+            await handle.result(timeout=RESULT_TIMEOUT)
+        await engine.requeue(run_id)
+        assert await handle.result(timeout=RESULT_TIMEOUT) == f"handled {run_id}"
+        cps = await engine.list_checkpoints(run_id)
+        second = await engine.get_run(f"{run_id}.onError.2")
+
+    assert counts == {"body": 2, "handler": 2}
+    assert second is not None and second.status == "completed"
+    assert [(cp.seq, cp.name, cp.status) for cp in cps if cp.seq >= HANDOFF_SEQ_BASE] == [
+        (HANDOFF_SEQ_BASE, f"handoff:retired:{run_id}.onError.1", "completed"),
+        (HANDOFF_SEQ_BASE + 1, f"signal:child:{run_id}.onError.2", "completed"),
+    ]
+
+
+async def test_crash_between_handoff_and_handler_start(
+    engine_factory: EngineFactory, uid: str
+) -> None:
+    """The process that handed off dies before its deferred handler start ran: the next
+    wake of the routed run (here: its reconcile fallback, on a new engine) starts it."""
+
+    @durably.workflow(f"{uid}.handler")
+    async def handler(ctx: WorkflowCtx, failure: OnErrorInput) -> str:
+        return f"late {failure.error['code']}"
+
+    @durably.workflow(f"{uid}.wf", on_error=[OnErrorRoute(workflow=f"{uid}.handler")])
+    async def wf(ctx: WorkflowCtx) -> None:
+        raise FatalError("boom", code="c")
+
+    first = engine_factory(reconcile_ms=150)
+    lost: list[str] = []
+    # The crash: the deferred start never happens in the first process.
+    first.start_child_soon = lambda wf, input, child_id, *a: lost.append(child_id)  # type: ignore[method-assign]
+    async with first as engine:
+        handle = await engine.start(wf, run_id=f"{uid}-r")
+        run = await wait_status(engine, handle.run_id, "suspended")
+        assert run.error is not None and run.error.code == "c"  # keeps the original failure
+        assert lost == [f"{uid}-r.onError.1"]
+        assert await engine.get_run(lost[0]) is None
+    async with engine_factory(reconcile_ms=150) as engine:
+        assert await engine.handle(f"{uid}-r").result(timeout=RESULT_TIMEOUT) == "late c"
+        handler_run = await engine.get_run(f"{uid}-r.onError.1")
+    assert handler_run is not None and handler_run.status == "completed"
+
+
+async def test_unserved_routes_are_reported_and_logged(
+    engine_factory: EngineFactory, uid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    @durably.workflow(f"{uid}.served")
+    async def served(ctx: WorkflowCtx, failure: Any) -> None:
+        return None
+
+    routes = [
+        OnErrorRoute(workflow=f"{uid}.served", code="a"),
+        OnErrorRoute(workflow=f"{uid}.missing"),
+    ]
+
+    @durably.workflow(f"{uid}.wf", on_error=routes)
+    async def wf(ctx: WorkflowCtx) -> None:
+        return None
+
+    caplog.set_level(logging.WARNING, logger="durably")
+    async with engine_factory(workflows=[wf, served]) as engine:
+        unserved = await engine.unserved_on_error_routes()
+    assert unserved == [{"workflow": f"{uid}.wf", "route": routes[1]}]
+    assert f"{uid}.missing" in caplog.text
+
+
+async def test_cancelling_a_routed_run_cancels_its_handler(
+    engine_factory: EngineFactory, uid: str
+) -> None:
+    @durably.workflow(f"{uid}.handler")
+    async def handler(ctx: WorkflowCtx, failure: Any) -> Any:
+        return await ctx.wait_for_signal(f"{uid}.never")
+
+    @durably.workflow(f"{uid}.wf", on_error=[OnErrorRoute(workflow=f"{uid}.handler")])
+    async def wf(ctx: WorkflowCtx) -> None:
+        raise FatalError("boom")
+
+    async with engine_factory() as engine:
+        handle = await engine.start(wf, run_id=f"{uid}-r")
+        await wait_status(engine, f"{uid}-r.onError.1", "suspended")
+        assert await engine.get_run_children(handle.run_id) == [f"{uid}-r.onError.1"]
+        await engine.cancel(handle.run_id)
+        handler_run = await wait_status(engine, f"{uid}-r.onError.1", "cancelled")
+        run = await engine.get_run(handle.run_id)
+    assert handler_run.status == "cancelled"
+    assert run is not None and run.status == "cancelled"
