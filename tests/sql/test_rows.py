@@ -33,7 +33,7 @@ async def test_namespace_none_is_written_as_default(store: SqlStateStore) -> Non
 
 
 async def test_legacy_null_namespace_reads_default_and_matches_default(
-    store: SqlStateStore
+    store: SqlStateStore,
 ) -> None:
     await store.create_run(make_run("legacy", status="pending"))
     await store.create_run(make_run("other", status="pending", namespace="beta"))
@@ -71,9 +71,7 @@ async def test_origin_and_priority_stay_absent(store: SqlStateStore) -> None:
     assert run2 is not None and run2.origin == "pkg" and run2.priority == 7
 
 
-async def test_enqueued_at_written_as_started_and_null_reads_started(
-    store: SqlStateStore
-) -> None:
+async def test_enqueued_at_written_as_started_and_null_reads_started(store: SqlStateStore) -> None:
     await store.save_checkpoint(make_cp(started_at=at(1), finished_at=at(2)))
     ((enqueued,),) = await raw(store, "SELECT enqueued_at FROM durable_step_checkpoints")
     assert utc_from_ms(enqueued) == at(1)
@@ -118,9 +116,7 @@ async def test_timestamps_are_epoch_ms_and_aware_utc(store: SqlStateStore) -> No
     assert run.updated_at == at(5)
 
 
-async def test_json_columns_are_text_and_preserve_key_order(
-    store: SqlStateStore
-) -> None:
+async def test_json_columns_are_text_and_preserve_key_order(store: SqlStateStore) -> None:
     payload = {"z": 1, "a": [1, {"b": None}], "m": "ü"}
     await store.create_run(make_run(input=payload, tags=("b", "a", "b")))
     ((inp, tags),) = await raw(store, "SELECT input, tags FROM durable_workflow_runs")

@@ -40,6 +40,7 @@ async def store(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[
     async with open_store(request.param, db_path) as sql:
         yield sql
 
+
 # ------------------------------------------------------------------ statement counts
 
 
