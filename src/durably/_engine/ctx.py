@@ -24,7 +24,7 @@ from durably._core.errors import (
 )
 from durably._core.jsonutil import compact
 from durably._core.models import JSONValue, SignalWaiter, StepCheckpoint, ms_from_utc
-from durably._engine import fans
+from durably._engine import fans, saga
 from durably._engine.execution import STEP_SCOPE, Execution
 from durably._engine.fans import FanMode, Settled
 from durably._engine.registry import BackoffKind, RetryPolicy, Step, Workflow, _backoff_from
@@ -188,8 +188,6 @@ class WorkflowCtx:
     ) -> Coroutine[Any, Any, Any]:
         """Run a step through the engine's transport and checkpoint its result (§3.1)."""
         seq = self._claim("step")
-        if compensate is not None:
-            raise NotImplementedError("step compensation (sagas) is not supported yet")
         if queue is not None:
             raise NotImplementedError("flow-control queues are not supported yet")
         if isinstance(step, Step):
@@ -216,7 +214,10 @@ class WorkflowCtx:
             if timeout is not None
             else (definition.timeout_ms if definition is not None else None)
         )
-        return self._ex.run_step(seq, name, definition, input, policy, timeout_ms)
+        call = self._ex.run_step(seq, name, definition, input, policy, timeout_ms)
+        if compensate is None:
+            return call
+        return saga.with_step_undo(self._ex, call, seq, name, compensate)
 
     def local_step(
         self,
@@ -232,8 +233,6 @@ class WorkflowCtx:
     ) -> Coroutine[Any, Any, O]:
         """A checkpointed step executed in this process; `fn(log)` gets a StepLogger."""
         seq = self._claim("local_step")
-        if compensate is not None:
-            raise NotImplementedError("local_step compensation (sagas) is not supported yet")
         policy = RetryPolicy().overlay(
             retries=retries,
             backoff=backoff,
@@ -241,13 +240,16 @@ class WorkflowCtx:
             backoff_max_ms=to_ms_or_none(backoff_max_ms),
             jitter=jitter,
         )
-        return self._ex.run_local(
+        call = self._ex.run_local(
             seq,
             name,
             fn,
             pass_logger=True,
             policy=policy,
             track_start=self._engine.track_step_start,
+        )
+        return (
+            call if compensate is None else saga.with_local_undo(self._ex, call, name, compensate)
         )
 
     def side_effect(self, fn: Callable[[], Awaitable[O] | O]) -> Coroutine[Any, Any, O]:

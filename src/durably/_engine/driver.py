@@ -23,7 +23,7 @@ from durably._core.models import (
     WorkflowRun,
     replace,
 )
-from durably._engine import routing
+from durably._engine import routing, saga
 from durably._engine.ctx import WorkflowCtx
 from durably._engine.events import EngineEvent
 from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, StoreFailure
@@ -205,6 +205,11 @@ async def _turn(engine: Engine, ex: Execution) -> None:
     except Exception as exc:
         await ex.close()
         if ex.cancelled:
+            return
+        # engine.md §1.7 step 6 / §7.2: unwind the saga BEFORE settle(failed) and its
+        # onError routing (§6.4); the run fails with the ORIGINAL error.
+        if ex.compensations and not await saga.unwind(ex):
+            await _release_quietly(engine, ex.run_id)  # store failed: recovery re-drives
             return
         await settle_failed(engine, ex.run, error_of(exc))
         return

@@ -54,6 +54,7 @@ _TUNING_DEFAULTS: dict[str, Any] = {
     "drain_timeout_ms": 10_000,
     "event_scan_limit": 50,
     "track_step_start": True,
+    "compensation_retries": 1,  # engine.md §7.2 local undo tries
     # durably
     "always_replay": False,
     "step_threads": 32,
@@ -141,6 +142,7 @@ class Engine:
         self.drain_timeout_ms = int(opts["drain_timeout_ms"])
         self.event_scan_limit = int(opts["event_scan_limit"])
         self.track_step_start = bool(opts["track_step_start"])
+        self.compensation_retries = int(opts["compensation_retries"])
         self.always_replay = bool(opts["always_replay"])
         self.pending_batch = int(opts["pending_batch"])
         self.max_concurrent_runs = int(opts["max_concurrent_runs"])

@@ -137,6 +137,7 @@ class Execution:
         self.cancelled = False
         self.resident = not engine.always_replay
         self.waiting_seqs: set[int] = set()
+        self.compensations: list[Any] = []  # the saga stack (engine.md §7.1; saga.py)
 
     # ------------------------------------------------------------------ positions
 

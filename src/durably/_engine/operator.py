@@ -44,7 +44,12 @@ async def cancel(engine: Engine, run_id: str, *, compensate: bool = False) -> Ru
     if run.status == "cancelling":
         return RunResult(run.id, "cancelling")
     if compensate and run.status in ("suspended", "running"):
-        raise NotImplementedError("compensating cancel (sagas) is not supported yet")
+        # engine.md §7.3: not built yet (the failure-path unwind of §7.2 is); use a plain
+        # cancel (compensate=False) meanwhile.
+        raise NotImplementedError(
+            "cancel(compensate=True) (engine.md §7.3, the `cancelling` status) is not "
+            "supported yet; step compensations run only when the body fails (§7.2)"
+        )
     if await cancel_with(engine, run, CANCELLED):
         return RunResult(run.id, "cancelled", error=CANCELLED)
     fresh = await engine.store.get_run(run_id)
