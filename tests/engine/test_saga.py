@@ -1,6 +1,6 @@
 """Compensation (sagas, engine.md §7): the undo stack, the failure-path unwind (§7.2).
 
-cancel(compensate=True) (§7.3) is not built yet; it raises NotImplementedError.
+and cancel(compensate=True) with the `cancelling` status (§7.3).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import durably
 from durably import RunFailedError, WorkflowCtx
 
 from .conftest import EngineFactory
-from .support import RESULT_TIMEOUT, EventLog, bump, wait_suspended, wait_until
+from .support import RESULT_TIMEOUT, EventLog, bump, wait_status, wait_suspended, wait_until
 
 
 def _saga(uid: str, order: list[str], counts: dict[str, int], *, undo_fails: bool = False) -> Any:
@@ -182,17 +182,74 @@ async def test_a_replayed_failed_run_is_not_compensated_twice(
     assert run is not None and run.error is not None and run.error.message == "boom"
 
 
-async def test_compensating_cancel_is_not_supported_yet(
+async def test_compensating_cancel_undoes_completed_steps_and_ends_cancelled(
     engine_factory: EngineFactory, uid: str
 ) -> None:
+    order: list[str] = []
+
+    @durably.step(f"{uid}.do")
+    async def do(x: int) -> int:
+        return x + 1
+
+    @durably.step(f"{uid}.undo")
+    async def undo_step(undo: dict[str, Any]) -> None:
+        order.append(f"undo_step:{undo['output']}")
+
+    @durably.workflow(f"{uid}.child")
+    async def child(ctx: WorkflowCtx, x: int) -> int:
+        await ctx.local_step("c1", lambda log: x, compensate=lambda: order.append("child_undo"))
+        await ctx.sleep(60)
+        return x
+
     @durably.workflow(f"{uid}.wf")
     async def wf(ctx: WorkflowCtx, x: int) -> int:
+        await ctx.local_step("a", lambda log: x, compensate=lambda: order.append("undo_a"))
+        await ctx.step(do, x, compensate=undo_step)
+        await ctx.start_child(child, x, id=f"{ctx.run_id}-child")
+        await ctx.sleep(60)
+        return x
+
+    async with engine_factory() as engine:
+        events = EventLog(engine)
+        handle = await engine.start(wf, 1)
+        await wait_suspended(engine, handle.run_id)
+        await wait_suspended(engine, f"{handle.run_id}-child")
+        result = await engine.cancel(handle.run_id, compensate=True)
+        assert result is not None and result.status in ("cancelling", "cancelled")
+        again = await engine.cancel(handle.run_id, compensate=True)
+        assert again is not None and again.status in ("cancelling", "cancelled")
+        run = await wait_status(engine, handle.run_id, "cancelled")
+        kid = await wait_status(engine, f"{handle.run_id}-child", "cancelled")
+        failed = events.of(handle.run_id, "run.failed")
+
+    assert order.index("undo_step:2") < order.index("undo_a")
+    assert sorted(order) == sorted(["undo_step:2", "undo_a", "child_undo"])
+    assert run.error is not None and run.error.message == "cancelled"
+    assert kid.error is not None and kid.error.message == "cancelled"
+    assert len(failed) == 1
+
+
+async def test_recovery_redrives_a_crashed_cancelling_run(
+    engine_factory: EngineFactory, uid: str
+) -> None:
+    counts: dict[str, int] = {}
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx, x: int) -> int:
+        await ctx.local_step("a", lambda log: x, compensate=lambda: bump(counts, "undo_a"))
         await ctx.sleep(60)
         return x
 
     async with engine_factory() as engine:
         handle = await engine.start(wf, 1)
         await wait_suspended(engine, handle.run_id)
-        with pytest.raises(NotImplementedError):
-            await engine.cancel(handle.run_id, compensate=True)
-        await engine.cancel(handle.run_id)
+    # A process wrote `cancelling` and crashed before its turn ran (engine.md §1.7 step 1).
+    async with engine_factory() as engine:
+        await engine.store.update_run(
+            handle.run_id, {"status": "cancelling", "locked_by": None, "locked_until": None}
+        )
+        await engine.recover_incomplete()
+        run = await wait_status(engine, handle.run_id, "cancelled")
+
+    assert counts == {"undo_a": 1}
+    assert run.error is not None and run.error.message == "cancelled"

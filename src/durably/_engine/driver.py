@@ -186,15 +186,24 @@ async def _turn(engine: Engine, ex: Execution) -> None:
         return
     except RunEvicted:
         await ex.close()
+        if ex.cancel_requested and not ex.cancelled:
+            await saga.compensate_and_cancel(engine, ex)
+            return
         if not ex.cancelled:
             await engine.store.release_run_lock(ex.run_id)
         return
     except WorkflowSuspended as suspended:
         await ex.close()
+        if ex.cancel_requested:  # engine.md §1.7 step 6: cancel-requested wins
+            await saga.compensate_and_cancel(engine, ex)
+            return
         await _settle_suspended(engine, ex, suspended.wake_at)
         return
     except ContinueAsNew as cont:
         await ex.close()
+        if ex.cancel_requested:
+            await saga.compensate_and_cancel(engine, ex)
+            return
         await _settle_continued(engine, ex, cont.input)
         return
     except asyncio.CancelledError:
@@ -205,6 +214,9 @@ async def _turn(engine: Engine, ex: Execution) -> None:
     except Exception as exc:
         await ex.close()
         if ex.cancelled:
+            return
+        if ex.cancel_requested:
+            await saga.compensate_and_cancel(engine, ex)
             return
         # engine.md §1.7 step 6 / §7.2: unwind the saga BEFORE settle(failed) and its
         # onError routing (§6.4); the run fails with the ORIGINAL error.
@@ -217,6 +229,9 @@ async def _turn(engine: Engine, ex: Execution) -> None:
         AMBIENT_CTX.reset(token)
     await ex.close()
     if ex.cancelled:
+        return
+    if ex.cancel_requested:
+        await saga.compensate_and_cancel(engine, ex)
         return
     try:
         output = workflow.output_codec.to_json(result)

@@ -138,6 +138,11 @@ class Execution:
         self.resident = not engine.always_replay
         self.waiting_seqs: set[int] = set()
         self.compensations: list[Any] = []  # the saga stack (engine.md §7.1; saga.py)
+        # engine.md §1.7 step 1 / §7.3: a `cancelling` run is cancel-requested; its turn
+        # must reach an exit (never park resident) so the unwind can run there.
+        self.cancel_requested = run.status == "cancelling"
+        if self.cancel_requested:
+            self.resident = False
 
     # ------------------------------------------------------------------ positions
 

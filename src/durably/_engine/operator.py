@@ -44,16 +44,36 @@ async def cancel(engine: Engine, run_id: str, *, compensate: bool = False) -> Ru
     if run.status == "cancelling":
         return RunResult(run.id, "cancelling")
     if compensate and run.status in ("suspended", "running"):
-        # engine.md §7.3: not built yet (the failure-path unwind of §7.2 is); use a plain
-        # cancel (compensate=False) meanwhile.
-        raise NotImplementedError(
-            "cancel(compensate=True) (engine.md §7.3, the `cancelling` status) is not "
-            "supported yet; step compensations run only when the body fails (§7.2)"
-        )
+        return await _compensating_cancel(engine, run)
     if await cancel_with(engine, run, CANCELLED):
         return RunResult(run.id, "cancelled", error=CANCELLED)
     fresh = await engine.store.get_run(run_id)
     return _result(fresh) if fresh else None
+
+
+async def _compensating_cancel(engine: Engine, run: WorkflowRun) -> RunResult | None:
+    """engine.md §7.3: write `cancelling`, wake the run so its turn reaches an exit and
+    unwinds (saga.compensate_and_cancel), cascade compensating cancel to the children."""
+    from durably._engine.driver import update_if_status
+
+    patch: RunPatch = {"status": "cancelling", "wake_at": None}
+    if not await update_if_status(engine, run.id, patch, ("suspended", "running")):
+        fresh = await engine.store.get_run(run.id)
+        return _result(fresh) if fresh else None
+    execution = engine.executions.get(run.id)
+    if execution is not None:
+        # A resident turn: end its waits (RunEvicted → the exit runs the unwind); a
+        # turn mid-step reaches its next exit non-resident.
+        execution.cancel_requested = True
+        execution.evict()
+    else:
+        engine.dispatch(run.id)
+    for child_id in await get_run_children(engine, run.id):
+        try:
+            await cancel(engine, child_id, compensate=True)
+        except Exception:
+            log.exception("cancel cascade to %s failed", child_id)
+    return RunResult(run.id, "cancelling")
 
 
 async def cancel_with(engine: Engine, run: WorkflowRun, error: StepError) -> bool:

@@ -180,3 +180,32 @@ async def _attempt(ex: Execution, entry: Compensation) -> tuple[JSONValue, StepE
     except Exception as exc:
         return None, error_of(exc)
     return None, None
+
+
+async def compensate_and_cancel(engine: Any, ex: Execution) -> None:
+    """engine.md §7.3 `compensateAndCancel`, at whatever exit a cancel-requested turn
+    reaches: unwind, then `cancelling` → `cancelled` with `{message: 'cancelled'}` and
+    `run.failed`. durably: undos run in-process, so the unwind never waits on one."""
+    from durably._engine.driver import release_quietly, settle_terminal
+    from durably._engine.events import EngineEvent
+    from durably._engine.operator import CANCELLED, CANCELLED_COMPLETION
+
+    if not await unwind(ex):
+        await release_quietly(engine, ex.run_id)  # store failed: recovery re-drives
+        return
+    run = ex.run
+    await settle_terminal(
+        engine,
+        run,
+        {"status": "cancelled", "error": CANCELLED},
+        EngineEvent(
+            type="run.failed",
+            run_id=run.id,
+            workflow=run.workflow,
+            namespace=run.namespace,
+            error=CANCELLED,
+        ),
+        CANCELLED_COMPLETION,
+        statuses=("cancelling",),
+    )
+    engine.fire_cancel(run.id)
