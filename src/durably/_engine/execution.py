@@ -177,22 +177,19 @@ class Execution:
         parallel_group: str | None = None,
     ) -> StepCheckpoint:
         """An "instant" checkpoint (engine.md §2.1): all timestamps now, attempts 1."""
-        at = utc_from_ms(self.now())
-        return StepCheckpoint(
-            run_id=self.run_id,
-            seq=seq,
-            name=name,
-            kind=kind,
-            step_id=f"{self.run_id}:{seq}",
-            status=status,
-            input=input,
+        now = self.now()
+        return self._step_row(
+            seq,
+            name,
+            kind,
+            status,
+            input,
+            1,
+            now,
+            now,
             output=output,
             wake_at=wake_at,
             parallel_group=parallel_group,
-            attempts=1,
-            enqueued_at=at,
-            started_at=at,
-            finished_at=at,
         )
 
     async def save(self, cp: StepCheckpoint) -> None:
