@@ -62,6 +62,7 @@ _TUNING_DEFAULTS: dict[str, Any] = {
     "max_resident_runs": 10_000,
     "max_concurrent_runs": 1_000,
     "claim_batch": 16,
+    "fan_window": 1_000,  # in-process step-fan members in flight at once (fans.py)
     "instance_wait_ms": None,
 }
 
@@ -147,6 +148,7 @@ class Engine:
         self.pending_batch = int(opts["pending_batch"])
         self.max_concurrent_runs = int(opts["max_concurrent_runs"])
         self.claim_batch = int(opts["claim_batch"])
+        self.fan_window = max(1, int(opts["fan_window"]))
         # how long a restart with an explicit instance_id waits for a live predecessor
         wait = opts["instance_wait_ms"]
         self.instance_wait_ms = (

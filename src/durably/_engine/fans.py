@@ -325,46 +325,89 @@ async def step_fan(
     fail_fast = mode == "fail_fast" and not settled
     outcomes: list[_Outcome | None] = [None] * n
     for wave in _waves(n, concurrency):
-        tasks = {
-            asyncio.ensure_future(
-                ex.run_step(first + i, name, definition, inputs[i], policy, None, group)
-            ): i
-            for i in wave
-        }
-        pending = set(tasks)
-        flow: list[tuple[int, BaseException]] = []
-        try:
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=tasks.__getitem__):
-                    i = tasks[task]
-                    exc = task.exception()
-                    if exc is None:
-                        outcomes[i] = _Outcome(True, task.result())
-                    elif isinstance(exc, StepFailedError):
-                        # A member failed for good: its recorded StepError surfaces.
-                        se = exc.step_error
-                        failed = _Outcome(False, error=se.message, code=se.code, details=se.details)
-                        outcomes[i] = failed
-                        if fail_fast:
-                            # engine.md §3.8.2 failFast: raise with the first member failed
-                            # for good; decision: siblings still in flight are cancelled
-                            # (their late results are ignored anyway).
-                            raise GatherError([_failure(i, ids[i], failed)], total=n)
-                    else:
-                        flow.append((i, exc))
-        finally:
-            for task in pending:
-                task.cancel()
-            for task in tasks:
-                task.add_done_callback(_retrieve)
-        if flow:
-            # Decision: every in-flight member of the wave settles before the turn ends (so
-            # its checkpoint lands); then the most severe signal propagates: store
-            # failure / eviction / NonDeterminism first, then ReplayNow, then a suspension
-            # at the earliest wakeAt among members (§3.8.2).
-            raise _pick(flow)
+        await _step_wave(
+            ex, name, definition, inputs, first, policy, group, wave, outcomes, ids, fail_fast
+        )
     return _finish(outcomes, ids, mode, settled)
+
+
+async def _step_wave(
+    ex: Execution,
+    name: str,
+    definition: Step[Any, Any] | None,
+    inputs: list[Any],
+    first: int,
+    policy: RetryPolicy,
+    group: str,
+    wave: range,
+    outcomes: list[_Outcome | None],
+    ids: list[str],
+    fail_fast: bool,
+) -> None:
+    # O(1) per settled member: each task reports itself on a queue (an
+    # `asyncio.wait(FIRST_COMPLETED)` loop re-registers on every pending task per
+    # wake-up, O(N²) for a 40,000-member fan).
+    #
+    # Decision (in-process transport): the whole wave is launched, but at most
+    # `fan_window` member tasks exist at once — a new one starts as one settles, like a
+    # worker pool with that many slots. It bounds the live coroutines (memory, and the
+    # garbage collector's work, which otherwise grows with N per member) without
+    # changing what the fan returns; `concurrency` waves keep their own meaning.
+    settled_q: asyncio.Queue[asyncio.Task[Any]] = asyncio.Queue()
+    tasks: dict[asyncio.Task[Any], int] = {}
+    to_launch = iter(wave)
+
+    def launch_next() -> None:
+        i = next(to_launch, None)
+        if i is None:
+            return
+        task = asyncio.ensure_future(
+            ex.run_step(first + i, name, definition, inputs[i], policy, None, group)
+        )
+        tasks[task] = i
+        task.add_done_callback(settled_q.put_nowait)
+
+    for _ in range(min(len(wave), ex.engine.fan_window)):
+        launch_next()
+    flow: list[tuple[int, BaseException]] = []
+    stopping = False
+    try:
+        while tasks:
+            task = await settled_q.get()
+            i = tasks.pop(task)
+            exc = task.exception()
+            # A member waiting for its retry (a suspension) does not hold the others
+            # back; after any other control-flow signal no new member starts.
+            stopping = stopping or (
+                isinstance(exc, _ControlFlow) and not isinstance(exc, WorkflowSuspended)
+            )
+            if not stopping:
+                launch_next()
+            if exc is None:
+                outcomes[i] = _Outcome(True, task.result())
+            elif isinstance(exc, StepFailedError):
+                # A member failed for good: its recorded StepError surfaces.
+                se = exc.step_error
+                failed = _Outcome(False, error=se.message, code=se.code, details=se.details)
+                outcomes[i] = failed
+                if fail_fast:
+                    # engine.md §3.8.2 failFast: raise with the first member failed
+                    # for good; decision: siblings still in flight are cancelled
+                    # (their late results are ignored anyway).
+                    raise GatherError([_failure(i, ids[i], failed)], total=len(ids))
+            else:
+                flow.append((i, exc))
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+            task.add_done_callback(_retrieve)
+    if flow:
+        # Decision: every in-flight member of the wave settles before the turn ends (so
+        # its checkpoint lands); then the most severe signal propagates: store
+        # failure / eviction / NonDeterminism first, then ReplayNow, then a suspension
+        # at the earliest wakeAt among members (§3.8.2).
+        raise _pick(flow)
 
 
 def _pick(flow: list[tuple[int, BaseException]]) -> BaseException:
