@@ -63,7 +63,7 @@ async def test_step_fan_outputs_in_input_order(engine_factory: EngineFactory, ui
     assert [(cp.seq, cp.name, cp.status) for cp in members] == [
         (s, f"{uid}.sq", "completed") for s in (1, 2, 3, 4)
     ]
-    assert {cp.parallel_group for cp in members} == {"all:1"}
+    assert {cp.parallel_group for cp in members} == {"all:1:4"}
     assert [cp.step_id for cp in members] == [f"{uid}-p:{s}" for s in (1, 2, 3, 4)]
     assert cps[0].parallel_group is None
 
@@ -98,7 +98,7 @@ async def test_workflow_fan_outputs_in_input_order(engine_factory: EngineFactory
     assert [(cp.seq, cp.name, cp.kind, cp.status) for cp in members] == [
         (1 + i, f"signal:child:{uid}-p.all.1.{i}", "signal", "completed") for i in range(3)
     ]
-    assert {cp.parallel_group for cp in members} == {"all:1"}
+    assert {cp.parallel_group for cp in members} == {"all:1:3"}
     assert [cp.output for cp in members] == [{"ok": True, "value": v} for v in (10, 20, 30)]
     assert [k.status if k else None for k in kids] == ["completed"] * 3
     assert [k.input if k else None for k in kids] == [1, 2, 3]
@@ -128,8 +128,8 @@ async def test_empty_and_one_item_fans(engine_factory: EngineFactory, uid: str):
         cps = await engine.list_checkpoints(handle.run_id)
 
     assert [(cp.seq, cp.name, cp.parallel_group) for cp in cps] == [
-        (0, f"signal:child:{uid}-p.all.0.0", "all:0"),
-        (1, f"{uid}.inc", "all:1"),
+        (0, f"signal:child:{uid}-p.all.0.0", "all:0:1"),
+        (1, f"{uid}.inc", "all:1:1"),
     ]
 
 
@@ -220,9 +220,9 @@ async def test_fail_fast_workflow_fan_cancels_siblings(engine_factory: EngineFac
     ]
     assert counts == {"after": 1}
     assert [(cp.seq, cp.status, cp.parallel_group) for cp in cps] == [
-        (0, "running", "all:0"),
-        (1, "running", "all:0"),
-        (2, "completed", "all:0"),
+        (0, "running", "all:0:3:ff"),
+        (1, "running", "all:0:3:ff"),
+        (2, "completed", "all:0:3:ff"),
         (3, "completed", None),
     ]
 
@@ -357,8 +357,8 @@ async def test_waves_with_concurrency(engine_factory: EngineFactory, uid: str):
     assert [cp.name for cp in cps[:5]] == [
         f"signal:child:{uid}-p.all.0.w{i // 2}.{i}" for i in range(5)
     ]
-    assert {cp.parallel_group for cp in cps[:5]} == {"all:0"}
-    assert {cp.parallel_group for cp in cps[5:]} == {"all:5"}
+    assert {cp.parallel_group for cp in cps[:5]} == {"all:0:5"}
+    assert {cp.parallel_group for cp in cps[5:]} == {"all:5:3"}
     # wave k+1 starts only after every member of wave k ended
     waves = [[0, 1], [2, 3], [4], [10, 11], [12]]
     for earlier, later in itertools.pairwise(waves):

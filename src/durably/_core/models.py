@@ -380,6 +380,35 @@ class SignalWaiter:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildWait:
+    """One member of a fan registering its wait (store.md §3.6 `register_child_waits`,
+    durably's shape): the waiter, and the `running` placeholder row to insert at its seq
+    unless a row is already there."""
+
+    waiter: SignalWaiter
+    placeholder: StepCheckpoint | None = None
+
+
+def delivered_signal(waiter: SignalWaiter, payload: JSONValue, at: datetime) -> StepCheckpoint:
+    """engine.md §3.5: the instant `signal:<token>` checkpoint a delivery writes at the
+    waiter's seq (its fan group copied, §2.5)."""
+    return StepCheckpoint(
+        run_id=waiter.run_id,
+        seq=waiter.seq,
+        name=f"signal:{waiter.token}",
+        kind="signal",
+        step_id=f"{waiter.run_id}:{waiter.seq}",
+        status="completed",
+        output=payload,
+        parallel_group=waiter.parallel_group,
+        attempts=1,
+        enqueued_at=at,
+        started_at=at,
+        finished_at=at,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class BufferedSignal:
     """A hit from `take_buffered_signal`: the payload may itself be None (store.md §3.7)."""
 

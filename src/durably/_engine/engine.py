@@ -31,14 +31,16 @@ from durably._core.models import (
     replace,
 )
 from durably._engine import driver, operator, poller, publish, routing, signals
+from durably._engine.children import ChildMailbox
 from durably._engine.events import EngineEvent, EventBus, Listener, MetricsSnapshot
 from durably._engine.execution import Execution, ResidentSet
 from durably._engine.handle import RunHandle, UpdateResult, WaitUntil, is_settled
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
+from durably._engine.stores import open_store
 from durably._engine.transport import InProcessTransport
 from durably._engine.typed_io import validation_details
 from durably._engine.wakes import WakeLink
-from durably._store.protocol import InstanceHold, StateStore
+from durably._store.protocol import InstanceHold
 
 log = logging.getLogger("durably")
 
@@ -65,28 +67,6 @@ _TUNING_DEFAULTS: dict[str, Any] = {
     "fan_window": 1_000,  # in-process step-fan members in flight at once (fans.py)
     "instance_wait_ms": None,
 }
-
-
-def _open_store(store: Any) -> tuple[StateStore, bool]:
-    if store is None:
-        store = os.environ.get("DURABLY_STORE") or "sqlite:///durably.db"
-    if isinstance(store, str):
-        if store in ("memory", "memory://"):
-            from durably._store.memory import InMemoryStateStore
-
-            return InMemoryStateStore(), True
-        from durably._store.sql import SqlStateStore
-
-        return SqlStateStore.from_url(store), True
-    try:
-        from sqlalchemy.ext.asyncio import AsyncEngine
-    except ImportError:  # pragma: no cover - sqlalchemy is a core dependency
-        AsyncEngine = None  # type: ignore[assignment,misc]
-    if AsyncEngine is not None and isinstance(store, AsyncEngine):
-        from durably._store.sql import SqlStateStore
-
-        return SqlStateStore(store), False
-    return store, False
 
 
 class Engine:
@@ -130,7 +110,7 @@ class Engine:
         if codec is not None:
             raise NotImplementedError("payload codecs are not supported yet")
         opts = {**_TUNING_DEFAULTS, **tuning}
-        self.store, self._owns_store = _open_store(store)
+        self.store, self._owns_store = open_store(store)
         self.namespace = namespace
         self.drive_runs = drive
         self._explicit_instance = instance_id is not None
@@ -178,6 +158,8 @@ class Engine:
         self._again: set[str] = set()
         self._claimed: dict[str, WorkflowRun] = {}
         self.wakes = WakeLink(self)
+        self.mailbox = ChildMailbox(self)
+        self.pending_backlog = False  # run_pending stopped for lack of room (poller.py)
         self._instance_hold: InstanceHold | None = None
         self.draining = False
         self._watchers: dict[str, set[_RunWatch]] = {}
@@ -557,6 +539,8 @@ class Engine:
                 self._again.discard(run_id)
                 self.dispatching.discard(run_id)
                 self.turn_finished()
+                if self.pending_backlog:
+                    self.wakes.kick()  # room for more of the pending backlog
 
         self.spawn(go())
 

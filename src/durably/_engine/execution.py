@@ -137,6 +137,9 @@ class Execution:
         self.cancelled = False
         self.resident = not engine.always_replay
         self.waiting_seqs: set[int] = set()
+        # Fans waiting here (fans.py): told of every delivered checkpoint in O(1), so a fan
+        # of N members parks once instead of N times (deliver() walks `parked`).
+        self.fan_watches: list[Callable[[StepCheckpoint], None]] = []
         self.compensations: list[Any] = []  # the saga stack (engine.md §7.1; saga.py)
         # engine.md §1.7 step 1 / §7.3: a `cancelling` run is cancel-requested; its turn
         # must reach an exit (never park resident) so the unwind can run there.
@@ -305,11 +308,25 @@ class Execution:
         """A wake for this resident run: a delivered checkpoint, or a nudge to re-check."""
         if cp is not None:
             self.snapshot[cp.seq] = cp
+            for watch in self.fan_watches:
+                watch(cp)
         for parked in list(self.parked.values()):
             if cp is not None and parked.seq == cp.seq:
                 _resolve(parked.future, Wake("delivered"))
             elif cp is None and (seq is None or parked.seq == seq):
                 _resolve(parked.future, Wake("recheck"))
+
+    async def park_for_fan(self) -> bool:
+        """Park the body until `poke()` (True) or a re-check wake (False: something was
+        written elsewhere; re-read the store)."""
+        wake = await self._park(None, None)
+        return wake.kind == "delivered"
+
+    def poke(self) -> None:
+        """Wake `park_for_fan` (a fan's watch saw what it waits for)."""
+        for parked in list(self.parked.values()):
+            if parked.seq is None and parked.deadline is None:
+                _resolve(parked.future, Wake("delivered"))
 
     def evict(self) -> None:
         """Drop the resident coroutine; the run's durable state is already written."""

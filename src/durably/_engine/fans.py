@@ -24,7 +24,8 @@ from durably._core.errors import (
     WorkflowSuspended,
     _ControlFlow,
 )
-from durably._core.models import JSONValue, SignalWaiter
+from durably._core.models import ChildWait, JSONValue, SignalWaiter, StepCheckpoint
+from durably._engine import children
 from durably._engine.execution import Execution, ReplayNow
 from durably._engine.registry import RetryPolicy, Step, Workflow
 from durably._engine.typed_io import PLAIN, ValueCodec
@@ -89,10 +90,10 @@ class Rejected(Settled[Any]):
 # ------------------------------------------------------------------ shared
 
 
-def fan_group(first_seq: int) -> str:
-    # engine.md §2.5: the plain `all:<firstSeq>` form (readers MUST accept it). Decision: the
-    # extended `:<total>[:ff]` encoding is left for the scale work of issue #4.
-    return f"all:{first_seq}"
+def fan_group(first_seq: int, total: int, fail_fast: bool) -> str:
+    """engine.md §2.5 extended encoding `all:<firstSeq>:<total>[:ff]`: a reader (the join
+    barrier, summaries) knows the fan's seq range and mode without the body."""
+    return f"all:{first_seq}:{total}" + (":ff" if fail_fast else "")
 
 
 def _waves(n: int, concurrency: int | None) -> list[range]:
@@ -168,14 +169,14 @@ async def workflow_fan(
     engine = ex.engine
     store = ex.store
     n = len(inputs)
-    group = fan_group(first)
+    fail_fast = mode == "fail_fast" and not settled
+    group = fan_group(first, n, fail_fast)
     codec = workflow.output_codec if isinstance(workflow, Workflow) else PLAIN
     if concurrency is None:
         ids = [f"{ex.run_id}.all.{first}.{i}" for i in range(n)]
     else:
         # engine.md §3.8.1 (0.79, inferred): `.w<k>.<i>`, k = i // concurrency, i = input index.
         ids = [f"{ex.run_id}.all.{first}.w{i // concurrency}.{i}" for i in range(n)]
-    fail_fast = mode == "fail_fast" and not settled
     outcomes: list[_Outcome | None] = [None] * n
 
     def record(i: int) -> _Outcome | None:
@@ -185,14 +186,20 @@ async def workflow_fan(
                 outcomes[i] = _completion_outcome(cp.output, codec)
         return outcomes[i]
 
+    unresolved: set[int] = set()  # members of the waves so far without an outcome yet
+    bad: list[int] = []
+
     def first_failure() -> int | None:
         # engine.md §3.8.1 failFast: scanning in INPUT order, the first completed member
-        # whose Completion is ok:false.
-        for i in range(n):
-            o = record(i)
-            if o is not None and not o.ok:
-                return i
-        return None
+        # whose Completion is ok:false (members of later waves have no rows). Incremental:
+        # each member is looked at until it has an outcome, so O(N) over the whole fan.
+        for i in list(unresolved):
+            outcome = record(i)
+            if outcome is not None:
+                unresolved.discard(i)
+                if not outcome.ok:
+                    bad.append(i)
+        return min(bad) if bad else None
 
     async def stop(index: int) -> None:
         o = outcomes[index]
@@ -210,16 +217,17 @@ async def workflow_fan(
         raise GatherError([_failure(index, ids[index], o)], total=n)
 
     for wave in _waves(n, concurrency):
-        if fail_fast and (bad := first_failure()) is not None:
-            await stop(bad)  # with waves, no further wave is ever started
-        outstanding: list[int] = []
-        for i in wave:
-            if record(i) is None:
-                await _launch_member(ex, workflow, inputs[i], ids[i], first + i, group)
-                if record(i) is None:
-                    outstanding.append(i)
-        if fail_fast and (bad := first_failure()) is not None:
-            await stop(bad)
+        unresolved.update(wave)
+        # Before (re)launching: a replay of a fan that already stopped must not register
+        # waiters again; with waves, no further wave is ever started.
+        if fail_fast and (failure := first_failure()) is not None:
+            await stop(failure)
+        await _launch_members(
+            ex, workflow, inputs, ids, first, [i for i in wave if record(i) is None], group
+        )
+        outstanding = [i for i in wave if record(i) is None]
+        if fail_fast and (failure := first_failure()) is not None:
+            await stop(failure)
         if not outstanding:
             continue
         if not ex.resident:
@@ -227,68 +235,108 @@ async def workflow_fan(
             # of the suspend settle re-reads every awaited row.
             ex.waiting_seqs.update(first + i for i in outstanding)
             raise WorkflowSuspended(None)
-        if fail_fast:
-            # Decision (engine.md §3.8.1 failFast, resident mode): wake on every member
-            # settling; the failure raised is the first failed one in INPUT order among the
-            # members settled when a failure is observed — what a replay scan also finds.
-            await _wait_any_failure(ex, first, outstanding, record)
-            if (bad := first_failure()) is not None:
-                await stop(bad)
-        else:
-            # wait_all / all_settled (engine.md §3.8.1 "all settled"): one park at a time;
-            # deliveries for the other members land in the snapshot meanwhile.
-            for i in outstanding:
-                await ex.wait(first + i, None)
+        # Resident: park once for the wave (engine.md §3.8.1 "all settled"); failFast
+        # (decision) wakes on the first failure observed — the first failed member in
+        # INPUT order among those settled then, what a replay scan also finds.
+        await _await_members(ex, first, outstanding, record, fail_fast)
+        if fail_fast and (failure := first_failure()) is not None:
+            await stop(failure)
         for i in outstanding:
             assert record(i) is not None
     return _finish(outcomes, ids, mode, settled)
 
 
-async def _launch_member(
+async def _launch_members(
     ex: Execution,
     workflow: Workflow[Any, Any] | str,
-    input: Any,
-    child_id: str,
-    seq: int,
+    inputs: list[Any],
+    ids: list[str],
+    first: int,
+    indices: list[int],
     group: str,
 ) -> None:
-    """The single-child protocol of engine.md §3.7 for one member, with the fan group."""
-    store = ex.store
-    token = f"child:{child_id}"
-    name = f"signal:{token}"
-    cp = ex.snapshot.get(seq)
-    waiter = SignalWaiter(token=token, run_id=ex.run_id, seq=seq, parallel_group=group)
-    await store.put_signal_waiter(waiter)  # waiter FIRST
-    hit = await store.take_buffered_signal(token)  # lost-wake guard
-    if hit is not None:
-        await store.remove_signal_waiter(waiter)
-        await ex.save(ex.instant(seq, name, "signal", output=hit.payload, parallel_group=group))
+    """The single-child protocol of engine.md §3.7 for the not-completed members of a wave,
+    in bulk (issue #4): waiters and `running` placeholders in one `register_child_waits`
+    transaction (waiter FIRST, so no completion can miss it), then every absent child created
+    with multi-row inserts (children.create_children)."""
+    if not indices:
         return
-    if cp is None:
-        if await store.get_run(child_id) is None:
-            ex.engine.start_child_soon(workflow, input, child_id, ex.run, None, None)
-        await ex.save(ex.instant(seq, name, "signal", status="running", parallel_group=group))
+    placeholders: dict[int, StepCheckpoint] = {}
+    waits: list[ChildWait] = []
+    for i in indices:
+        token = f"child:{ids[i]}"
+        waiter = SignalWaiter(token=token, run_id=ex.run_id, seq=first + i, parallel_group=group)
+        placeholder = None
+        if ex.snapshot.get(first + i) is None:
+            placeholder = ex.instant(
+                first + i, f"signal:{token}", "signal", status="running", parallel_group=group
+            )
+            placeholders[i] = placeholder
+        waits.append(ChildWait(waiter, placeholder))
+    await children.register_waits(ex.store, waits)
+    for i, placeholder in placeholders.items():
+        ex.snapshot.setdefault(first + i, placeholder)
+    # Members with a row already (a replay) are included: the insert is idempotent, and a
+    # crash between the placeholders and the children must not leave a member unstarted.
+    existed = await children.create_children(
+        ex.engine, workflow, [(ids[i], inputs[i]) for i in indices], ex.run
+    )
+    # Lost-wake guard (engine.md §3.7), needed only where the child existed before this
+    # launch wrote the member's waiter: its completion may have been buffered.
+    fresh_members = {ids[i]: i for i in placeholders}
+    for child_id in existed:
+        i = fresh_members.get(child_id, -1)
+        if i < 0:
+            continue
+        token = f"child:{child_id}"
+        hit = await ex.store.take_buffered_signal(token)
+        if hit is not None:
+            waiter = SignalWaiter(
+                token=token, run_id=ex.run_id, seq=first + i, parallel_group=group
+            )
+            await ex.store.remove_signal_waiter(waiter)
+            await ex.save(
+                ex.instant(
+                    first + i, f"signal:{token}", "signal", output=hit.payload, parallel_group=group
+                )
+            )
 
 
-async def _wait_any_failure(
-    ex: Execution, first: int, indices: list[int], record: Callable[[int], _Outcome | None]
+async def _await_members(
+    ex: Execution,
+    first: int,
+    indices: list[int],
+    record: Callable[[int], _Outcome | None],
+    fail_fast: bool,
 ) -> None:
-    """Resident failFast: wait for members until all settled or one failed."""
-    tasks = {asyncio.ensure_future(ex.wait(first + i, None)): i for i in indices}
-    pending = set(tasks)
+    """Resident wait for a wave: O(1) per delivered member (a watch on the execution), one
+    park for the whole wave. A re-check wake (a member settled by another process, which
+    only nudges) re-reads the run's rows once."""
+    left = {first + i for i in indices if record(i) is None}
+    failed = False
+
+    def settle(cp: StepCheckpoint) -> None:
+        nonlocal failed
+        if cp.seq in left and cp.status == "completed":
+            left.discard(cp.seq)
+            outcome = record(cp.seq - first)
+            failed = failed or (outcome is not None and not outcome.ok)
+
+    def watch(cp: StepCheckpoint) -> None:
+        settle(cp)
+        if not left or (fail_fast and failed):
+            ex.poke()
+
+    ex.fan_watches.append(watch)
     try:
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()  # propagates eviction / store failures
-                outcome = record(tasks[task])
-                if outcome is not None and not outcome.ok:
-                    return
+        while left and not (fail_fast and failed):
+            if not await ex.park_for_fan():
+                for cp in await ex.store.list_checkpoints(ex.run_id):
+                    if cp.seq in left and cp.status == "completed":
+                        ex.snapshot[cp.seq] = cp
+                        settle(cp)
     finally:
-        for task in pending:
-            task.cancel()
-        for task in tasks:
-            task.add_done_callback(_retrieve)
+        ex.fan_watches.remove(watch)
 
 
 async def _cancel_quietly(engine: Any, ids: list[str]) -> None:
@@ -320,9 +368,9 @@ async def step_fan(
     settled: bool,
 ) -> list[Any]:
     n = len(inputs)
-    group = fan_group(first)
-    ids = [f"{ex.run_id}:{first + i}" for i in range(n)]  # member id = stepId (§3.8.2)
     fail_fast = mode == "fail_fast" and not settled
+    group = fan_group(first, n, fail_fast)
+    ids = [f"{ex.run_id}:{first + i}" for i in range(n)]  # member id = stepId (§3.8.2)
     outcomes: list[_Outcome | None] = [None] * n
     for wave in _waves(n, concurrency):
         await _step_wave(

@@ -62,7 +62,11 @@ async def run_pending(engine: Engine) -> int:
         room = engine.max_concurrent_runs - len(engine.executions) - len(engine.dispatching)
         batch = min(engine.claim_batch, room)
         if batch <= 0:
+            # Full: the end of a turn kicks another pick-up (engine.dispatch), so a wide
+            # fan's pending children keep flowing without waiting for the next poll.
+            engine.pending_backlog = True
             break
+        engine.pending_backlog = False
         now = engine.clock()
         runs = await claim(engine.instance_id, now + engine.lease_ms, now, batch, engine.namespace)
         for run in runs:

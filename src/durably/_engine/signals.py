@@ -11,6 +11,7 @@ from durably._core.models import (
     SignalWaiter,
     StepCheckpoint,
     WorkflowRun,
+    delivered_signal,
     utc_from_ms,
 )
 from durably._engine import driver
@@ -46,21 +47,7 @@ async def signal(
 
 async def deliver(engine: Engine, waiter: SignalWaiter, payload: JSONValue) -> None:
     """Write the instant `signal:<token>` checkpoint at the waiter's seq, then wake the run."""
-    at = utc_from_ms(engine.clock())
-    cp = StepCheckpoint(
-        run_id=waiter.run_id,
-        seq=waiter.seq,
-        name=f"signal:{waiter.token}",
-        kind="signal",
-        step_id=f"{waiter.run_id}:{waiter.seq}",
-        status="completed",
-        output=payload,
-        parallel_group=waiter.parallel_group,
-        attempts=1,
-        enqueued_at=at,
-        started_at=at,
-        finished_at=at,
-    )
+    cp = delivered_signal(waiter, payload, utc_from_ms(engine.clock()))
     await engine.store.save_checkpoint(cp)
     await redrive(engine, waiter.run_id, cp)
 
@@ -114,6 +101,14 @@ def notify_parent(engine: Engine, run: WorkflowRun | str, completion: dict[str, 
         if not may_have_parent(run):
             return
         run_id = run.id
+        parents = [
+            t[len(PARENT_TAG_PREFIX) :] for t in run.tags or () if t.startswith(PARENT_TAG_PREFIX)
+        ]
+        if parents and "~retry~" not in run_id:
+            # Batched per parent (children.ChildMailbox): a fan's completions share
+            # one delivery transaction and one wake of the parent per batch.
+            engine.mailbox.post(parents[0], run_id, completion)
+            return
     else:
         run_id = run
 

@@ -32,6 +32,7 @@ from durably._core.models import (
     AttributeValue,
     BufferedEvent,
     BufferedSignal,
+    ChildWait,
     JSONValue,
     RunPatch,
     RunQuery,
@@ -41,11 +42,12 @@ from durably._core.models import (
     StepError,
     StepEvent,
     WorkflowRun,
+    delivered_signal,
     ms_from_utc,
     now_utc,
     utc_from_ms,
 )
-from durably._store.protocol import WakeHandler
+from durably._store.protocol import BULK_CHUNK, WakeHandler
 from durably._store.query import (
     DEFAULT_NAMESPACE,
     attribute_value_matches,
@@ -586,6 +588,55 @@ class InMemoryStateStore:
     async def take_signal_waiter(self, token: str) -> SignalWaiter | None:
         self._tick()
         return self._waiters.pop(token, None)
+
+    # ------------------------------------------------------------------ bulk (fans)
+    # The multi-row contracts of `_store/sql/bulk.py`; one "statement" per chunk of
+    # BULK_CHUNK entries, as the SQL store counts them.
+
+    def _tick_chunks(self, n: int) -> None:
+        self.statement_count += max(1, -(-n // BULK_CHUNK))
+
+    async def register_child_waits(self, waits: Sequence[ChildWait]) -> None:
+        if not waits:
+            return
+        self._tick_chunks(len(waits))
+        for wait in waits:
+            self._waiters[wait.waiter.token] = wait.waiter
+            if wait.placeholder is not None:
+                rows = self._checkpoints.setdefault(wait.placeholder.run_id, {})
+                rows.setdefault(wait.placeholder.seq, _norm_checkpoint(wait.placeholder))
+
+    async def create_runs(self, new_runs: Sequence[WorkflowRun]) -> list[str | None]:
+        if not new_runs:
+            return []
+        self._tick_chunks(len(new_runs))
+        out: list[str | None] = []
+        for run in new_runs:
+            existing = self._runs.get(run.id)
+            if existing is not None:
+                out.append(existing.workflow)
+                continue
+            stored = _norm_run(run)
+            self._runs[run.id] = stored
+            self._index_attributes(run.id, stored.search_attributes)
+            out.append(None)
+        return out
+
+    async def deliver_signals(
+        self, payloads: Sequence[tuple[str, JSONValue]], at: datetime
+    ) -> list[StepCheckpoint]:
+        if not payloads:
+            return []
+        by_token = dict(payloads)
+        self._tick_chunks(len(by_token))
+        written: list[StepCheckpoint] = []
+        for token, payload in by_token.items():
+            waiter = self._waiters.pop(token, None)
+            if waiter is not None:
+                cp = delivered_signal(waiter, payload, at)
+                self._checkpoints.setdefault(cp.run_id, {})[cp.seq] = _norm_checkpoint(cp)
+                written.append(cp)
+        return written
 
     async def list_signal_waiters(self, prefix: str) -> list[SignalWaiter]:
         """Tokens starting with `prefix` (exact, case-sensitive), by (run_id, seq, token)."""

@@ -12,11 +12,13 @@ round trips it has served, which the benchmarks divide by the number of steps.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from durably._core.models import (
     BufferedEvent,
     BufferedSignal,
+    ChildWait,
     JSONValue,
     RunPatch,
     RunQuery,
@@ -93,6 +95,33 @@ class SupportsClose(Protocol):
 class SupportsCheckpointCAS(Protocol):
     async def save_checkpoint_if_pending(self, cp: StepCheckpoint) -> bool: ...
     async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]: ...
+
+
+# Entries per statement of the bulk methods: bounds one bound list / one executemany batch.
+BULK_CHUNK = 1000
+
+
+@runtime_checkable
+class SupportsBulkFans(Protocol):
+    """(durably) Multi-row operations that make a fan of N members cost O(N / BULK_CHUNK)
+    statements (engine.md §3.8, issue #4); the engine falls back to per-row calls without
+    them (`_engine/bulk.py`).
+
+    - `register_child_waits(waits)`: store.md §3.6 with `ChildWait = {waiter, placeholder?}`:
+      one transaction upserting every waiter and inserting each placeholder whose
+      `(run_id, seq)` has no row yet.
+    - `create_runs(runs) -> list[str | None]`: insert every run whose id is free, atomically;
+      per entry `None` if created, else the workflow name of the run holding the id.
+    - `deliver_signals([(token, payload)], at) -> list[StepCheckpoint]`: in one transaction,
+      take each token's waiter (if any) and upsert its `signal:<token>` row
+      (`models.delivered_signal`); returns the rows written.
+    """
+
+    async def register_child_waits(self, waits: Sequence[ChildWait]) -> None: ...
+    async def create_runs(self, runs: Sequence[WorkflowRun]) -> list[str | None]: ...
+    async def deliver_signals(
+        self, payloads: Sequence[tuple[str, JSONValue]], at: datetime
+    ) -> list[StepCheckpoint]: ...
 
 
 class SupportsCountRuns(Protocol):

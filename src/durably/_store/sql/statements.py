@@ -176,6 +176,17 @@ class Statements:
         )
         self.remove_event = sa.delete(buffered_events).where(be.id == bp("id"))
 
+        # bulk operations of fans (bulk.py): multi-row writes and list lookups
+        self.insert_cp_ignore = d.insert_ignore(checkpoints, CP_KEYS)
+        self.insert_run_ignore = d.insert_ignore(runs, ("id",))
+        self.insert_tags_ignore = d.insert_ignore(tags, ("run_id", "tag"))
+        self.existing_runs = sa.select(r.id, r.workflow).where(d.in_list(r.id, "ids"))
+        self.waiters_in = sa.select(*WAITER_COLUMNS).where(d.in_list(w.token, "tokens"))
+        self.delete_waiters_in = sa.delete(waiters).where(d.in_list(w.token, "tokens"))
+        self.take_waiters_in = (
+            self.delete_waiters_in.returning(*WAITER_COLUMNS) if d.supports_returning else None
+        )
+
     def prebuilt(self) -> list[Any]:
         out: list[Any] = []
         for name, value in vars(self).items():

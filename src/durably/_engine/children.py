@@ -1,0 +1,278 @@
+"""Children at scale: bulk starts and batched completion delivery (engine.md §1.8, §3.7–3.8,
+§10.3–10.4; issue #4).
+
+* `register_waits` / `create_children`: a fan wave registers every member's waiter and
+  placeholder, then creates every child run, with multi-row statements (O(N / chunk) round
+  trips). Children are created `pending` and picked up by the claim loop (`poller.run_pending`),
+  so several engines sharing the database split a wide fan between them.
+* `ChildMailbox`: a finished child's completion is queued per parent; one drain per parent
+  delivers the queued completions with ONE `deliver_signals` transaction per batch, then wakes
+  the parent at most once per batch. A parent that is not resident here is re-driven only when
+  the fan's join barrier (§10.4) opens: no member of the fan is still `running` (a failed
+  completion always opens it). So a parent waiting on N children costs O(N) store work in
+  total, never O(N²), and one replay per settled wave at most.
+
+Every bulk store method is optional (`SupportsBulkFans`); without it these fall back to the
+per-row methods (store.md §4) with the same results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from durably._core.models import (
+    ChildWait,
+    JSONValue,
+    StepCheckpoint,
+    WorkflowRun,
+    delivered_signal,
+    now_utc,
+    utc_from_ms,
+)
+from durably._engine.registry import Workflow
+
+if TYPE_CHECKING:
+    from durably._engine.engine import Engine
+
+# `signals` is imported where used: it imports the driver, which imports the ctx, which
+# imports fans, which imports this module.
+
+log = logging.getLogger("durably")
+
+# Completions delivered per `deliver_signals` call.
+MAILBOX_BATCH = 1000
+
+
+# ------------------------------------------------------------------ store fallbacks
+
+
+async def register_waits(store: Any, waits: Sequence[ChildWait]) -> None:
+    bulk = getattr(store, "register_child_waits", None)
+    if bulk is not None:
+        await bulk(waits)
+        return
+    for wait in waits:  # store.md §4 fallback: per entry put waiter + save placeholder
+        await store.put_signal_waiter(wait.waiter)
+        if wait.placeholder is not None:
+            existing = await store.get_checkpoint(wait.placeholder.run_id, wait.placeholder.seq)
+            if existing is None:
+                await store.save_checkpoint(wait.placeholder)
+
+
+async def _create_runs(store: Any, new_runs: Sequence[WorkflowRun]) -> list[str | None]:
+    bulk = getattr(store, "create_runs", None)
+    if bulk is not None:
+        result: list[str | None] = await bulk(new_runs)
+        return result
+    out: list[str | None] = []
+    for run in new_runs:
+        try:
+            await store.create_run(run)
+            out.append(None)
+        except Exception:
+            existing = await store.get_run(run.id)
+            if existing is None:
+                raise
+            out.append(existing.workflow)
+    return out
+
+
+async def deliver_signals(
+    store: Any, payloads: Sequence[tuple[str, JSONValue]], at: datetime
+) -> list[StepCheckpoint]:
+    bulk = getattr(store, "deliver_signals", None)
+    if bulk is not None:
+        written: list[StepCheckpoint] = await bulk(payloads, at)
+        return written
+    out: list[StepCheckpoint] = []
+    for token, payload in dict(payloads).items():
+        waiter = await store.take_signal_waiter(token)
+        if waiter is not None:
+            cp = delivered_signal(waiter, payload, at)
+            await store.save_checkpoint(cp)
+            out.append(cp)
+    return out
+
+
+# ------------------------------------------------------------------ bulk child start
+
+
+async def create_children(
+    engine: Engine,
+    workflow: Workflow[Any, Any] | str,
+    members: Sequence[tuple[str, Any]],
+    parent: WorkflowRun,
+) -> list[str]:
+    """Create the child runs `(child_id, input)` that do not exist yet (engine.md §3.7 "start
+    the child if absent", in bulk). A member that cannot start (unknown workflow, invalid
+    input, its id held by another workflow) gets its failed Completion delivered to the
+    parent like any child result. Returns the ids that existed before this call."""
+    from durably._engine import signals
+
+    name = workflow.name if isinstance(workflow, Workflow) else workflow
+    failed: dict[str, str] = {}
+    new_runs: list[WorkflowRun] = []
+    try:
+        wf = engine._resolve(workflow, None)
+    except Exception as exc:
+        failed = {child_id: str(exc) for child_id, _ in members}
+    else:
+        now = now_utc()
+        tags = tuple(dict.fromkeys([*wf.tags, signals.parent_tag(parent.id)]))
+        for child_id, input in members:
+            try:
+                json_input = engine.prepare_input(wf, input)
+            except Exception as exc:
+                failed[child_id] = str(exc)
+                continue
+            new_runs.append(
+                WorkflowRun(
+                    id=child_id,
+                    workflow=wf.name,
+                    workflow_version=wf.version,
+                    status="pending",
+                    input=json_input,
+                    tags=tags,
+                    namespace=parent.namespace or engine.namespace or "default",
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+    existed: list[str] = []
+    if new_runs:
+        holders = await _create_runs(engine.store, new_runs)
+        for run, holder in zip(new_runs, holders, strict=True):
+            if holder is None:
+                engine.fresh_runs[run.id] = True
+            elif holder != run.workflow:
+                failed[run.id] = (
+                    f"run id {run.id} is already used by workflow {holder!r}, not {run.workflow!r}"
+                )
+            else:
+                existed.append(run.id)
+        if len(existed) + len(failed) < len(members):
+            if engine.drive_runs:
+                engine.wakes.kick()  # pick the new children up now (claim loop)
+            else:
+                await engine.wakes.announce("ready", new_runs[0].id)
+    for child_id, error in failed.items():
+        message = f'child workflow "{name}" failed to start: {error}'
+        engine.mailbox.post(parent.id, child_id, {"ok": False, "error": message})
+    return existed
+
+
+# ------------------------------------------------------------------ batched completions
+
+
+class ChildMailbox:
+    """Child completions queued per parent run, delivered in batches (module docstring)."""
+
+    def __init__(self, engine: Engine):
+        self._engine = engine
+        self._queues: dict[str, list[tuple[str, JSONValue]]] = {}
+
+    def post(self, parent_id: str, child_id: str, completion: JSONValue) -> None:
+        queue = self._queues.get(parent_id)
+        if queue is not None:
+            queue.append((f"child:{child_id}", completion))
+            return
+        self._queues[parent_id] = [(f"child:{child_id}", completion)]
+        self._engine.spawn(self._drain(parent_id))
+
+    async def _drain(self, parent_id: str) -> None:
+        from durably._engine import signals
+
+        await asyncio.sleep(0)  # let the rest of a burst of completions queue up
+        while True:
+            queue = self._queues[parent_id]
+            if not queue:
+                del self._queues[parent_id]  # no await since the check: a post starts anew
+                return
+            batch = queue[:MAILBOX_BATCH]
+            del queue[:MAILBOX_BATCH]
+            try:
+                await self._deliver(parent_id, batch)
+            except Exception:
+                # Decision: a store failure here must not lose completions. Each token
+                # goes through the plain signal path (which buffers when needed); whatever
+                # still fails is recovered by the parent's replay (its reconcile fallback).
+                log.warning("batched child delivery to %s failed; retrying one by one", parent_id)
+                for token, completion in batch:
+                    try:
+                        await signals.signal(self._engine, token, completion)
+                    except Exception:
+                        log.exception("delivering %s to %s failed", token, parent_id)
+
+    async def _deliver(self, parent_id: str, batch: list[tuple[str, JSONValue]]) -> None:
+        from durably._engine import signals
+
+        engine = self._engine
+        at = utc_from_ms(engine.clock())
+        written = await deliver_signals(engine.store, batch, at)
+        delivered = {cp.name[len("signal:") :] for cp in written}
+        for token, completion in batch:
+            if token not in delivered:
+                # No waiter: buffer it for a wait registered later (engine.md §3.5).
+                await signals.signal(engine, token, completion)
+        by_run: dict[str, list[StepCheckpoint]] = {}
+        for cp in written:
+            by_run.setdefault(cp.run_id, []).append(cp)
+        for run_id, cps in by_run.items():
+            await wake_parent(engine, run_id, cps)
+
+
+async def wake_parent(engine: Engine, run_id: str, cps: list[StepCheckpoint]) -> None:
+    """At most one wake per batch (engine.md §10.3 step 8), behind the join barrier."""
+    from durably._engine import signals
+
+    execution = engine.executions.get(run_id)
+    if execution is not None and execution.resident:
+        for cp in cps:
+            execution.deliver(cp.seq, cp)  # in memory: no replay, no store work
+        return
+    if execution is None and await _barrier_closed(engine, run_id, cps):
+        return
+    await signals.redrive(engine, run_id, cps[-1])
+
+
+async def _barrier_closed(engine: Engine, run_id: str, cps: list[StepCheckpoint]) -> bool:
+    """engine.md §10.4 for child fans: closed iff every delivered completion is ok and some
+    member of each touched fan is still `running` (one count per fan per batch). A barrier
+    that cannot be read counts as open (a spare wake replays harmlessly; a lost one would
+    strand the run)."""
+    count = getattr(engine.store, "count_checkpoints", None)
+    if count is None:
+        return False
+    ranges: set[tuple[int, int]] = set()
+    for cp in cps:
+        output = cp.output
+        if not (isinstance(output, dict) and output.get("ok") is True):
+            return False
+        span = fan_span(cp.parallel_group)
+        if span is None:
+            return False
+        ranges.add(span)
+    try:
+        for lo, hi in ranges:
+            if await count(run_id, lo, hi, ["running", "pending"]) == 0:
+                return False
+    except Exception:
+        return False
+    return True
+
+
+def fan_span(group: str | None) -> tuple[int, int] | None:
+    """The seq range `(first, last)` of a fan group `all:<first>:<total>[:ff]` (engine.md
+    §2.5); None for the plain legacy form (its size is unknown)."""
+    if not group or not group.startswith("all:"):
+        return None
+    parts = group.split(":")
+    try:
+        first, total = int(parts[1]), int(parts[2])
+    except (IndexError, ValueError):
+        return None
+    return first, first + total - 1
