@@ -344,6 +344,12 @@ async def _settle_suspended(engine: Engine, ex: Execution, wake_at: int | None) 
     engine.wakes.announce_soon("settled", ex.run_id)
     # A delivery that raced this turn found the lease taken and only nudged `wakeAt`,
     # which the write above may have overwritten: look at the awaited rows once more.
+    if len(ex.waiting_seqs) > 8:
+        # A fan waits on many rows: one listing instead of a read per member.
+        rows = await engine.store.list_checkpoints(ex.run_id)
+        if any(cp.seq in ex.waiting_seqs and cp.status == "completed" for cp in rows):
+            engine.dispatch(ex.run_id)
+        return
     for seq in sorted(ex.waiting_seqs):
         cp = await engine.store.get_checkpoint(ex.run_id, seq)
         if cp is not None and cp.status == "completed":

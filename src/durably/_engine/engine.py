@@ -65,6 +65,7 @@ _TUNING_DEFAULTS: dict[str, Any] = {
     "max_concurrent_runs": 1_000,
     "claim_batch": 16,
     "fan_window": 1_000,  # in-process step-fan members in flight at once (fans.py)
+    "fold_fans_over": 1_000,  # workflow fans this wide fold settled waves (§3.8.4)
     "instance_wait_ms": None,
 }
 
@@ -129,6 +130,7 @@ class Engine:
         self.max_concurrent_runs = int(opts["max_concurrent_runs"])
         self.claim_batch = int(opts["claim_batch"])
         self.fan_window = max(1, int(opts["fan_window"]))
+        self.fold_fans_over = int(opts["fold_fans_over"])
         # how long a restart with an explicit instance_id waits for a live predecessor
         wait = opts["instance_wait_ms"]
         self.instance_wait_ms = (

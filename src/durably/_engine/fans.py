@@ -179,10 +179,16 @@ async def workflow_fan(
         ids = [f"{ex.run_id}.all.{first}.w{i // concurrency}.{i}" for i in range(n)]
     outcomes: list[_Outcome | None] = [None] * n
 
+    def wave_start(i: int) -> int:
+        return 0 if concurrency is None else i - i % concurrency
+
     def record(i: int) -> _Outcome | None:
         if outcomes[i] is None:
-            cp = ex.snapshot.get(first + i)
-            if cp is not None and cp.status == "completed":
+            head = ex.snapshot.get(first + wave_start(i))
+            if head is not None and (folded := _folded(head)) is not None:
+                start, completions = folded
+                outcomes[i] = _completion_outcome(completions[i - start], codec)
+            elif (cp := ex.snapshot.get(first + i)) is not None and cp.status == "completed":
                 outcomes[i] = _completion_outcome(cp.output, codec)
         return outcomes[i]
 
@@ -228,22 +234,60 @@ async def workflow_fan(
         outstanding = [i for i in wave if record(i) is None]
         if fail_fast and (failure := first_failure()) is not None:
             await stop(failure)
-        if not outstanding:
-            continue
-        if not ex.resident:
-            # Classic mode: suspend once for the whole block (§3.8.1); the lost-wake guard
-            # of the suspend settle re-reads every awaited row.
-            ex.waiting_seqs.update(first + i for i in outstanding)
-            raise WorkflowSuspended(None)
-        # Resident: park once for the wave (engine.md §3.8.1 "all settled"); failFast
-        # (decision) wakes on the first failure observed — the first failed member in
-        # INPUT order among those settled then, what a replay scan also finds.
-        await _await_members(ex, first, outstanding, record, fail_fast)
-        if fail_fast and (failure := first_failure()) is not None:
-            await stop(failure)
-        for i in outstanding:
-            assert record(i) is not None
+        if outstanding:
+            if not ex.resident:
+                # Classic mode: suspend once for the whole block (§3.8.1); the lost-wake
+                # guard of the suspend settle re-reads the awaited rows.
+                ex.waiting_seqs.update(first + i for i in outstanding)
+                raise WorkflowSuspended(None)
+            # Resident: park once for the wave (engine.md §3.8.1 "all settled"); failFast
+            # (decision) wakes on the first failure observed — the first failed member in
+            # INPUT order among those settled then, what a replay scan also finds.
+            await _await_members(ex, first, outstanding, record, fail_fast)
+            if fail_fast and (failure := first_failure()) is not None:
+                await stop(failure)
+        if n >= engine.fold_fans_over and all(_ok(record(i)) for i in wave):
+            prefix = ids[wave.start].rsplit(".", 1)[0]
+            await _fold_wave(ex, first, wave, prefix, group)
     return _finish(outcomes, ids, mode, settled)
+
+
+def _ok(outcome: _Outcome | None) -> bool:
+    return outcome is not None and outcome.ok
+
+
+def _folded(cp: StepCheckpoint) -> tuple[int, list[Any]] | None:
+    """A folded `fan:` row (engine.md §3.8.4): (first input index, completions)."""
+    if not cp.name.startswith("fan:") or not isinstance(cp.output, dict):
+        return None
+    completions = cp.output.get("completions")
+    if not isinstance(completions, list):
+        return None
+    return int(cp.output.get("first", 0)), completions
+
+
+async def _fold_wave(ex: Execution, first: int, wave: range, prefix: str, group: str) -> None:
+    """engine.md §3.8.4: a settled wave of a wide workflow fan becomes ONE `fan:` row at the
+    wave's first seq (the other seqs hold no row), so the run keeps O(waves) rows instead of
+    O(N). Decision: only waves whose members ALL succeeded fold — a failed member keeps its
+    own row, so `requeue` can re-arm it in place and a failed-only page can list it. The
+    fold is one transaction, idempotent under replay (a replay reads either form)."""
+    head = ex.snapshot.get(first + wave.start)
+    fold = getattr(ex.engine.store, "fold_checkpoints", None)
+    if fold is None or (head is not None and head.name.startswith("fan:")):
+        return
+    completions = [ex.snapshot[first + i].output for i in wave]
+    cp = ex.instant(
+        first + wave.start,
+        f"fan:{prefix}",
+        "signal",
+        output={"first": wave.start, "count": len(wave), "completions": completions},
+        parallel_group=group,
+    )
+    await ex.store.fold_checkpoints(ex.run_id, first + wave.start, first + wave.stop - 1, cp)
+    for i in wave:
+        ex.snapshot.pop(first + i, None)
+    ex.snapshot[cp.seq] = cp
 
 
 async def _launch_members(

@@ -638,6 +638,15 @@ class InMemoryStateStore:
                 written.append(cp)
         return written
 
+    async def fold_checkpoints(
+        self, run_id: str, first_seq: int, last_seq: int, cp: StepCheckpoint
+    ) -> None:
+        self._tick()
+        rows = self._checkpoints.setdefault(run_id, {})
+        for seq in [s for s in rows if first_seq <= s <= last_seq]:
+            del rows[seq]
+        rows[cp.seq] = _norm_checkpoint(cp)
+
     async def list_signal_waiters(self, prefix: str) -> list[SignalWaiter]:
         """Tokens starting with `prefix` (exact, case-sensitive), by (run_id, seq, token)."""
         self._tick()

@@ -115,6 +115,8 @@ class SupportsBulkFans(Protocol):
     - `deliver_signals([(token, payload)], at) -> list[StepCheckpoint]`: in one transaction,
       take each token's waiter (if any) and upsert its `signal:<token>` row
       (`models.delivered_signal`); returns the rows written.
+    - `fold_checkpoints(run_id, first_seq, last_seq, cp)`: engine.md §3.8.4, in one
+      transaction delete the rows of the seq range and write the folded `fan:` row `cp`.
     """
 
     async def register_child_waits(self, waits: Sequence[ChildWait]) -> None: ...
@@ -122,6 +124,9 @@ class SupportsBulkFans(Protocol):
     async def deliver_signals(
         self, payloads: Sequence[tuple[str, JSONValue]], at: datetime
     ) -> list[StepCheckpoint]: ...
+    async def fold_checkpoints(
+        self, run_id: str, first_seq: int, last_seq: int, cp: StepCheckpoint
+    ) -> None: ...
 
 
 class SupportsCountRuns(Protocol):

@@ -131,3 +131,17 @@ class BulkOps:
             return written
 
         return await self._cx.write(work, tx=True)
+
+    async def fold_checkpoints(
+        self, run_id: str, first_seq: int, last_seq: int, cp: StepCheckpoint
+    ) -> None:
+        """(durably) engine.md §3.8.4: replace the rows of `first_seq..last_seq` by ONE folded
+        `fan:` row (`cp`, at `first_seq`), in one transaction."""
+        row = _rows.checkpoint_to_sql(cp)
+        params = {"run_id": run_id, "lo": first_seq, "hi": last_seq}
+
+        async def work(s: Session) -> None:
+            await self._run(s, self._q.delete_cp_range, params)
+            await self._run(s, self._q.save_cp, row)
+
+        await self._cx.write(work, tx=True)

@@ -183,6 +183,9 @@ class Statements:
         self.existing_runs = sa.select(r.id, r.workflow).where(d.in_list(r.id, "ids"))
         self.waiters_in = sa.select(*WAITER_COLUMNS).where(d.in_list(w.token, "tokens"))
         self.delete_waiters_in = sa.delete(waiters).where(d.in_list(w.token, "tokens"))
+        self.delete_cp_range = sa.delete(checkpoints).where(
+            c.run_id == bp("run_id"), c.seq >= bp("lo"), c.seq <= bp("hi")
+        )
         self.take_waiters_in = (
             self.delete_waiters_in.returning(*WAITER_COLUMNS) if d.supports_returning else None
         )
