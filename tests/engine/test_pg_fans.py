@@ -1,0 +1,67 @@
+"""The fan / saga / onError / children suites again, on the real PostgreSQL store.
+
+Every `engine_factory` test of test_fans.py, test_fan_rules.py, test_saga.py, test_on_error.py
+and test_children.py is re-exported here under its own name; `ENGINE_STORES = "postgres"` makes
+the conftest parametrize them over {postgres} × {hot, replay} only (a fresh schema per test,
+dropped afterwards; skipped when PostgreSQL is unreachable, a failure under
+`DURABLY_REQUIRE_SERVICES=1`). The source modules keep their memory/SQLite combinations.
+
+`PG_XFAIL` names the tests that fail on PostgreSQL because of a known engine bug
+(`xfail(strict=True)`, so a fix makes them fail until the entry is removed); `PG_FLAKY` the
+ones a known race fails only sometimes there (`xfail(strict=False)`; the race itself is pinned
+deterministically by a strict xfail test on every store).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from . import test_children, test_fan_rules, test_fans, test_on_error, test_saga
+
+ENGINE_STORES = "postgres"
+
+PG_XFAIL: dict[str, str] = {}
+
+PG_FLAKY: dict[str, str] = {
+    # ~1 run in 6-30 on PostgreSQL: the spawned leaf completes between the root's
+    # put_signal_waiter and its `running` signal:child: placeholder write (ctx.py `_child`),
+    # the placeholder overwrites the delivered completion and the root waits forever.
+    # Deterministic on every store: test_fan_rules.py::
+    # test_child_completion_delivered_before_the_placeholder_write.
+    "test_delete_run_cascades_to_children": (
+        "engine bug: a child completion delivered between put_signal_waiter and the running "
+        "signal:child: placeholder write is overwritten (ctx.py _child): the parent hangs"
+    ),
+}
+
+_SUITES: tuple[ModuleType, ...] = (
+    test_fans,
+    test_fan_rules,
+    test_saga,
+    test_on_error,
+    test_children,
+)
+
+
+def _engine_tests(module: ModuleType) -> dict[str, Callable[..., Any]]:
+    """The module's test functions that run through `engine_factory`."""
+    return {
+        name: fn
+        for name, fn in vars(module).items()
+        if name.startswith("test_")
+        and inspect.isfunction(fn)
+        and "engine_factory" in inspect.signature(fn).parameters
+    }
+
+
+_exported: dict[str, Callable[..., Any]] = {}
+for _module in _SUITES:
+    for _name, _fn in _engine_tests(_module).items():
+        assert _name not in _exported, f"duplicate test name {_name} across the PG suites"
+        _exported[_name] = _fn
+globals().update(_exported)
+
+assert set(PG_XFAIL) | set(PG_FLAKY) <= set(_exported), set(PG_XFAIL) | set(PG_FLAKY)
