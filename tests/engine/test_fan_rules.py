@@ -687,15 +687,13 @@ def _delay_child_placeholders(engine: Any, *, patience: float = 0.5) -> list[str
     return late
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: the `running` signal:child: placeholder is written AFTER "
-    "put_signal_waiter, so a child completion delivered in between is overwritten and the "
-    "parent waits forever (ctx.py _child)",
-)
 async def test_child_completion_delivered_before_the_placeholder_write(
     engine_factory: EngineFactory, uid: str
 ):
+    """Was an engine bug (ctx.py `_child` wrote the placeholder after the waiter, so a
+    completion landing in between was overwritten and the parent hung): now the waiter and
+    an insert-if-absent placeholder share one transaction (children.register_waits)."""
+
     @durably.workflow(f"{uid}.child")
     async def child(ctx: WorkflowCtx, x: int) -> int:
         return x + 1

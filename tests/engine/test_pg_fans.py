@@ -25,17 +25,7 @@ ENGINE_STORES = "postgres"
 
 PG_XFAIL: dict[str, str] = {}
 
-PG_FLAKY: dict[str, str] = {
-    # ~1 run in 6-30 on PostgreSQL: the spawned leaf completes between the root's
-    # put_signal_waiter and its `running` signal:child: placeholder write (ctx.py `_child`),
-    # the placeholder overwrites the delivered completion and the root waits forever.
-    # Deterministic on every store: test_fan_rules.py::
-    # test_child_completion_delivered_before_the_placeholder_write.
-    "test_delete_run_cascades_to_children": (
-        "engine bug: a child completion delivered between put_signal_waiter and the running "
-        "signal:child: placeholder write is overwritten (ctx.py _child): the parent hangs"
-    ),
-}
+PG_FLAKY: dict[str, str] = {}
 
 _SUITES: tuple[ModuleType, ...] = (
     test_fans,

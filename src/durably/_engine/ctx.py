@@ -23,8 +23,8 @@ from durably._core.errors import (
     SignalTimeoutError,
 )
 from durably._core.jsonutil import compact
-from durably._core.models import JSONValue, SignalWaiter, StepCheckpoint, ms_from_utc
-from durably._engine import fans, saga
+from durably._core.models import ChildWait, JSONValue, SignalWaiter, StepCheckpoint, ms_from_utc
+from durably._engine import children, fans, saga
 from durably._engine.execution import STEP_SCOPE, Execution
 from durably._engine.fans import FanMode, Settled
 from durably._engine.registry import BackoffKind, RetryPolicy, Step, Workflow, _backoff_from
@@ -481,16 +481,20 @@ class WorkflowCtx:
         if cp is not None and cp.status == "completed":
             return _unwrap(child_id, cp.output, codec)
         waiter = SignalWaiter(token=token, run_id=ex.run_id, seq=seq)
-        await store.put_signal_waiter(waiter)
+        # Waiter and `running` placeholder in one transaction, the placeholder only where no
+        # row exists: a completion delivered right after the waiter is in place can never be
+        # overwritten by the placeholder (found by tests/engine/test_fan_rules.py).
+        placeholder = ex.instant(seq, name, "signal", status="running") if cp is None else None
+        await children.register_waits(store, [ChildWait(waiter, placeholder)])
+        if placeholder is not None:
+            ex.snapshot.setdefault(seq, placeholder)
         hit = await store.take_buffered_signal(token)  # lost-wake guard (§3.7)
         if hit is not None:
             await store.remove_signal_waiter(waiter)
             await ex.save(ex.instant(seq, name, "signal", output=hit.payload))
             return _unwrap(child_id, hit.payload, codec)
-        if cp is None:
-            if await store.get_run(child_id) is None:
-                self._engine.start_child_soon(workflow, input, child_id, ex.run, version, priority)
-            await ex.save(ex.instant(seq, name, "signal", status="running"))
+        if cp is None and await store.get_run(child_id) is None:
+            self._engine.start_child_soon(workflow, input, child_id, ex.run, version, priority)
         done = await ex.wait(seq, None)
         assert done is not None
         return _unwrap(child_id, done.output, codec)

@@ -157,7 +157,19 @@ def _v1(dialect_name: str) -> list[str]:
     )
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial schema (store.md §5.2)", _v1),)
+def _v2(dialect_name: str) -> list[str]:
+    # The pick-up order of `claim_pending_runs` (status, created_at, id): without it each
+    # claim sorts every pending run, O(N) per claim and O(N²) for a wide child fan.
+    return [
+        "CREATE INDEX IF NOT EXISTS durable_workflow_runs_status_created_idx"
+        " ON durable_workflow_runs (status, created_at, id)"
+    ]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema (store.md §5.2)", _v1),
+    Migration(2, "pick-up order index for claim_pending_runs", _v2),
+)
 HEAD: int = MIGRATIONS[-1].version
 
 

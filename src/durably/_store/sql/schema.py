@@ -63,6 +63,8 @@ Index(
 )
 Index("durable_workflow_runs_created_at_idx", runs.c.created_at)
 Index("durable_workflow_runs_status_updated_at_idx", runs.c.status, runs.c.updated_at)
+# durably: the pick-up order of claim_pending_runs (migration 2)
+Index("durable_workflow_runs_status_created_idx", runs.c.status, runs.c.created_at, runs.c.id)
 # durably: bulk lease renewal / release by owner (SupportsBulkLeases)
 Index("durable_workflow_runs_locked_by_idx", runs.c.locked_by)
 

@@ -248,9 +248,18 @@ def _claim_variants(dialect: SqlDialect) -> tuple[sa.Executable, sa.Executable, 
         if not dialect.supports_returning:
             out.append(pick)
             continue
+        # PostgreSQL: `id = ANY(ARRAY(pick))`, not `id IN (pick)`: with LIMIT a bind
+        # parameter, the generic plan of the IN form hash-joins a sequential scan of every
+        # run (O(N) per claim, O(N²) for a wide child fan); this form is an InitPlan plus
+        # primary-key lookups.
+        target = (
+            r.id.in_(pick)
+            if dialect.is_sqlite
+            else r.id == sa.any_(sa.func.array(pick.scalar_subquery()))
+        )
         out.append(
             sa.update(runs)
-            .where(r.id.in_(pick))
+            .where(target)
             .values(locked_by=bindparam("w_owner"), locked_until=bindparam("w_until"))
             .returning(*RUN_COLUMNS)
         )
