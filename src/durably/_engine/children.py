@@ -148,6 +148,8 @@ async def create_children(
         for run, holder in zip(new_runs, holders, strict=True):
             if holder is None:
                 engine.fresh_runs[run.id] = True
+                if engine.drive_runs:
+                    engine.local_backlog.append(run.id)
             elif holder != run.workflow:
                 failed[run.id] = (
                     f"run id {run.id} is already used by workflow {holder!r}, not {run.workflow!r}"

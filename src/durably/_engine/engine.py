@@ -7,6 +7,7 @@ import logging
 import os
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -162,6 +163,7 @@ class Engine:
         self.wakes = WakeLink(self)
         self.mailbox = ChildMailbox(self)
         self.pending_backlog = False  # run_pending stopped for lack of room (poller.py)
+        self.local_backlog: deque[str] = deque()  # runs created here to claim by id
         self._instance_hold: InstanceHold | None = None
         self.draining = False
         self._watchers: dict[str, set[_RunWatch]] = {}

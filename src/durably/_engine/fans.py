@@ -29,6 +29,7 @@ from durably._engine import children
 from durably._engine.execution import Execution, ReplayNow
 from durably._engine.registry import RetryPolicy, Step, Workflow
 from durably._engine.typed_io import PLAIN, ValueCodec
+from durably._store.protocol import BULK_CHUNK
 
 log = logging.getLogger("durably")
 
@@ -303,8 +304,23 @@ async def _launch_members(
     in bulk (issue #4): waiters and `running` placeholders in one `register_child_waits`
     transaction (waiter FIRST, so no completion can miss it), then every absent child created
     with multi-row inserts (children.create_children)."""
-    if not indices:
-        return
+    # In chunks: each chunk's rows are built, written and dropped before the next, so a
+    # 40,000-member launch never holds 40,000 pending row objects at once.
+    for start in range(0, len(indices), BULK_CHUNK):
+        await _launch_chunk(
+            ex, workflow, inputs, ids, first, indices[start : start + BULK_CHUNK], group
+        )
+
+
+async def _launch_chunk(
+    ex: Execution,
+    workflow: Workflow[Any, Any] | str,
+    inputs: list[Any],
+    ids: list[str],
+    first: int,
+    indices: list[int],
+    group: str,
+) -> None:
     placeholders: dict[int, StepCheckpoint] = {}
     waits: list[ChildWait] = []
     for i in indices:

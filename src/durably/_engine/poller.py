@@ -57,7 +57,9 @@ async def run_pending(engine: Engine) -> int:
                 engine.dispatch(run.id)
                 count += 1
         return count
-    claimed = 0
+    claimed = await _claim_local_backlog(engine)
+    if engine.pending_backlog:
+        return claimed  # no room left: the end of a turn kicks the next pick-up
     while not engine.draining:
         room = engine.max_concurrent_runs - len(engine.executions) - len(engine.dispatching)
         batch = min(engine.claim_batch, room)
@@ -75,6 +77,31 @@ async def run_pending(engine: Engine) -> int:
         if len(runs) < batch:
             break
         await asyncio.sleep(0)  # let other engines (and our own turns) take their share
+    return claimed
+
+
+async def _claim_local_backlog(engine: Engine) -> int:
+    """Claim, by id, the runs this engine created and queued for itself (a wide fan's
+    children, children.create_children): primary-key lookups instead of a scan of the
+    pending backlog. Ids another engine took meanwhile are simply not returned."""
+    backlog = engine.local_backlog
+    claim = getattr(engine.store, "claim_runs", None)
+    if claim is None:
+        backlog.clear()  # the generic pick-up below finds them
+        return 0
+    claimed = 0
+    engine.pending_backlog = False
+    while backlog and not engine.draining:
+        room = engine.max_concurrent_runs - len(engine.executions) - len(engine.dispatching)
+        if room <= 0:
+            engine.pending_backlog = True
+            break
+        ids = [backlog.popleft() for _ in range(min(room, len(backlog), 1000))]
+        now = engine.clock()
+        runs = await claim(ids, engine.instance_id, now + engine.lease_ms, now)
+        for run in runs:
+            engine.dispatch(run.id, claimed=run)
+        claimed += len(runs)
     return claimed
 
 

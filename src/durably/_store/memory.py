@@ -566,6 +566,19 @@ class InMemoryStateStore:
             claimed.append(_read_run(self._runs[row.id]))
         return claimed
 
+    async def claim_runs(
+        self, ids: Sequence[str], owner: str, lease_until_ms: int, now_ms: int
+    ) -> list[WorkflowRun]:
+        """(durably) Lease the listed runs still `pending` (SupportsBulkFans)."""
+        self._tick_chunks(len(ids))
+        claimed = []
+        for run_id in dict.fromkeys(ids):
+            row = self._runs.get(run_id)
+            if row is not None and row.status == "pending":
+                if self._try_lock(run_id, owner, lease_until_ms, now_ms):
+                    claimed.append(_read_run(self._runs[run_id]))
+        return claimed
+
     async def hold_instance(self, instance_id: str) -> _MemoryHold | None:
         """(durably) One live engine per `instance_id` on this store (SupportsInstanceHold)."""
         if instance_id in self._instance_holds:

@@ -117,6 +117,8 @@ class SupportsBulkFans(Protocol):
       (`models.delivered_signal`); returns the rows written.
     - `fold_checkpoints(run_id, first_seq, last_seq, cp)`: engine.md §3.8.4, in one
       transaction delete the rows of the seq range and write the folded `fan:` row `cp`.
+    - `claim_runs(ids, owner, lease_until_ms, now_ms) -> list[WorkflowRun]`: lease the listed
+      runs that are `pending` with a free or expired lease (by primary key).
     """
 
     async def register_child_waits(self, waits: Sequence[ChildWait]) -> None: ...
@@ -127,6 +129,9 @@ class SupportsBulkFans(Protocol):
     async def fold_checkpoints(
         self, run_id: str, first_seq: int, last_seq: int, cp: StepCheckpoint
     ) -> None: ...
+    async def claim_runs(
+        self, ids: Sequence[str], owner: str, lease_until_ms: int, now_ms: int
+    ) -> list[WorkflowRun]: ...
 
 
 class SupportsCountRuns(Protocol):

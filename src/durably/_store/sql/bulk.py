@@ -10,6 +10,7 @@ implements the same contracts.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ class BulkOps:
     """Mixed into `SqlStateStore` (which provides what is declared here)."""
 
     dialect: SqlDialect
+    statement_count: int
     _q: Statements
     _cx: Connector
 
@@ -145,3 +147,46 @@ class BulkOps:
             await self._run(s, self._q.save_cp, row)
 
         await self._cx.write(work, tx=True)
+
+    async def claim_runs(
+        self, ids: Sequence[str], owner: str, lease_until_ms: int, now_ms: int
+    ) -> list[WorkflowRun]:
+        """(durably) `claim_pending_runs` for known ids (the children this engine just
+        created): lease those still `pending` with a free or expired lease, by primary key
+        (no scan of the pending backlog, whose plan degrades while a wide fan churns it)."""
+        if not ids:
+            return []
+        claimed: list[WorkflowRun] = []
+        for chunk in _chunks(list(ids)):
+            params = {
+                "ids": self.dialect.list_value(chunk),
+                "w_owner": owner,
+                "w_until": int(lease_until_ms),
+                "w_now": int(now_ms),
+            }
+            if self._q.claim_ids is not None:
+                self.statement_count += 1
+                found = await self._cx.fetch(self._q.claim_ids, params, write=True)
+                claimed += [_rows.run_from_row(row) for row in found]
+            else:
+                claimed += await self._claim_ids_tx(params)
+        return claimed
+
+    async def _claim_ids_tx(self, params: dict[str, Any]) -> list[WorkflowRun]:
+        async def work(s: Session) -> list[WorkflowRun]:
+            return await self._claim_ids_without_returning(s, params)
+
+        result: list[WorkflowRun] = await self._cx.write(work, tx=True)
+        return result
+
+    async def _claim_ids_without_returning(
+        self, s: Session, params: dict[str, Any]
+    ) -> list[WorkflowRun]:
+        found = [
+            _rows.run_from_row(row) for row in await self._fetch(s, self._q.claim_ids_pick, params)
+        ]
+        lock = {k: params[k] for k in ("w_owner", "w_until", "w_now")}
+        if found:
+            await self._many(s, self._q.try_lock, [{**lock, "w_id": run.id} for run in found])
+        owner, until = params["w_owner"], params["w_until"]
+        return [replace(run, locked_by=owner, locked_until=until) for run in found]

@@ -183,6 +183,20 @@ class Statements:
         self.existing_runs = sa.select(r.id, r.workflow).where(d.in_list(r.id, "ids"))
         self.waiters_in = sa.select(*WAITER_COLUMNS).where(d.in_list(w.token, "tokens"))
         self.delete_waiters_in = sa.delete(waiters).where(d.in_list(w.token, "tokens"))
+        claimable_ids = (
+            d.in_list(r.id, "ids"),
+            r.status == "pending",
+            sa.or_(r.locked_until.is_(None), r.locked_until <= bp("w_now")),
+        )
+        self.claim_ids_pick = sa.select(*RUN_COLUMNS).where(*claimable_ids)
+        self.claim_ids = (
+            sa.update(runs)
+            .where(*claimable_ids)
+            .values(locked_by=bp("w_owner"), locked_until=bp("w_until"))
+            .returning(*RUN_COLUMNS)
+            if d.supports_returning
+            else None
+        )
         self.delete_cp_range = sa.delete(checkpoints).where(
             c.run_id == bp("run_id"), c.seq >= bp("lo"), c.seq <= bp("hi")
         )
