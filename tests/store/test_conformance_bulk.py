@@ -96,3 +96,39 @@ async def test_deliver_signals_takes_waiters_and_writes_rows_atomically(store: A
     assert await store.deliver_signals([("child:c0", {"ok": True, "value": 2})], at(4)) == []
     assert (await store.get_checkpoint("p", 0)).output == {"ok": True, "value": 1}
     assert await store.deliver_signals([], at(5)) == []
+
+
+async def test_claim_runs_leases_listed_pending_runs_by_id(store: Any) -> None:
+    await store.create_run(make_run("a", status="pending"))
+    await store.create_run(make_run("b", status="pending", locked_by="x", locked_until=10_000))
+    await store.create_run(make_run("c", status="pending", locked_by="x", locked_until=500))
+    await store.create_run(make_run("d", status="running"))
+    await store.create_run(make_run("e", status="pending"))
+    claimed = await store.claim_runs(["a", "b", "c", "d", "zz"], "me", 9_000, 1_000)
+    assert sorted((r.id, r.locked_by, r.locked_until) for r in claimed) == [
+        ("a", "me", 9_000),
+        ("c", "me", 9_000),  # an expired lease is free
+    ]
+    assert all(r.status == "pending" for r in claimed)  # a claim leases; it keeps the status
+    b = await store.get_run("b")
+    assert b is not None and b.locked_by == "x"  # a live lease is never taken
+    e = await store.get_run("e")
+    assert e is not None and e.locked_by is None  # not listed: untouched
+    assert await store.claim_runs(["a"], "other", 9_000, 1_000) == []  # held by "me" now
+    assert await store.claim_runs([], "me", 9_000, 1_000) == []
+
+
+async def test_fold_checkpoints_replaces_a_seq_range_by_one_row(store: Any) -> None:
+    await store.create_run(make_run("p"))
+    for seq in range(6):
+        await store.save_checkpoint(make_cp("p", seq, name=f"s{seq}"))
+    fan = make_cp("p", 1, name="fan:p.all.1", kind="signal", output={"first": 0, "count": 3})
+    await store.fold_checkpoints("p", 1, 3, fan)
+    rows = await store.list_checkpoints("p")
+    assert [(cp.seq, cp.name) for cp in rows] == [
+        (0, "s0"),
+        (1, "fan:p.all.1"),
+        (4, "s4"),
+        (5, "s5"),
+    ]
+    assert rows[1].output == {"first": 0, "count": 3}
