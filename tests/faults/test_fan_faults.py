@@ -16,8 +16,9 @@ store's tables read with plain sqlite3/asyncpg, and from the recovered run:
    children are exactly the §3.8.1 ids `<runId>.all.0.w<k>.<i>`. Three kill points:
    `rest-done` (the rest of wave 1 settled and reached the parent: 1 member in flight),
    `wave-busy` (most of wave 1 in flight) and `child-settled` (the process dies right after a
-   child's `completed` settle committed, before the parent is notified — this one strands the
-   parent: a known engine bug, `xfail(raises=StrandedRun, strict=True)`; see `STRANDED`).
+   child's `completed` settle committed, before the parent is notified: it used to strand the
+   parent for good; now the parent's replay asks its waiting children for their outcome,
+   children.recover_completions).
 2. the same for a step fan (`ctx.all(step, …, concurrency=20)`), `rest-done` and `wave-busy`.
 3. onError: the process dies when the engine's store is asked to create the handler run
    (`<runId>.onError.1`), after the handoff row and the `suspended` write: the recovering
@@ -46,7 +47,6 @@ from tests.faults.fan_support import (
     Backend,
     Line,
     Proc,
-    StrandedRun,
     backend,
     read_log,
     reaping,
@@ -58,36 +58,17 @@ BLOCKED = 25  # in wave 1 (inputs 20..39), the second wave
 WAVES = [range(k * C, min(N, (k + 1) * C)) for k in range((N + C - 1) // C)]
 FANS = {"child_fan": "fanfault.child_leaf", "step_fan": "fanfault.leaf"}
 KILLED = -signal.SIGKILL
-STRANDED = (
-    "engine bug: a child whose `completed` settle committed just before the SIGKILL never "
-    "reaches its parent. notifyParent (engine.md §1.8) is deferred in memory after the "
-    "settle write, so the kill drops it; the parent's placeholder stays `running`, its "
-    "`child:` waiter stays, nothing is buffered, and neither recovery (the child is already "
-    "terminal) nor the parent's reconcile re-drive (its replay never reads the child run) "
-    "repairs it: the parent is stranded forever"
-)
 # rest-done: the rest of wave 1 settled and reached the parent: only BLOCKED is in flight;
 # wave-busy: every other member sleeps 300 ms, the kill lands as soon as BLOCKED blocks, so
 # most of wave 1 is in flight (for a child fan, a kill that lands right after some child's
-# settle strands the parent — rare with this timing, hence the NON-strict xfail);
+# settle used to strand the parent);
 # child-settled: the process kills itself right after the store write that settles child
-# KILL_AFTER_SETTLE `completed` returned (the deterministic form of that bug: strict xfail).
+# KILL_AFTER_SETTLE `completed` returned (the deterministic form of that former bug).
 KILL_AFTER_SETTLE = 22
 FAN_CASES = [
     pytest.param("child_fan", "rest-done", id="child_fan-rest-done"),
-    pytest.param(
-        "child_fan",
-        "child-settled",
-        id="child_fan-child-settled",
-        marks=pytest.mark.xfail(raises=StrandedRun, strict=True, reason=STRANDED),
-    ),
-    pytest.param(
-        "child_fan",
-        "wave-busy",
-        id="child_fan-wave-busy",
-        # Not strict: whether the kill lands in that window depends on timing (rare).
-        marks=pytest.mark.xfail(raises=StrandedRun, strict=False, reason=STRANDED),
-    ),
+    pytest.param("child_fan", "child-settled", id="child_fan-child-settled"),
+    pytest.param("child_fan", "wave-busy", id="child_fan-wave-busy"),
     pytest.param("step_fan", "rest-done", id="step_fan-rest-done"),
     pytest.param("step_fan", "wave-busy", id="step_fan-wave-busy"),
 ]

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from durably._core.models import (
     ChildWait,
     JSONValue,
+    RunQuery,
+    RunStatus,
     StepCheckpoint,
     WorkflowRun,
     delivered_signal,
@@ -278,3 +280,64 @@ def fan_span(group: str | None) -> tuple[int, int] | None:
     except (IndexError, ValueError):
         return None
     return first, first + total - 1
+
+
+# ------------------------------------------------------------------ lost completions
+
+
+_PARENT_TERMINAL: tuple[RunStatus, ...] = ("completed", "failed", "dead", "cancelled")
+
+
+def completion_of_run(run: WorkflowRun) -> dict[str, Any] | None:
+    """The Completion a finished child announces (driver.settle_*, operator.cancel_with),
+    rebuilt from its run row; None while it is not finished for its parent."""
+    if run.status == "completed":
+        return {"ok": True, "value": run.output}
+    if run.status not in _PARENT_TERMINAL:
+        return None
+    if run.error is None:
+        if run.status == "cancelled":
+            return {"ok": False, "error": "cancelled", "code": "cancelled"}
+        return {"ok": False, "error": f"child run {run.id} {run.status}"}
+    completion: dict[str, Any] = {"ok": False, "error": run.error.message}
+    if run.error.code is not None:
+        completion["code"] = run.error.code
+    if run.error.details is not None:
+        completion["details"] = run.error.details
+    return completion
+
+
+async def recover_completions(ex: Any, members: dict[str, int]) -> list[StepCheckpoint]:
+    """Deliver the completion of every child in `members` (child id → the parent's seq)
+    that already finished although the parent's row still waits for it.
+
+    A child announces its completion after its settle commits; a crash in between loses
+    the announcement (nothing re-sends it: the child is terminal, so recovery skips it).
+    The child's run row is the source of truth, so a parent that re-reads its waits (a
+    replay, or a re-check wake) asks the children themselves (found by
+    tests/faults/test_fan_faults.py). One tag query for many members, else one read each."""
+    if not members:
+        return []
+    from durably._engine import signals
+
+    store = ex.store
+    finished: list[WorkflowRun] = []
+    if len(members) > 16:
+        query = RunQuery(tag=signals.parent_tag(ex.run_id), statuses=list(_PARENT_TERMINAL))
+        finished = [run for run in await store.list_runs(query) if run.id in members]
+    else:
+        for child_id in members:
+            run = await store.get_run(child_id)
+            if run is not None and run.status in _PARENT_TERMINAL:
+                finished.append(run)
+    payloads: list[tuple[str, JSONValue]] = []
+    for run in finished:
+        completion = completion_of_run(run)
+        if completion is not None:
+            payloads.append((f"child:{run.id}", completion))
+    if not payloads:
+        return []
+    written = await deliver_signals(store, payloads, utc_from_ms(ex.engine.clock()))
+    for cp in written:
+        ex.snapshot[cp.seq] = cp
+    return written

@@ -493,6 +493,10 @@ class WorkflowCtx:
             await store.remove_signal_waiter(waiter)
             await ex.save(ex.instant(seq, name, "signal", output=hit.payload))
             return _unwrap(child_id, hit.payload, codec)
+        if cp is not None:
+            # A replay: the child may have finished while its announcement was lost.
+            for recovered in await children.recover_completions(ex, {child_id: seq}):
+                return _unwrap(child_id, recovered.output, codec)
         if cp is None and await store.get_run(child_id) is None:
             self._engine.start_child_soon(workflow, input, child_id, ex.run, version, priority)
         done = await ex.wait(seq, None)

@@ -195,9 +195,10 @@ class Execution:
             parallel_group=parallel_group,
         )
 
-    async def save(self, cp: StepCheckpoint) -> None:
+    async def save(self, cp: StepCheckpoint, *, remember: bool = True) -> None:
         await self.store.save_checkpoint(cp)
-        self.snapshot[cp.seq] = cp
+        if remember:
+            self.snapshot[cp.seq] = cp
 
     def after_live_checkpoint(self) -> None:
         """always_replay: evict after every live step so the next turn replays it."""
@@ -419,7 +420,10 @@ class Execution:
                     output=output,
                     parallel_group=parallel_group,
                 )
-                await self.save(done)
+                # A completed step-fan member's row is never read again by a resident body
+                # (its output goes straight to the fan): not keeping it holds a fan's memory
+                # (and the garbage collector's work) to the members in flight.
+                await self.save(done, remember=parallel_group is None or not self.resident)
                 self.emit(
                     "step.completed",
                     seq=seq,

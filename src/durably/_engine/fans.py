@@ -244,7 +244,7 @@ async def workflow_fan(
             # Resident: park once for the wave (engine.md §3.8.1 "all settled"); failFast
             # (decision) wakes on the first failure observed — the first failed member in
             # INPUT order among those settled then, what a replay scan also finds.
-            await _await_members(ex, first, outstanding, record, fail_fast)
+            await _await_members(ex, first, ids, outstanding, record, fail_fast)
             if fail_fast and (failure := first_failure()) is not None:
                 await stop(failure)
         if n >= engine.fold_fans_over and all(_ok(record(i)) for i in wave):
@@ -341,6 +341,10 @@ async def _launch_chunk(
     existed = await children.create_children(
         ex.engine, workflow, [(ids[i], inputs[i]) for i in indices], ex.run
     )
+    # A replay: members whose row still waits may have a child that finished while its
+    # announcement was lost (children.recover_completions).
+    waiting = {ids[i]: first + i for i in indices if i not in placeholders}
+    await children.recover_completions(ex, waiting)
     # Lost-wake guard (engine.md §3.7), needed only where the child existed before this
     # launch wrote the member's waiter: its completion may have been buffered.
     fresh_members = {ids[i]: i for i in placeholders}
@@ -365,6 +369,7 @@ async def _launch_chunk(
 async def _await_members(
     ex: Execution,
     first: int,
+    ids: list[str],
     indices: list[int],
     record: Callable[[int], _Outcome | None],
     fail_fast: bool,
@@ -395,6 +400,9 @@ async def _await_members(
                     if cp.seq in left and cp.status == "completed":
                         ex.snapshot[cp.seq] = cp
                         settle(cp)
+                waiting = {ids[seq - first]: seq for seq in left}
+                for cp in await children.recover_completions(ex, waiting):
+                    settle(cp)
     finally:
         ex.fan_watches.remove(watch)
 
