@@ -502,7 +502,8 @@ def test_every_statement_compiles_for_postgresql() -> None:
     assert "FOR UPDATE" in rendered["pending_keys"]
     claim = rendered["claim_pending"]  # the last namespace variant: `namespace = :ns`
     assert claim.startswith("UPDATE durable_workflow_runs SET locked_by=")
-    assert "WHERE durable_workflow_runs.id IN (SELECT" in claim
+    # `id = ANY(ARRAY(pick))`, not `id IN (pick)`: see statements.py
+    assert "WHERE durable_workflow_runs.id = ANY (array((SELECT" in claim
     assert "FOR UPDATE SKIP LOCKED" in claim and "RETURNING" in claim
     query = RunQuery(
         workflows=["a"],

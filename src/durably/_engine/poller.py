@@ -105,12 +105,28 @@ async def _claim_local_backlog(engine: Engine) -> int:
     return claimed
 
 
+async def recover_orphaned_suspended(engine: Engine) -> int:
+    """(durably) Re-drive `suspended` runs whose holder died while their bodies were parked
+    in its memory (resident runs keep their lease while they wait): at once, instead of at
+    their `wakeAt` — for a signal or child wait the reconcile fallback, minutes away. A
+    re-driven run replays and waits again; a wait that is still pending costs one replay."""
+    scan = getattr(engine.store, "list_orphaned_suspended", None)
+    if scan is None or engine.draining or not engine.drive_runs:
+        return 0
+    count = 0
+    for run in await scan(engine.clock(), engine.namespace, engine.pending_batch):
+        if run.id not in engine.executions and run.id not in engine.dispatching:
+            engine.dispatch(run.id)  # run_one leases it (the old lease lapsed) and replays
+            count += 1
+    return count
+
+
 async def recover_incomplete(engine: Engine) -> int:
     """engine.md §9.2: re-enqueue `running`/`cancelling` runs whose owner's lease lapsed."""
     if engine.draining:
         return 0
     store = engine.store
-    recovered = 0
+    recovered = await recover_orphaned_suspended(engine)
     for run in await store.list_incomplete_runs(engine.namespace):
         if run.id in engine.executions or run.id in engine.dispatching:
             continue

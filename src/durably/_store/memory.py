@@ -483,6 +483,23 @@ class InMemoryStateStore:
             rows = rows[: max(limit, 0)]
         return [_read_run(r) for r in rows]
 
+    async def list_orphaned_suspended(
+        self, now_ms: int, namespace: str | None = None, limit: int = 100
+    ) -> list[WorkflowRun]:
+        """(durably) Suspended runs whose owner's lease lapsed (SupportsOrphanScan)."""
+        self._tick()
+        rows = [
+            r
+            for r in self._runs.values()
+            if r.status == "suspended"
+            and r.locked_by is not None
+            and r.locked_until is not None
+            and r.locked_until <= now_ms
+            and namespace_matches(r.namespace, namespace)
+        ]
+        rows.sort(key=lambda r: (r.locked_until or 0, r.id))
+        return [_read_run(r) for r in rows[: max(limit, 0)]]
+
     # ------------------------------------------------------------------ leases (§3.4)
 
     def _try_lock(self, run_id: str, owner: str, lease_until_ms: int, now_ms: int) -> bool:

@@ -134,6 +134,17 @@ class SupportsBulkFans(Protocol):
     ) -> list[WorkflowRun]: ...
 
 
+class SupportsOrphanScan(Protocol):
+    """(durably) `list_orphaned_suspended(now_ms, namespace, limit)`: `suspended` runs whose
+    `locked_by` is set but `locked_until <= now_ms` — their bodies were parked in the memory
+    of a process that died. Recovery re-drives them at once instead of at their `wakeAt`
+    (which, for a signal or child wait, is the reconcile fallback)."""
+
+    async def list_orphaned_suspended(
+        self, now_ms: int, namespace: str | None = None, limit: int = 100
+    ) -> list[WorkflowRun]: ...
+
+
 class SupportsCountRuns(Protocol):
     async def count_runs(self, query: RunQuery) -> int: ...
 

@@ -100,6 +100,12 @@ class Statements:
         due = (r.status == "suspended", r.wake_at.is_not(None), r.wake_at <= bp("now"))
         self.due = _scan_variants(*due, order=(r.wake_at, r.id))
         self.due_limited = _scan_variants(*due, order=(r.wake_at, r.id), limited=True)
+        orphaned = (
+            r.status == "suspended",
+            r.locked_by.is_not(None),
+            r.locked_until <= bp("now"),
+        )
+        self.orphaned = _scan_variants(*orphaned, order=(r.locked_until, r.id), limited=True)
 
         # leases
         lockable = sa.and_(

@@ -453,6 +453,14 @@ class SqlStateStore(BulkOps):
         params = {"now": int(now_ms), "lim": max(int(limit), 0)}
         return await self._scan(self._q.due_limited, namespace, params)
 
+    async def list_orphaned_suspended(
+        self, now_ms: int, namespace: str | None = None, limit: int = 100
+    ) -> list[WorkflowRun]:
+        """(durably) Suspended runs still leased by an owner whose lease lapsed: a process
+        died while their bodies were parked in its memory (SupportsOrphanScan)."""
+        params = {"now": int(now_ms), "lim": max(int(limit), 0)}
+        return await self._scan(self._q.orphaned, namespace, params)
+
     # ------------------------------------------------------------------ leases (§3.4)
 
     async def try_lock_run(self, run_id: str, owner: str, lease_until_ms: int, now_ms: int) -> bool:
