@@ -49,6 +49,7 @@ from durably._engine.registry import (
     step,
     workflow,
 )
+from durably._read.models import FanPage, FanSummary, RunDetail
 from durably._store.memory import InMemoryStateStore
 from durably._store.protocol import StateStore
 
@@ -59,6 +60,8 @@ __all__ = [
     "ConcurrencyLimitError",
     "Engine",
     "EngineEvent",
+    "FanPage",
+    "FanSummary",
     "FatalError",
     "Fulfilled",
     "GatherError",
@@ -73,6 +76,7 @@ __all__ = [
     "Rejected",
     "RemoteStepError",
     "RetryPolicy",
+    "RunDetail",
     "RunFailedError",
     "RunHandle",
     "RunIdConflictError",
