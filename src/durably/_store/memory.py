@@ -47,6 +47,7 @@ from durably._core.models import (
     now_utc,
     utc_from_ms,
 )
+from durably._store.memory_aggregates import MemoryCheckpointAggregates
 from durably._store.protocol import BULK_CHUNK, WakeHandler
 from durably._store.query import (
     DEFAULT_NAMESPACE,
@@ -212,7 +213,7 @@ def _norm_patch_value(run_id: str, key: str, value: Any) -> Any:
 # ------------------------------------------------------------------ the store
 
 
-class InMemoryStateStore:
+class InMemoryStateStore(MemoryCheckpointAggregates):
     """The reference StateStore (store.md §12).
 
     Test hooks: `last_attribute_candidates`, `last_checkpoint_rows_read`,

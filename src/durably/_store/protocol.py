@@ -263,3 +263,31 @@ __all__ = [
     "WakeBus",
     "WakeHandler",
 ]
+
+
+# ---------------------------------------------------------------- checkpoint aggregates (0.79)
+
+from durably._core.aggregates import CheckpointQuery, CheckpointStat  # noqa: E402
+
+
+@runtime_checkable
+class SupportsCheckpointAggregates(Protocol):
+    """store.md §3.2 (0.79, optional, paired): a store with one has both, and the read side
+    takes its aggregate path (run-detail.md §10) only then (`aggregates_checkpoints`).
+
+    - `checkpoint_stats(run_id, group=None)`: one `CheckpointStat` per distinct
+      `(parallelGroup, status, nameKind)` of the run's checkpoints (only `group`'s when
+      given), from ONE `GROUP BY` that never reads payload columns. Bucket order unspecified.
+    - `query_checkpoints(run_id, query)`: the run's checkpoints matching `query`, ordered by
+      seq, then `offset`/`limit`; filtered and paged by the store (in SQL on SQL stores).
+    """
+
+    async def checkpoint_stats(
+        self, run_id: str, group: str | None = None
+    ) -> list[CheckpointStat]: ...
+    async def query_checkpoints(
+        self, run_id: str, query: CheckpointQuery
+    ) -> list[StepCheckpoint]: ...
+
+
+__all__ += ["SupportsCheckpointAggregates"]

@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import bindparam
 
+from durably._store.sql.aggregates import checkpoint_stats_statements
 from durably._store.sql.dialect import SqlDialect
 from durably._store.sql.schema import (
     CHECKPOINT_COLUMNS,
@@ -209,6 +210,10 @@ class Statements:
         self.take_waiters_in = (
             self.delete_waiters_in.returning(*WAITER_COLUMNS) if d.supports_returning else None
         )
+
+        # ---- checkpoint aggregates (store.md §3.2, §13; 0.79) — owned by sql/aggregates.py
+        # `checkpoint_stats`: one GROUP BY, every group / one group (binds run_id[, group]).
+        self.cp_stats, self.cp_stats_group = checkpoint_stats_statements(d)
 
     def prebuilt(self) -> list[Any]:
         out: list[Any] = []

@@ -41,6 +41,7 @@ from durably._store.query import DEFAULT_NAMESPACE
 from durably._store.sql import instance as _instance
 from durably._store.sql import pg as _pg
 from durably._store.sql import rows as _rows
+from durably._store.sql.aggregates import SqlCheckpointAggregates
 from durably._store.sql.bulk import BulkOps
 from durably._store.sql.connection import Session, connector_for
 from durably._store.sql.dialect import SqlDialect, create_engine, install_sqlite_pragmas
@@ -68,7 +69,7 @@ def _cas_params(row: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-class SqlStateStore(BulkOps):
+class SqlStateStore(BulkOps, SqlCheckpointAggregates):
     """The SQL StateStore (store.md §3, §5–§8) for SQLite (aiosqlite) and PostgreSQL (asyncpg).
 
     Construct with an `AsyncEngine` (`owns_engine=True` makes `close()` dispose it) or with

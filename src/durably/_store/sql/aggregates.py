@@ -1,0 +1,209 @@
+"""Checkpoint aggregates of the SQL store (store.md §3.2, §13; 0.79), SQLite and PostgreSQL.
+
+- `checkpoint_stats` is ONE prebuilt `GROUP BY` statement (`Statements.cp_stats*`, built by
+  `checkpoint_stats_statements`): it reads no payload column and sends back one row per
+  bucket, however many checkpoints the run has.
+- `query_checkpoints` filters, orders and pages in SQL (`query_checkpoints_statement`).
+
+Agreement with the in-memory reference (`checkpoint_stats_of`, `query_checkpoints_of`):
+- the name-kind `CASE` is store.md §13's, on `substr` (exact and case-sensitive, never LIKE);
+- `MIN(name)`/`MAX(name)` compare by code point: SQLite's default BINARY collation already
+  does (UTF-8 byte order); PostgreSQL takes `COLLATE "C"` so a database created with a
+  linguistic collation (`en_US.UTF-8` ignores punctuation at the first level) agrees too;
+- `enqueued_at` NULL (an old row) is read as `started_at`, as `list_checkpoints` reads it.
+
+Test hooks, mirroring the in-memory store's (store.md §12): `checkpoint_rows_read` (cumulative)
+and `last_checkpoint_rows_read` count the rows `query_checkpoints` returned;
+`checkpoint_stats` returns no checkpoint rows and adds nothing there.
+`checkpoint_stats_rows_read` (durably) counts the rows the `GROUP BY` sent back (one per
+bucket), which is what proves a 40 000-row run's stats cost O(buckets) rows on the wire.
+`_count_checkpoint_rows(n)` is there for the store's other checkpoint reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import sqlalchemy as sa
+from sqlalchemy import bindparam
+
+from durably._core.aggregates import (
+    CheckpointQuery,
+    CheckpointStat,
+    NameKind,
+    as_checkpoint_query,
+    page_bounds,
+)
+from durably._core.models import CheckpointStatus, StepCheckpoint, utc_from_ms
+from durably._store.sql import rows as _rows
+from durably._store.sql.schema import CHECKPOINT_COLUMNS, checkpoints
+
+if TYPE_CHECKING:
+    from durably._store.sql.dialect import SqlDialect
+    from durably._store.sql.statements import Statements
+
+# store.md §13, in the order the CASE tests them.
+_NAME_KIND_PREFIXES: tuple[tuple[str, NameKind], ...] = (
+    ("signal:child:", "child"),
+    ("fan:", "folded"),
+    ("spawn:", "spawn"),
+)
+
+
+def _sql_literal(value: str | int) -> sa.ColumnElement[Any]:
+    """A constant rendered into the SQL text (only ever our own constants): the same
+    expression then reads the same in the select list on every backend."""
+    text = str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
+    return sa.literal_column(text)
+
+
+def name_kind_case(name: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+    """store.md §13's `CASE WHEN substr(name,1,13) = 'signal:child:' THEN 'child' … END`."""
+    whens = [
+        (
+            sa.func.substr(name, _sql_literal(1), _sql_literal(len(prefix)))
+            == _sql_literal(prefix),
+            _sql_literal(kind),
+        )
+        for prefix, kind in _NAME_KIND_PREFIXES
+    ]
+    return sa.case(*whens, else_=_sql_literal("step"))
+
+
+def checkpoint_stats_statements(dialect: SqlDialect) -> tuple[sa.Select[Any], sa.Select[Any]]:
+    """(every group, one group) variants of store.md §13's reference `GROUP BY`; binds
+    `run_id` (and `group`). Buckets ordered by their first seq (one total order: a seq lives
+    in one bucket)."""
+    c = checkpoints.c
+    name: sa.ColumnElement[str] = c.name if dialect.is_sqlite else c.name.collate("C")
+    kind: sa.ColumnElement[str] = sa.literal_column("name_kind")
+    columns = (
+        c.parallel_group,
+        c.status,
+        name_kind_case(c.name).label("name_kind"),
+        sa.func.count().label("n"),
+        sa.func.min(c.seq).label("min_seq"),
+        sa.func.max(c.seq),
+        sa.func.min(name),
+        sa.func.max(name),
+        sa.func.min(sa.func.coalesce(c.enqueued_at, c.started_at)),
+        sa.func.min(c.started_at),
+        sa.func.max(c.started_at),
+        sa.func.max(c.finished_at),
+        sa.func.sum(c.attempts),
+    )
+
+    def shape(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
+        return (
+            sa.select(*columns)
+            .where(c.run_id == bindparam("run_id"), *where)
+            .group_by(c.parallel_group, c.status, kind)
+            .order_by(sa.literal_column("min_seq"))
+        )
+
+    return shape(), shape(c.parallel_group == bindparam("group"))
+
+
+def stat_from_row(row: Sequence[Any]) -> CheckpointStat:
+    return CheckpointStat(
+        group=row[0],
+        status=cast(CheckpointStatus, row[1]),
+        name_kind=cast(NameKind, row[2]),
+        count=int(row[3]),
+        min_seq=int(row[4]),
+        max_seq=int(row[5]),
+        min_name=str(row[6]),
+        max_name=str(row[7]),
+        min_enqueued_at=utc_from_ms(int(row[8])),
+        min_started_at=utc_from_ms(int(row[9])),
+        max_started_at=utc_from_ms(int(row[10])),
+        max_finished_at=utc_from_ms(int(row[11])),
+        sum_attempts=int(row[12] or 0),
+    )
+
+
+def query_checkpoints_statement(
+    dialect: SqlDialect, run_id: str, query: CheckpointQuery
+) -> sa.Select[Any] | None:
+    """store.md §3.2's reference `SELECT … ORDER BY seq LIMIT … OFFSET …`; None when the query
+    can match nothing (`statuses=[]`, `name_prefixes=[]`, `limit=0`): no statement needed."""
+    c = checkpoints.c
+    where: list[sa.ColumnElement[bool]] = [c.run_id == run_id]
+    if query.group is not None:
+        where.append(c.parallel_group == query.group)
+    if query.exclude_groups:
+        excluded = list(dict.fromkeys(query.exclude_groups))
+        where.append(sa.or_(c.parallel_group.is_(None), c.parallel_group.not_in(excluded)))
+    if query.statuses is not None:
+        if not query.statuses:
+            return None
+        where.append(c.status.in_(list(dict.fromkeys(query.statuses))))
+    if query.name_prefixes is not None:
+        if not query.name_prefixes:
+            return None
+        prefixes = list(dict.fromkeys(query.name_prefixes))
+        matches = [dialect.literal_prefix_predicate(c.name, p) for p in prefixes]
+        where.append(matches[0] if len(matches) == 1 else sa.or_(*matches))
+    offset, limit = page_bounds(query)
+    if limit == 0:
+        return None
+    stmt = sa.select(*CHECKPOINT_COLUMNS).where(*where).order_by(c.seq)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    if offset:
+        stmt = stmt.offset(offset)
+    return stmt
+
+
+class SqlCheckpointAggregates:
+    """Mixed into `SqlStateStore` (which provides what is declared here)."""
+
+    #: rows returned by checkpoint reads since construction (store.md §12 mirror).
+    checkpoint_rows_read: int = 0
+    #: rows returned by the last counted checkpoint read.
+    last_checkpoint_rows_read: int = 0
+    #: (durably) rows the `checkpoint_stats` GROUP BY sent back (one per bucket), cumulative.
+    checkpoint_stats_rows_read: int = 0
+
+    if TYPE_CHECKING:
+        dialect: SqlDialect
+        _q: Statements
+
+        async def _read_all(
+            self, stmt: sa.Executable, params: Any = None, *, point: bool = False
+        ) -> Sequence[Sequence[Any]]: ...
+
+    def _count_checkpoint_rows(self, n: int, *, last: bool = True) -> None:
+        self.checkpoint_rows_read += n
+        if last:
+            self.last_checkpoint_rows_read = n
+
+    async def checkpoint_stats(self, run_id: str, group: str | None = None) -> list[CheckpointStat]:
+        """One bucket per `(parallelGroup, status, nameKind)` (store.md §3.2), ordered by
+        `min_seq`; only `group`'s checkpoints when given. One `GROUP BY` statement."""
+        if group is None:
+            found = await self._read_all(self._q.cp_stats, {"run_id": run_id})
+        else:
+            found = await self._read_all(self._q.cp_stats_group, {"run_id": run_id, "group": group})
+        self.checkpoint_stats_rows_read += len(found)
+        return [stat_from_row(row) for row in found]
+
+    async def query_checkpoints(
+        self, run_id: str, query: CheckpointQuery | Mapping[str, Any] | None = None
+    ) -> list[StepCheckpoint]:
+        """The run's checkpoints matching `query` (a `CheckpointQuery` or its camelCase JSON
+        mapping), by seq, then `offset`/`limit`: one statement, filtered and paged in SQL."""
+        stmt = query_checkpoints_statement(self.dialect, run_id, as_checkpoint_query(query))
+        found = [] if stmt is None else await self._read_all(stmt)
+        self._count_checkpoint_rows(len(found))
+        return [_rows.checkpoint_from_row(row) for row in found]
+
+
+__all__ = [
+    "SqlCheckpointAggregates",
+    "checkpoint_stats_statements",
+    "name_kind_case",
+    "query_checkpoints_statement",
+    "stat_from_row",
+]
