@@ -157,7 +157,7 @@ async def test_implements_the_protocols(store: SqlStateStore) -> None:
         for name in proto.__dict__:
             if not name.startswith("_"):
                 assert callable(getattr(store, name)), name
-    for later in ("run_facets", "checkpoint_stats", "query_checkpoints", "transaction"):
+    for later in ("run_facets", "transaction"):
         assert getattr(store, later, None) is None
 
 

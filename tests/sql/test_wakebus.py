@@ -90,6 +90,26 @@ async def test_two_buses_on_one_schema_see_each_others_messages(
     assert bus_a.delivered == 2 and bus_a.publish_failures == 0
 
 
+async def test_publishes_of_one_loop_turn_share_one_notify(
+    stores: tuple[SqlStateStore, SqlStateStore],
+) -> None:
+    """A burst (a wide fan's children settling together) costs one NOTIFY per kind and per
+    ~7,000 bytes of ids, and every id still arrives, odd characters included."""
+    one, two = stores
+    bus_a, bus_b = bus_of(one), bus_of(two)
+    inbox = Inbox()
+    await bus_b.start(inbox)
+    await bus_a.start(Inbox())
+    ids = [f"fan.all.0.{i}" for i in range(1000)] + ['odd"id\\n:*', "[not-json"]
+    before = one.statement_count
+    await asyncio.gather(*(bus_a.publish("settled", run_id) for run_id in ids))
+    await bus_a.publish("ready", "alone")
+    sent = one.statement_count - before
+    assert 2 <= sent <= 6, sent  # ~15 kB of ids in <= 7,000-byte payloads, plus "ready"
+    await inbox.wait_for(len(ids) + 1)
+    assert inbox.got == [("settled", run_id) for run_id in ids] + [("ready", "alone")]
+
+
 async def test_other_schemas_do_not_cross_talk(pg_url: str) -> None:
     async with fresh_schema() as other:
         here = SqlStateStore.from_url(pg_url)

@@ -330,6 +330,7 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates):
 
     async def get_checkpoint(self, run_id: str, seq: int) -> StepCheckpoint | None:
         row = await self._read_first(self._q.get_cp, {"run_id": run_id, "seq": seq})
+        self._count_checkpoint_rows(0 if row is None else 1, last=False)
         return _rows.checkpoint_from_row(row) if row is not None else None
 
     async def save_checkpoint(self, cp: StepCheckpoint) -> None:
@@ -384,10 +385,12 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates):
 
     async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
         found = await self._read_all(self._q.list_cps, {"run_id": run_id}, point=True)
+        self._count_checkpoint_rows(len(found))
         return [_rows.checkpoint_from_row(row) for row in found]
 
     async def get_latest_checkpoint_by_name(self, run_id: str, name: str) -> StepCheckpoint | None:
         row = await self._read_first(self._q.latest_cp, {"run_id": run_id, "name": name})
+        self._count_checkpoint_rows(0 if row is None else 1)
         return _rows.checkpoint_from_row(row) if row is not None else None
 
     async def list_checkpoints_by_name_prefix(
@@ -404,7 +407,9 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates):
             .where(c.run_id == run_id, matches[0] if len(matches) == 1 else sa.or_(*matches))
             .order_by(c.seq)
         )
-        return [_rows.checkpoint_from_row(row) for row in await self._read_all(stmt)]
+        found = await self._read_all(stmt)
+        self._count_checkpoint_rows(len(found))
+        return [_rows.checkpoint_from_row(row) for row in found]
 
     async def count_checkpoints(
         self, run_id: str, from_seq: int, to_seq: int, statuses: Sequence[str]

@@ -5,7 +5,10 @@ One bus per `SqlStateStore.wake_bus()` call. It LISTENs on ONE dedicated asyncpg
 pool size and always carries the engine's connect arguments, `search_path` included) on the
 channel of the store's schema (`pg.wake_channel`: `durable_wake_<schema>`), so stores on
 different schemas of one database never see each other's messages. The payload is
-`"<kind>:<run_id>"`.
+`"<kind>:<run_id>"`, or `"<kind>*:<JSON array of run ids>"` for a batch: publishes made in the
+same event-loop turn are coalesced into one NOTIFY per kind (a wide fan's children settling
+together cost one statement, not one each), split to stay under PostgreSQL's 8,000-byte
+payload limit.
 
 `publish` runs `SELECT pg_notify(channel, payload)` on a pooled connection through the store
 (one statement, counted in `statement_count`); PostgreSQL delivers it when that autocommitted
@@ -23,6 +26,7 @@ the engine's polling is the fallback. `close()` stops the listener and any recon
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -41,8 +45,30 @@ RECONNECT_DELAYS: tuple[float, ...] = (0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 HEALTH_INTERVAL_S = 10.0
 HEALTH_TIMEOUT_S = 5.0
 
+#: Bytes of run ids per batched NOTIFY (PostgreSQL's payload limit is 8,000 bytes).
+PAYLOAD_BUDGET = 7_000
+
 Notify = Callable[[str, str], Awaitable[None]]
 """`notify(channel, payload)`: the store's counted `SELECT pg_notify(...)`."""
+
+
+def _payloads(kind: str, run_ids: list[str]) -> list[str]:
+    """One `kind:<id>` message for a single run, else `kind*:<JSON array>` chunks."""
+    if len(run_ids) == 1:
+        return [f"{kind}:{run_ids[0]}"]
+    out: list[str] = []
+    chunk: list[str] = []
+    size = 0
+    for run_id in run_ids:
+        cost = len(json.dumps(run_id)) + 1
+        if chunk and size + cost > PAYLOAD_BUDGET:
+            out.append(f"{kind}*:{json.dumps(chunk)}")
+            chunk, size = [], 0
+        chunk.append(run_id)
+        size += cost
+    if chunk:
+        out.append(f"{kind}*:{json.dumps(chunk)}" if len(chunk) > 1 else f"{kind}:{chunk[0]}")
+    return out
 
 
 class PgWakeBus:
@@ -72,6 +98,8 @@ class PgWakeBus:
         self.delivered = 0
         #: publishes that failed (logged, not raised: delivery is best effort)
         self.publish_failures = 0
+        self._outbox: dict[str, tuple[list[str], asyncio.Future[None]]] = {}
+        self._flushes: set[asyncio.Task[None]] = set()
 
     @property
     def channel(self) -> str | None:
@@ -104,19 +132,44 @@ class PgWakeBus:
             self._health = asyncio.get_running_loop().create_task(self._health_loop())
 
     async def publish(self, kind: str, run_id: str) -> None:
-        """`pg_notify` on the store's pool; a failure is logged and counted, not raised."""
+        """`pg_notify` on the store's pool, coalesced with the other publishes of this loop
+        turn; returns once the message is sent. A failure is logged and counted, not raised."""
+        batch = self._outbox.get(kind)
+        if batch is None:
+            batch = self._outbox[kind] = ([], asyncio.get_running_loop().create_future())
+            task = asyncio.get_running_loop().create_task(self._flush(kind, batch))
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+        batch[0].append(run_id)
+        await asyncio.shield(batch[1])
+
+    async def _flush(self, kind: str, batch: tuple[list[str], asyncio.Future[None]]) -> None:
+        await asyncio.sleep(0)  # let the rest of this turn's publishes join
+        if self._outbox.get(kind) is batch:
+            del self._outbox[kind]
+        ids, done = batch
         try:
             if self._channel is None:
                 self._channel = await self._resolve_channel()
-            await self._notify(self._channel, f"{kind}:{run_id}")
+            for payload in _payloads(kind, list(dict.fromkeys(ids))):
+                await self._notify(self._channel, payload)
         except Exception as error:
             self.publish_failures += 1
-            log.warning("wake bus: publish of %s:%s failed: %s", kind, run_id, error)
+            log.warning("wake bus: publish of %s (%d runs) failed: %s", kind, len(ids), error)
+        finally:
+            if not done.done():
+                done.set_result(None)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        for flush in list(self._flushes):  # pending publishes give up (best effort)
+            flush.cancel()
+        for _ids, done in self._outbox.values():
+            if not done.done():
+                done.set_result(None)
+        self._outbox.clear()
         for task in (self._reconnect, self._health):
             if task is not None:
                 task.cancel()
@@ -155,14 +208,22 @@ class PgWakeBus:
         handler = self._handler
         if handler is None or self._closed:
             return
-        kind, sep, run_id = payload.partition(":")
+        kind, sep, rest = payload.partition(":")
         if not sep:
             return  # not ours
-        self.delivered += 1
-        try:
-            handler(kind, run_id)
-        except Exception:
-            log.exception("wake bus: handler failed for %s", payload)
+        run_ids = [rest]
+        if kind.endswith("*"):
+            kind = kind[:-1]
+            try:
+                run_ids = [str(run_id) for run_id in json.loads(rest)]
+            except (ValueError, TypeError):
+                return  # not ours
+        for run_id in run_ids:
+            self.delivered += 1
+            try:
+                handler(kind, run_id)
+            except Exception:
+                log.exception("wake bus: handler failed for %s:%s", kind, run_id)
 
     def _lost(self, conn: Any) -> None:
         if conn is not self._conn or self._closed:
