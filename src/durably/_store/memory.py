@@ -48,6 +48,7 @@ from durably._core.models import (
     utc_from_ms,
 )
 from durably._store.memory_aggregates import MemoryCheckpointAggregates
+from durably._store.memory_facets import MemoryRunFacets
 from durably._store.protocol import BULK_CHUNK, WakeHandler
 from durably._store.query import (
     DEFAULT_NAMESPACE,
@@ -213,7 +214,7 @@ def _norm_patch_value(run_id: str, key: str, value: Any) -> Any:
 # ------------------------------------------------------------------ the store
 
 
-class InMemoryStateStore(MemoryCheckpointAggregates):
+class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets):
     """The reference StateStore (store.md §12).
 
     Test hooks: `last_attribute_candidates`, `last_checkpoint_rows_read`,

@@ -291,3 +291,50 @@ class SupportsCheckpointAggregates(Protocol):
 
 
 __all__ += ["SupportsCheckpointAggregates"]
+
+
+# ---------------------------------------------------------------- run facets (run-detail §4–§6)
+
+from durably._read.list_models import (  # noqa: E402
+    LeaseOwnerRow,
+    RunFacetRow,
+    RunValueAxis,
+    RunValueFacetOptions,
+    RunValueFacetRow,
+)
+
+
+@runtime_checkable
+class SupportsRunFacets(Protocol):
+    """store.md §3.10 (optional): whole-set counts for the console's facets and pickers.
+
+    - `run_facets(query)`: one `RunFacetRow` per `(status, facet_origin(origin))` over every
+      run matching `query` with its status/statuses/origin/origins predicates and its page
+      dropped (`RunFacetQuery`); zero cells absent. Without it the gateway merges a full
+      `list_runs` (`durably._read.lists.run_facets`).
+    - `run_value_facets(axis, query, opts=None)`: run-detail.md §5 value counts (column axes
+      exact; tag/attribute axes over the newest `opts.scan` runs), merged and limited by
+      `merge_run_value_facet_rows`. Without it the gateway answers `[]`.
+    """
+
+    async def run_facets(self, query: RunQuery) -> list[RunFacetRow]: ...
+    async def run_value_facets(
+        self,
+        axis: RunValueAxis,
+        query: RunQuery,
+        opts: RunValueFacetOptions | None = None,
+    ) -> list[RunValueFacetRow]: ...
+
+
+@runtime_checkable
+class SupportsLeaseOwners(Protocol):
+    """(durably, optional) `lease_owners(now_ms, namespace=None)`: unexpired run leases
+    (`locked_until > now_ms`) grouped by `(namespace, locked_by)` — the live engines
+    `worker_health` reports without a heartbeat table. Fallback: scan `list_runs`."""
+
+    async def lease_owners(
+        self, now_ms: int, namespace: str | None = None
+    ) -> list[LeaseOwnerRow]: ...
+
+
+__all__ += ["SupportsLeaseOwners", "SupportsRunFacets"]

@@ -45,6 +45,7 @@ from durably._store.sql.aggregates import SqlCheckpointAggregates
 from durably._store.sql.bulk import BulkOps
 from durably._store.sql.connection import Session, connector_for
 from durably._store.sql.dialect import SqlDialect, create_engine, install_sqlite_pragmas
+from durably._store.sql.facets import SqlRunFacets
 from durably._store.sql.migrations import apply_on
 from durably._store.sql.predicates import run_query_predicates
 from durably._store.sql.schema import (
@@ -69,7 +70,7 @@ def _cas_params(row: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-class SqlStateStore(BulkOps, SqlCheckpointAggregates):
+class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets):
     """The SQL StateStore (store.md §3, §5–§8) for SQLite (aiosqlite) and PostgreSQL (asyncpg).
 
     Construct with an `AsyncEngine` (`owns_engine=True` makes `close()` dispose it) or with
