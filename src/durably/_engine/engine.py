@@ -36,6 +36,7 @@ from durably._engine.children import ChildMailbox
 from durably._engine.events import EngineEvent, EventBus, Listener, MetricsSnapshot
 from durably._engine.execution import Execution, ResidentSet
 from durably._engine.handle import RunHandle, UpdateResult, WaitUntil, is_settled
+from durably._engine.read_api import ReadApi
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
 from durably._engine.stores import open_store
 from durably._engine.transport import InProcessTransport
@@ -71,7 +72,7 @@ _TUNING_DEFAULTS: dict[str, Any] = {
 }
 
 
-class Engine:
+class Engine(ReadApi):
     """The durable workflow engine.
 
     `Engine()` uses the embedded SQLite default (`DURABLY_STORE`, else `sqlite:///durably.db`).

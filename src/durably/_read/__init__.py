@@ -1,5 +1,6 @@
 """The read side: fan vocabulary, run detail models, in-memory summarisation and paging,
-ETags (run-detail.md §7–§9, §11)."""
+the store-aggregate path, ETags (run-detail.md §7–§11). The store gateway is in
+`durably._read.gateway`."""
 
 from durably._read.etag import (
     canonical_json,
@@ -17,6 +18,12 @@ from durably._read.models import (
     RunDetailOptions,
     RunSummary,
     TimelineSummary,
+)
+from durably._read.store_path import (
+    children_from_aggregates,
+    fan_from_aggregates,
+    page_fan_from_store,
+    summarize_run_from_store,
 )
 from durably._read.summarize import (
     fan_counts,
@@ -66,9 +73,11 @@ __all__ = [
     "checkpoint_name_kind",
     "child_count",
     "child_ids_of",
+    "children_from_aggregates",
     "etag_matches",
     "fan_counts",
     "fan_declaration",
+    "fan_from_aggregates",
     "fan_label",
     "fan_page_bounds",
     "fan_page_etag",
@@ -79,9 +88,11 @@ __all__ = [
     "is_failed_member",
     "is_wide",
     "page_fan",
+    "page_fan_from_store",
     "parse_entity_tags",
     "run_detail_etag",
     "summarize_fan",
+    "summarize_run_from_store",
     "summarize_run_in_memory",
     "summarize_timeline",
     "weight",

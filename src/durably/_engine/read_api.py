@@ -1,0 +1,76 @@
+"""The Engine's public read methods for the console (api.md §2, run-detail.md §7, §9–§11).
+
+`ReadApi` is mixed into `Engine`: `get_run_detail` and `get_fan_members` answer through the
+store-backed gateway functions (`durably._read.gateway`), so an aggregating store (every
+first-party store) summarises wide fans from a `GROUP BY` plus a bounded number of rows, and
+a matching `if_none_match` answers not-modified without reading the timeline. `get_run` and
+`list_runs(**query)` (keyword filters of `RunQuery`) live on `Engine` itself.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from durably._read.gateway import store_fan_members, store_run_detail
+from durably._read.models import FanPage, FanPageQuery, RunDetail, RunDetailOptions
+from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
+
+if TYPE_CHECKING:
+    from durably._store.protocol import StateStore
+
+__all__ = ["ReadApi"]
+
+
+class ReadApi:
+    """Mixed into `Engine` (which provides `store` and `get_run_children`)."""
+
+    if TYPE_CHECKING:
+        store: StateStore
+
+        async def get_run_children(self, run_id: str) -> list[str]: ...
+
+    async def get_run_detail(
+        self,
+        run_id: str,
+        *,
+        summarize_fans_over: int | None = None,
+        if_none_match: str | None = None,
+    ) -> RunDetail | None:
+        """The run with its timeline and children (run-detail.md §7.2); None when unknown.
+
+        `summarize_fans_over=None` (default): the full timeline, no etag, `if_none_match`
+        ignored. An integer `n >= 0`: every fan wider than `n` members (or declared wider)
+        leaves the timeline and becomes one `FanSummary` in `fans`; `children` is capped at
+        200 with the total in `child_count`; the answer carries an `etag`. When
+        `if_none_match` matches it, the answer is `not_modified=True` with the run and the
+        etag and empty `timeline`/`children` placeholders (keep what you hold) — and no
+        checkpoint row was read.
+        """
+        options = RunDetailOptions(
+            summarize_fans_over=summarize_fans_over, if_none_match=if_none_match
+        )
+        return await store_run_detail(self.store, run_id, options, self.get_run_children)
+
+    async def get_fan_members(
+        self,
+        run_id: str,
+        group: str,
+        *,
+        offset: int = 0,
+        limit: int = FAN_PAGE_DEFAULT_LIMIT,
+        failed_only: bool = False,
+        if_none_match: str | None = None,
+    ) -> FanPage | None:
+        """One page of a fan's member rows in seq order (run-detail.md §9.5, §10.4); None
+        when the run is unknown, `{items: [], total: 0}` for an unknown group.
+
+        `limit` is clamped to 1..1000 and a negative `offset` reads as 0; `failed_only`
+        keeps failed members (a failed row, a child completion with `ok: false`, a folded
+        row with a failure) and `total` counts the matching rows across pages. The page
+        carries an `etag`; a matching `if_none_match` answers `not_modified=True` with
+        `items=()` and `total=0` placeholders, having read only the fan's aggregates.
+        """
+        query = FanPageQuery(
+            offset=offset, limit=limit, failed_only=failed_only, if_none_match=if_none_match
+        )
+        return await store_fan_members(self.store, run_id, group, query)
