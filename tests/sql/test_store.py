@@ -157,7 +157,7 @@ async def test_implements_the_protocols(store: SqlStateStore) -> None:
         for name in proto.__dict__:
             if not name.startswith("_"):
                 assert callable(getattr(store, name)), name
-    for later in ("run_facets", "transaction"):
+    for later in ("transaction",):
         assert getattr(store, later, None) is None
 
 
