@@ -57,7 +57,7 @@ def test_start_wait_runs_in_process_and_round_trips(tmp_path: Path) -> None:
 
     shown = json_of(durably("runs", "show", "h1", "--store", store, "--json", cwd=tmp_path))
     assert shown["run"]["output"] == "hello BOB"
-    [cp] = shown["checkpoints"]
+    [cp] = shown["timeline"]
     assert (cp["seq"], cp["name"], cp["kind"], cp["status"], cp["attempts"]) == (
         0,
         "greet.shout",

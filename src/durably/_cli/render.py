@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from durably._cli.common import compact_json
@@ -136,9 +136,10 @@ def run_detail(
     *,
     waiting_for: Sequence[str] = (),
     children: Sequence[tuple[WorkflowRun, Sequence[StepCheckpoint]]] = (),
+    render_timeline: Callable[[Sequence[StepCheckpoint]], list[str]] | None = None,
 ) -> list[str]:
     lines = [*run_header(run), "", "input:  " + compact_json(run.input, 200), ""]
-    lines.extend(timeline(checkpoints))
+    lines.extend((render_timeline or timeline)(checkpoints))
     for child, child_cps in children:
         lines.append("")
         lines.append(

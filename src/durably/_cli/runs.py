@@ -20,9 +20,13 @@ from durably._cli.common import (
     parse_json_arg,
     print_json,
 )
+from durably._cli.fanview import fan_page_lines, summarized_timeline
 from durably._cli.render import run_detail, runs_table
 from durably._core.models import RunResult, RunStatus, StepCheckpoint, WorkflowRun
 from durably._engine.engine import Engine
+
+# Fans wider than this are drawn as one row (run-detail.md §9: `summarize_fans_over`).
+FANS_OVER = 20
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 
@@ -64,6 +68,17 @@ def add_parser(sub: Any) -> None:
     p = verbs.add_parser("show", help="a run and its checkpoint timeline")
     _target_options(p)
     p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument(
+        "--fans-over",
+        type=_positive_int,
+        default=FANS_OVER,
+        metavar="N",
+        help=f"draw a fan wider than N members as one row ({FANS_OVER})",
+    )
+    p.add_argument("--fan", metavar="GROUP", help="page the members of this fan instead")
+    p.add_argument("--offset", type=int, default=0, metavar="N", help="first member (0)")
+    p.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="page size (50)")
+    p.add_argument("--failed", action="store_true", help="with --fan: failed members only")
     p.set_defaults(handler=_sync(_show))
 
     p = verbs.add_parser("cancel", help="cancel a run (and its children)")
@@ -184,20 +199,45 @@ async def children_of(
 
 
 async def _show(engine: Engine, args: argparse.Namespace) -> int:
-    run = await _require_run(engine, args.run_id)
-    checkpoints = await engine.list_checkpoints(run.id)
+    """The run through the read side (run-detail.md §7): wide fans summarised, so a run with
+    a 40,000-member fan prints (and reads) a screenful, not 40,000 rows."""
+    if args.fan:
+        return await _show_fan(engine, args)
+    detail = await engine.get_run_detail(args.run_id, summarize_fans_over=args.fans_over)
+    if detail is None:
+        raise CliError(f"Run {args.run_id} not found.")
+    run = detail.run
     waits = [] if run.is_terminal else await waiting_for(engine, run.id)
     if args.json:
-        print_json(
-            {
-                "run": run.to_json(),
-                "checkpoints": [cp.to_json() for cp in checkpoints],
-                "waitingFor": waits,
-            }
-        )
+        print_json({**detail.to_json(), "waitingFor": waits})
         return EXIT_OK
-    children = await children_of(engine, checkpoints)
-    for line in run_detail(run, checkpoints, waiting_for=waits, children=children):
+    children = await children_of(engine, list(detail.timeline))
+    lines = run_detail(
+        run,
+        list(detail.timeline),
+        waiting_for=waits,
+        children=children,
+        render_timeline=lambda cps: summarized_timeline(cps, detail.fans or ()),
+    )
+    for line in lines:
+        echo(line)
+    return EXIT_OK
+
+
+async def _show_fan(engine: Engine, args: argparse.Namespace) -> int:
+    page = await engine.get_fan_members(
+        args.run_id,
+        args.fan,
+        offset=max(0, args.offset),
+        limit=args.limit,
+        failed_only=args.failed,
+    )
+    if page is None:
+        raise CliError(f"Run {args.run_id} not found.")
+    if args.json:
+        print_json(page.to_json())
+        return EXIT_OK
+    for line in fan_page_lines(args.fan, page, max(0, args.offset)):
         echo(line)
     return EXIT_OK
 

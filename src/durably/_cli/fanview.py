@@ -1,0 +1,109 @@
+"""Rendering of wide fans for `durably runs show` (issue #5 item 6; run-detail.md §9).
+
+A fan summarised by the read side (`RunDetail.fans`) is drawn as ONE timeline row — its seq
+range, label, counts by status and a progress bar — instead of one row per member; its
+members are paged on request (`--fan GROUP`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from durably._cli.render import checkpoint_duration_ms, checkpoint_note, format_duration, table
+from durably._core.models import StepCheckpoint
+from durably._read.models import FanPage, FanSummary
+
+BAR_WIDTH = 20
+_BAR_ORDER = (("completed", "#"), ("failed", "x"), ("running", "~"), ("pending", "."))
+
+
+def fan_bar(counts: Mapping[str, int], total: int, width: int = BAR_WIDTH) -> str:
+    """`[####xx~~....      ]`: completed, failed, running, pending, then not started."""
+    if total <= 0:
+        return "[" + " " * width + "]"
+    cells: list[str] = []
+    for status, mark in _BAR_ORDER:
+        cells.extend(mark * round(width * counts.get(status, 0) / total))
+    bar = "".join(cells)[:width]
+    return "[" + bar.ljust(width) + "]"
+
+
+def fan_counts_text(fan: FanSummary) -> str:
+    parts = [f"{n} {status}" for status, n in sorted(fan.counts.items()) if n]
+    if fan.not_started:
+        parts.append(f"{fan.not_started} not started")
+    return ", ".join(parts) or "no members yet"
+
+
+def fan_row(fan: FanSummary) -> list[str]:
+    """One timeline row for a whole fan (same columns as `render.timeline`)."""
+    total = fan.total if fan.total is not None else fan.size
+    done = fan.counts.get("completed", 0) + fan.counts.get("failed", 0)
+    duration = ""
+    if fan.started_at is not None and fan.finished_at is not None:
+        duration = format_duration((fan.finished_at - fan.started_at).total_seconds() * 1000)
+    status = "failed" if fan.counts.get("failed") else ("completed" if done == total else "running")
+    note = f"{fan_bar(fan.counts, total)} {done}/{total}: {fan_counts_text(fan)}"
+    if fan.fail_fast:
+        note += " (fail_fast)"
+    return [
+        f"{fan.first_seq}-{fan.last_seq}",
+        f"{fan.label} ×{total}",
+        "fan",
+        status,
+        "",
+        duration,
+        note,
+    ]
+
+
+def summarized_timeline(
+    checkpoints: Sequence[StepCheckpoint], fans: Sequence[FanSummary], *, indent: str = "  "
+) -> list[str]:
+    """The run's timeline with each wide fan as one row (at its first seq), then, under each
+    fan with failures, its first failed members (`FanSummary.failures`)."""
+    rows: list[tuple[int, list[str]]] = []
+    for cp in checkpoints:
+        rows.append((cp.seq, _checkpoint_row(cp)))
+    for fan in fans:
+        rows.append((fan.first_seq, fan_row(fan)))
+    if not rows:
+        return [indent + "(no steps recorded)"]
+    rows.sort(key=lambda item: item[0])
+    headers = ["SEQ", "NAME", "KIND", "STATUS", "ATTEMPTS", "DURATION", "NOTE"]
+    lines = [indent + line for line in table(headers, [r for _, r in rows], right=(4, 5))]
+    for fan in fans:
+        if fan.failures:
+            lines.append("")
+            lines.append(f"{indent}first failures of fan {fan.group} ({fan.label}):")
+            lines.extend(
+                f"{indent}  seq {cp.seq}: {checkpoint_note(cp, 90)}" for cp in fan.failures
+            )
+            lines.append(f"{indent}  (page them: durably runs show RUN --fan {fan.group} --failed)")
+    return lines
+
+
+def fan_page_lines(group: str, page: FanPage, offset: int) -> list[str]:
+    """One page of a fan's members."""
+    if not page.items:
+        return [f"fan {group}: no members on this page (total {page.total})"]
+    end = offset + len(page.items)
+    lines = [f"fan {group}: members {offset + 1}–{end} of {page.total}", ""]
+    rows = [_checkpoint_row(cp) for cp in page.items]
+    headers = ["SEQ", "NAME", "KIND", "STATUS", "ATTEMPTS", "DURATION", "NOTE"]
+    lines.extend("  " + line for line in table(headers, rows, right=(0, 4, 5)))
+    if end < page.total:
+        lines.extend(["", f"next page: --fan {group} --offset {end}"])
+    return lines
+
+
+def _checkpoint_row(cp: StepCheckpoint) -> list[str]:
+    return [
+        str(cp.seq),
+        cp.name,
+        cp.kind + (f" @{cp.worker_group}" if cp.worker_group else ""),
+        cp.status,
+        str(cp.attempts),
+        format_duration(checkpoint_duration_ms(cp)),
+        checkpoint_note(cp),
+    ]
