@@ -9,9 +9,19 @@ a matching `if_none_match` answers not-modified without reading the timeline. `g
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+from durably._read import lists
 from durably._read.gateway import store_fan_members, store_run_detail
+from durably._read.list_models import (
+    GroupHealth,
+    RunFacetRow,
+    RunValueAxis,
+    RunValueFacetOptions,
+    RunValueFacetRow,
+    RunWaiting,
+)
 from durably._read.models import FanPage, FanPageQuery, RunDetail, RunDetailOptions
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 
@@ -74,3 +84,34 @@ class ReadApi:
             offset=offset, limit=limit, failed_only=failed_only, if_none_match=if_none_match
         )
         return await store_fan_members(self.store, run_id, group, query)
+
+    async def run_facets(self, **query: Any) -> list[RunFacetRow]:
+        """Run counts by (status, origin) over the WHOLE filtered set (run-detail.md §4): the
+        status/origin filters and the page of `query` are dropped, so the console's chips
+        keep their counts while the list is paged. One `GROUP BY` on the SQL store."""
+        return await lists.run_facets(self.store, lists.as_run_query(**query))
+
+    async def run_value_facets(
+        self,
+        axis: RunValueAxis | Mapping[str, Any] | str,
+        options: RunValueFacetOptions | Mapping[str, Any] | None = None,
+        **query: Any,
+    ) -> list[RunValueFacetRow]:
+        """The values that fill a filter picker (run-detail.md §5): `axis` is a run column
+        (`"workflow"`, `"tag"`, …) or a search attribute, counted over the filtered runs;
+        `[]` when the store cannot enumerate them (the picker falls back to free text)."""
+        return await lists.run_value_facets(self.store, axis, lists.as_run_query(**query), options)
+
+    async def waiting_for(self, run_ids: Iterable[str]) -> dict[str, RunWaiting]:
+        """What each suspended run waits for (run-detail.md §3): a signal, an event, a child,
+        a timer; one waiter read for the whole list."""
+        return await lists.waiting_for(self.store, run_ids)
+
+    async def worker_health(self, extra: Sequence[str] = ()) -> list[GroupHealth]:
+        """Worker groups and their health (run-detail.md §6); for in-process workers derived
+        from the live leases in the store (see `durably._read.lists.worker_health`)."""
+        return await lists.worker_health(self, extra=extra)
+
+    async def count_runs(self, **query: Any) -> int:
+        """How many runs match `query` (its page ignored): exact while the list is paged."""
+        return await lists.count_runs(self.store, lists.as_run_query(**query))
