@@ -42,6 +42,7 @@ from durably._engine.stores import open_store
 from durably._engine.transport import InProcessTransport
 from durably._engine.typed_io import validation_details
 from durably._engine.wakes import WakeLink
+from durably._store.codec import wrap_store
 from durably._store.protocol import InstanceHold
 
 log = logging.getLogger("durably")
@@ -110,10 +111,9 @@ class Engine(ReadApi):
             raise NotImplementedError(
                 "remote transports are not supported yet; omit `transport` to run steps in-process"
             )
-        if codec is not None:
-            raise NotImplementedError("payload codecs are not supported yet")
         opts = {**_TUNING_DEFAULTS, **tuning}
         self.store, self._owns_store = open_store(store)
+        self.store = wrap_store(self.store, codec)  # store.md §11 (unchanged for None)
         self.namespace = namespace
         self.drive_runs = drive
         self._explicit_instance = instance_id is not None

@@ -1,0 +1,589 @@
+"""The payload codec (store.md §11): `CodecStateStore` and the AES-GCM `AesGcmCodec`.
+
+1. A representative subset of the StateStore conformance suite runs THROUGH
+   `CodecStateStore(inner, AesGcmCodec(key))` on memory, SQLite and PostgreSQL: the module's
+   `store` fixture wraps the conftest's parametrized one and the conformance tests are
+   imported below, so pytest collects them here against the wrapper.
+2. The wrapper's own contract: what is encoded and what is not, aggregates forwarded
+   untouched, absence of optional methods observable, the always-present fallbacks.
+3. Ciphertext at rest: the raw SQLite tables hold envelopes, never the cleartext.
+4. `AesGcmCodec`: envelope, random nonces, key rotation, tampering, key parsing.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+import sqlite3
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durably._core.aggregates import CheckpointQuery, aggregates_checkpoints
+from durably._core.errors import SerializationError
+from durably._core.models import (
+    BufferedEvent,
+    ChildWait,
+    RunQuery,
+    SignalWaiter,
+    StepError,
+    StepEvent,
+)
+from durably._store.codec import (
+    _ENCODING_OPTIONAL,
+    _VERBATIM_OPTIONAL,
+    Codec,
+    CodecError,
+    CodecStateStore,
+    wrap_store,
+)
+from durably._store.crypto import AesGcmCodec, key_id
+from durably._store.memory import InMemoryStateStore
+from tests.store.support import T0, at, make_cp, make_run
+
+# ---------------------------------------------------------------- 1. conformance, wrapped
+from tests.store.test_conformance_aggregates import (  # noqa: F401
+    test_aggregates_are_present_and_paired,
+    test_checkpoint_stats_equal_the_reference,
+    test_checkpoint_stats_read_no_checkpoint_rows,
+    test_query_checkpoints_decode_payloads_like_list_checkpoints,
+    test_query_checkpoints_equal_the_reference,
+    test_query_checkpoints_pages_cover_the_run_exactly_once,
+)
+from tests.store.test_conformance_bulk import (  # noqa: F401
+    test_claim_runs_leases_listed_pending_runs_by_id,
+    test_create_runs_inserts_free_ids_and_reports_holders,
+    test_deliver_signals_takes_waiters_and_writes_rows_atomically,
+    test_fold_checkpoints_replaces_a_seq_range_by_one_row,
+    test_register_child_waits_upserts_waiters_and_never_overwrites_rows,
+)
+from tests.store.test_conformance_checkpoints import (  # noqa: F401
+    test_checkpoint_fields_round_trip,
+    test_checkpoint_upsert_get_and_list_by_seq,
+    test_count_checkpoints_inclusive,
+    test_get_latest_checkpoint_by_name,
+    test_list_checkpoints_by_name_prefix,
+    test_save_checkpoint_if_pending,
+    test_save_checkpoint_if_pending_rejects_non_json,
+    test_save_checkpoints_if_pending_duplicate_sees_earlier_write,
+    test_save_checkpoints_if_pending_is_atomic,
+)
+from tests.store.test_conformance_claims import (  # noqa: F401
+    test_claims_oldest_pending_first_up_to_the_limit,
+    test_live_leases_are_skipped_and_expired_ones_claimed,
+)
+from tests.store.test_conformance_leases import (  # noqa: F401
+    test_claim_run,
+    test_list_due_timers,
+    test_list_pending_runs_fifo_with_limit,
+)
+from tests.store.test_conformance_listing import (  # noqa: F401
+    test_attributes_eq_range_and_anded,
+    test_count_runs,
+    test_list_runs_workflow_and_status_filters,
+)
+from tests.store.test_conformance_runs import (  # noqa: F401
+    test_create_then_get_returns_workflow_and_json_input,
+    test_error_details_round_trip_any_json,
+    test_reads_return_copies,
+    test_store_satisfies_protocols,
+    test_update_run_maps_every_patchable_field,
+    test_update_status_output_recovery_attempts_and_dead,
+)
+from tests.store.test_conformance_waiters import (  # noqa: F401
+    test_buffered_events,
+    test_buffered_signals_fifo_per_token,
+    test_waiters_put_list_by_prefix_take_once,
+)
+
+KEY = bytes(range(32))
+OLD_KEY = bytes(range(100, 132))
+
+
+@pytest.fixture
+async def store(store: Any) -> Any:
+    """Overrides the conftest fixture: the same parametrized store, behind the codec."""
+    return CodecStateStore(store, AesGcmCodec(KEY))
+
+
+# ---------------------------------------------------------------- helpers
+
+
+class TagCodec:
+    """A visible, reversible codec that counts its calls and refuses None (§11)."""
+
+    def __init__(self) -> None:
+        self.encoded = 0
+        self.decoded = 0
+
+    def encode(self, value: Any) -> Any:
+        assert value is not None, "None must never reach the codec"
+        self.encoded += 1
+        return {"enc": json.dumps(value)[::-1]}
+
+    def decode(self, value: Any) -> Any:
+        assert value is not None, "None must never reach the codec"
+        assert isinstance(value, dict) and set(value) == {"enc"}, value
+        self.decoded += 1
+        return json.loads(value["enc"][::-1])
+
+
+def enc(value: Any) -> Any:
+    return {"enc": json.dumps(value)[::-1]}
+
+
+class BareStore:
+    """Only the REQUIRED StateStore methods (store.md §2), delegated to a memory store."""
+
+    REQUIRED = (
+        "create_run update_run get_run delete_run get_checkpoint save_checkpoint "
+        "list_checkpoints list_incomplete_runs list_pending_runs list_due_timers try_lock_run "
+        "release_run_lock renew_run_lock put_signal_waiter take_signal_waiter "
+        "list_signal_waiters remove_signal_waiter buffer_signal take_buffered_signal "
+        "buffer_event list_buffered_events remove_buffered_event list_runs"
+    ).split()
+
+    def __init__(self) -> None:
+        self.memory = InMemoryStateStore()
+        for name in self.REQUIRED:
+            setattr(self, name, getattr(self.memory, name))
+
+
+OPTIONAL = (
+    "save_checkpoint_if_pending",
+    "save_checkpoints_if_pending",
+    "query_checkpoints",
+    "checkpoint_stats",
+    "update_run_if_status",
+    "claim_run",
+    "claim_runs",
+    "claim_pending_runs",
+    "list_orphaned_suspended",
+    "register_child_waits",
+    "create_runs",
+    "deliver_signals",
+    "fold_checkpoints",
+    "count_runs",
+    "count_checkpoints",
+    "run_facets",
+    "run_value_facets",
+    "lease_owners",
+    "prune_terminal_runs",
+    "renew_run_locks",
+    "release_locks_of",
+    "hold_instance",
+    "wake_bus",
+    "close",
+    "put_schedule",
+)
+
+
+# ---------------------------------------------------------------- 2. the wrapper's contract
+
+
+def test_codec_protocol_and_wrap_store() -> None:
+    assert isinstance(TagCodec(), Codec)
+    assert isinstance(AesGcmCodec(KEY), Codec)
+    inner = InMemoryStateStore()
+    assert wrap_store(inner, None) is inner
+    assert isinstance(wrap_store(inner, TagCodec()), CodecStateStore)
+    with pytest.raises(TypeError, match="encode"):
+        wrap_store(inner, object())
+
+
+def test_every_first_party_store_method_has_a_codec_decision() -> None:
+    """A store method the wrapper does not know would look ABSENT through it (safe, but the
+    engine would silently take its fallback): adding one means deciding how §11 treats it."""
+    from durably._store.sql import SqlStateStore
+
+    decided = set(_ENCODING_OPTIONAL) | set(_VERBATIM_OPTIONAL)
+    decided |= {name for name in dir(CodecStateStore) if not name.startswith("_")}
+    for cls in (InMemoryStateStore, SqlStateStore):
+        methods = {n for n, v in inspect.getmembers(cls) if callable(v) and not n.startswith("_")}
+        assert methods - {"from_url"} <= decided, (cls.__name__, methods - decided)
+
+
+def test_optional_methods_absent_stay_absent() -> None:
+    wrapped = CodecStateStore(BareStore(), TagCodec())
+    for name in OPTIONAL:
+        assert getattr(wrapped, name, None) is None, name
+        assert not hasattr(wrapped, name), name
+    assert not aggregates_checkpoints(wrapped)
+    # §11's always-present methods
+    for name in (
+        "ensure_schema",
+        "get_latest_checkpoint_by_name",
+        "list_checkpoints_by_name_prefix",
+        "transaction",
+    ):
+        assert callable(getattr(wrapped, name, None)), name
+
+
+def test_optional_methods_present_are_bound() -> None:
+    inner = InMemoryStateStore()
+    wrapped = CodecStateStore(inner, TagCodec())
+    for name in OPTIONAL:
+        assert hasattr(wrapped, name) == hasattr(inner, name), name
+    assert aggregates_checkpoints(wrapped)
+    # payload-free ones are the inner methods themselves; payload ones are wrapped
+    assert wrapped.count_runs == inner.count_runs  # type: ignore[attr-defined]
+    assert wrapped.checkpoint_stats == inner.checkpoint_stats  # type: ignore[attr-defined]
+    assert wrapped.claim_runs != inner.claim_runs  # type: ignore[attr-defined]
+    # data attributes (test hooks) read through; unknown methods do not
+    assert wrapped.statement_count == inner.statement_count
+    inner.brand_new_method = lambda: None  # type: ignore[attr-defined]
+    assert not hasattr(wrapped, "brand_new_method")
+
+
+async def test_run_payloads_encoded_at_rest_metadata_not() -> None:
+    inner, codec = InMemoryStateStore(), TagCodec()
+    wrapped = CodecStateStore(inner, codec)
+    err = StepError("boom", code="E1", details={"field": "x"})
+    await wrapped.create_run(
+        make_run(
+            "r1",
+            input={"card": "4111"},
+            tags=("vip",),
+            search_attributes={"tier": "gold"},
+            error=err,
+        )
+    )
+    raw = await inner.get_run("r1")
+    assert raw is not None
+    assert raw.input == enc({"card": "4111"}) and raw.output is None
+    assert raw.tags == ("vip",) and raw.search_attributes == {"tier": "gold"}
+    assert raw.error == err and raw.workflow == "checkout" and raw.status == "running"
+
+    await wrapped.update_run("r1", {"status": "suspended", "wake_at": 5})  # no payload keys
+    raw = await inner.get_run("r1")
+    assert raw is not None and raw.input == enc({"card": "4111"})
+    await wrapped.update_run("r1", {"status": "completed", "output": [1, 2]})
+    raw = await inner.get_run("r1")
+    assert raw is not None and raw.output == enc([1, 2])
+    await wrapped.update_run("r1", {"output": None})  # None stays None, codec not called
+    raw = await inner.get_run("r1")
+    assert raw is not None and raw.output is None
+
+    run = await wrapped.get_run("r1")
+    assert run is not None and run.input == {"card": "4111"} and run.output is None
+    (listed,) = await wrapped.list_runs(RunQuery())
+    assert listed.input == {"card": "4111"}
+    assert await wrapped.get_run("missing") is None
+
+
+async def test_checkpoint_payloads_encoded_error_and_events_not() -> None:
+    inner, codec = InMemoryStateStore(), TagCodec()
+    wrapped = CodecStateStore(inner, codec)
+    await wrapped.create_run(make_run("r1"))
+    events = (StepEvent(at=1, level="info", message="hi", data={"k": 1}),)
+    cp = make_cp(
+        "r1",
+        0,
+        input={"a": 1},
+        output="secret",
+        error=StepError("e", details=[1]),
+        events=events,
+        parallel_group="g",
+        enqueued_at=T0,
+    )
+    await wrapped.save_checkpoint(cp)
+    raw = await inner.get_checkpoint("r1", 0)
+    assert raw is not None
+    assert raw.input == enc({"a": 1}) and raw.output == enc("secret")
+    assert raw.error == StepError("e", details=[1]) and raw.events == events
+    assert raw.name == cp.name and raw.parallel_group == "g"
+    assert await wrapped.get_checkpoint("r1", 0) == cp
+    assert await wrapped.list_checkpoints("r1") == [cp]
+    assert await wrapped.query_checkpoints("r1", CheckpointQuery()) == [cp]  # type: ignore[attr-defined]
+
+
+async def test_aggregates_forwarded_without_touching_payloads() -> None:
+    inner, codec = InMemoryStateStore(), TagCodec()
+    wrapped = CodecStateStore(inner, codec)
+    await wrapped.create_run(make_run("r1", input=1))
+    for seq in range(4):
+        await wrapped.save_checkpoint(
+            make_cp("r1", seq, output=seq, parallel_group="g", status="completed")
+        )
+    decoded_before = codec.decoded
+    stats = await wrapped.checkpoint_stats("r1")  # type: ignore[attr-defined]
+    assert stats == await inner.checkpoint_stats("r1")
+    assert await wrapped.count_runs(RunQuery()) == 1  # type: ignore[attr-defined]
+    assert (
+        await wrapped.count_checkpoints("r1", 0, 3, ["completed"])  # type: ignore[attr-defined]
+        == 4
+    )
+    assert codec.decoded == decoded_before
+
+
+async def test_bulk_methods_encode_every_entry() -> None:
+    inner, codec = InMemoryStateStore(), TagCodec()
+    wrapped: Any = CodecStateStore(inner, codec)
+    assert await wrapped.create_runs(
+        [make_run("a", input="x"), make_run("b", input="y", status="pending")]
+    ) == [
+        None,
+        None,
+    ]
+    raw_a = await inner.get_run("a")
+    assert raw_a is not None and raw_a.input == enc("x")
+
+    waiter = SignalWaiter(token="child:c1", run_id="a", seq=0)
+    placeholder = make_cp(
+        "a", 0, name="signal:child:c1", kind="signal", status="running", input={"child": "c1"}
+    )
+    await wrapped.register_child_waits([ChildWait(waiter=waiter, placeholder=placeholder)])
+    raw_cp = await inner.get_checkpoint("a", 0)
+    assert raw_cp is not None and raw_cp.input == enc({"child": "c1"})
+
+    rows = await wrapped.deliver_signals([("child:c1", {"ok": True, "value": 7})], at(1))
+    assert [r.output for r in rows] == [{"ok": True, "value": 7}]
+    raw_cp = await inner.get_checkpoint("a", 0)
+    assert raw_cp is not None and raw_cp.output == enc({"ok": True, "value": 7})
+
+    await wrapped.save_checkpoint(make_cp("a", 1, status="pending", output=None))
+    assert await wrapped.save_checkpoints_if_pending(
+        [make_cp("a", 1, status="completed", output="done")]
+    ) == [True]
+    raw_cp = await inner.get_checkpoint("a", 1)
+    assert raw_cp is not None and raw_cp.output == enc("done")
+
+    folded = make_cp("a", 1, name="fan:g", output=[1, 2], status="completed", enqueued_at=T0)
+    await wrapped.fold_checkpoints("a", 1, 1, folded)
+    raw_cp = await inner.get_checkpoint("a", 1)
+    assert raw_cp is not None and raw_cp.output == enc([1, 2])
+    assert await wrapped.get_checkpoint("a", 1) == folded
+
+    claimed = await wrapped.claim_pending_runs("me", 10_000, 0, 10)
+    assert [(r.id, r.input) for r in claimed] == [("b", "y")]
+    run = await wrapped.claim_run("a", "other", 10_000, 0)
+    assert run is not None and run.input == "x"
+    assert await wrapped.update_run_if_status("a", {"output": "o"}, ["running"])
+    raw_a = await inner.get_run("a")
+    assert raw_a is not None and raw_a.output == enc("o")
+
+
+async def test_buffered_signals_and_events_encoded() -> None:
+    inner, codec = InMemoryStateStore(), TagCodec()
+    wrapped = CodecStateStore(inner, codec)
+    await wrapped.buffer_signal("tok", {"approved": True})
+    await wrapped.buffer_signal("tok", None)
+    await wrapped.buffer_event(BufferedEvent(id="e1", name="paid", payload=[9], published_at=1))
+    assert (await inner.list_buffered_events("paid", 10))[0].payload == enc([9])
+    assert [e.payload for e in await wrapped.list_buffered_events("paid", 10)] == [[9]]
+    first = await wrapped.take_buffered_signal("tok")
+    second = await wrapped.take_buffered_signal("tok")
+    assert first is not None and first.payload == {"approved": True}
+    assert second is not None and second.payload is None
+    assert await wrapped.take_buffered_signal("tok") is None
+
+
+async def test_lookup_fallbacks_on_a_bare_store_decode_only_matches() -> None:
+    bare, codec = BareStore(), TagCodec()
+    wrapped = CodecStateStore(bare, codec)
+    await wrapped.create_run(make_run("r1"))
+    names = ["reserve", "spawn:0", "signal:child:c2", "event:progress", "spawn:1", "event:progress"]
+    for seq, name in enumerate(names):
+        await wrapped.save_checkpoint(make_cp("r1", seq, name=name, output={"seq": seq}))
+    codec.decoded = 0
+    latest = await wrapped.get_latest_checkpoint_by_name("r1", "event:progress")
+    assert latest is not None and latest.seq == 5 and latest.output == {"seq": 5}
+    assert codec.decoded == 1
+    assert await wrapped.get_latest_checkpoint_by_name("r1", "nope") is None
+    codec.decoded = 0
+    hits = await wrapped.list_checkpoints_by_name_prefix("r1", ["signal:child:", "spawn:"])
+    assert [cp.name for cp in hits] == ["spawn:0", "signal:child:c2", "spawn:1"]
+    assert [cp.output for cp in hits] == [{"seq": 1}, {"seq": 2}, {"seq": 4}]
+    assert codec.decoded == 3
+    assert await wrapped.list_checkpoints_by_name_prefix("r1", []) == []
+    await wrapped.ensure_schema()  # no-op without the inner one
+
+
+async def test_transaction_raises_without_inner_and_encodes_with_it() -> None:
+    with pytest.raises(NotImplementedError, match="does not support transactions"):
+        await CodecStateStore(BareStore(), TagCodec()).transaction(lambda tx: None)
+
+    memory = InMemoryStateStore()
+
+    class Tx:
+        raw = "native-handle"
+
+        async def save_checkpoint(self, cp: Any) -> None:
+            await memory.save_checkpoint(cp)
+
+    class WithTx(BareStore):
+        async def transaction(self, work: Any) -> Any:
+            return await work(Tx())
+
+    inner = WithTx()
+    inner.memory = memory
+    wrapped = CodecStateStore(inner, TagCodec())
+
+    async def work(tx: Any) -> str:
+        await tx.save_checkpoint(make_cp("r1", 0, output="in-tx"))
+        return str(tx.raw)
+
+    assert await wrapped.transaction(work) == "native-handle"
+    raw = await memory.get_checkpoint("r1", 0)
+    assert raw is not None and raw.output == enc("in-tx")
+
+
+# ---------------------------------------------------------------- 3. ciphertext at rest (SQLite)
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[tuple[Any, Path]]:
+    from durably._store.sql import SqlStateStore
+
+    path = tmp_path / "codec.db"
+    sql = SqlStateStore.from_url(f"sqlite:///{path}")
+    await sql.ensure_schema()
+    try:
+        yield sql, path
+    finally:
+        await sql.close()
+
+
+def raw_dump(path: Path, tables: list[str]) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        return "\n".join(
+            repr(row) for table in tables for row in conn.execute(f"SELECT * FROM {table}")
+        )
+    finally:
+        conn.close()
+
+
+async def test_sqlite_rows_hold_ciphertext_only(sqlite_store: tuple[Any, Path]) -> None:
+    sql, path = sqlite_store
+    wrapped = CodecStateStore(sql, AesGcmCodec(KEY))
+    await wrapped.create_run(
+        make_run("r1", input={"ssn": "SECRET-IN"}, tags=("vip",), search_attributes={"a": 1})
+    )
+    await wrapped.update_run("r1", {"output": "SECRET-OUT"})
+    await wrapped.save_checkpoint(
+        make_cp("r1", 0, input="SECRET-CP-IN", output={"v": "SECRET-CP-OUT"}, error=StepError("x"))
+    )
+    await wrapped.buffer_signal("tok", "SECRET-SIGNAL")
+    await wrapped.buffer_event(
+        BufferedEvent(id="e1", name="paid", payload="SECRET-EVENT", published_at=1)
+    )
+    dump = raw_dump(
+        path,
+        [
+            "durable_workflow_runs",
+            "durable_step_checkpoints",
+            "durable_buffered_signals",
+            "durable_buffered_events",
+        ],
+    )
+    assert "SECRET" not in dump
+    assert dump.count("aesgcm:v1:") == 6
+    assert "vip" in dump and "reserve" in dump and "paid" in dump  # metadata stays readable
+
+    run = await wrapped.get_run("r1")
+    assert run is not None and run.input == {"ssn": "SECRET-IN"} and run.output == "SECRET-OUT"
+    cp = await wrapped.get_checkpoint("r1", 0)
+    assert cp is not None and cp.output == {"v": "SECRET-CP-OUT"} and cp.error == StepError("x")
+    signal = await wrapped.take_buffered_signal("tok")
+    assert signal is not None and signal.payload == "SECRET-SIGNAL"
+    # the plain store sees envelopes, and a codec without the key cannot read them
+    raw = await sql.get_run("r1")
+    assert isinstance(raw.input, str) and raw.input.startswith("aesgcm:v1:")
+    with pytest.raises(CodecError, match="not among the configured keys"):
+        await CodecStateStore(sql, AesGcmCodec(OLD_KEY)).get_run("r1")
+
+
+# ---------------------------------------------------------------- 4. AesGcmCodec
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, 1.5, "text", "ünïcödé ✓", True, False, [], {}, [1, {"a": [None, 2]}], {"k": None}],
+)
+def test_aes_round_trips_json(value: Any) -> None:
+    codec = AesGcmCodec(KEY)
+    sealed = codec.encode(value)
+    assert isinstance(sealed, str) and sealed.startswith(f"aesgcm:v1:{key_id(KEY)}:")
+    assert json.loads(json.dumps(sealed)) == sealed  # the envelope is itself JSON
+    assert codec.decode(sealed) == value
+
+
+def test_aes_nonce_is_random_per_value() -> None:
+    codec = AesGcmCodec(KEY)
+    envelopes = {codec.encode({"same": 1}) for _ in range(50)}
+    assert len(envelopes) == 50
+    blob = base64.urlsafe_b64decode(next(iter(envelopes)).split(":")[3] + "==")
+    assert len(blob) == 12 + len(b'{"same":1}') + 16  # nonce ‖ ciphertext ‖ tag
+
+
+def test_aes_key_rotation() -> None:
+    old = AesGcmCodec(OLD_KEY)
+    rotated = AesGcmCodec(KEY, OLD_KEY)
+    sealed_old = old.encode({"v": 1})
+    assert rotated.decode(sealed_old) == {"v": 1}  # old values still readable
+    sealed_new = rotated.encode({"v": 2})
+    assert sealed_new.split(":")[2] == key_id(KEY)  # new values use the first key
+    with pytest.raises(CodecError, match=key_id(KEY)):
+        old.decode(sealed_new)
+    assert rotated.key_ids == (key_id(KEY), key_id(OLD_KEY))
+    with pytest.raises(ValueError, match="twice"):
+        AesGcmCodec(KEY, KEY)
+
+
+def test_aes_detects_tampering_and_relabelling() -> None:
+    codec = AesGcmCodec(KEY, OLD_KEY)
+    sealed = codec.encode("pay 10")
+    prefix, data = sealed.rsplit(":", 1)
+    blob = bytearray(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)))
+    blob[14] ^= 1
+    flipped = base64.urlsafe_b64encode(bytes(blob)).rstrip(b"=").decode()
+    with pytest.raises(CodecError, match="altered or the key is wrong"):
+        codec.decode(f"{prefix}:{flipped}")
+    relabelled = sealed.replace(key_id(KEY), key_id(OLD_KEY))
+    with pytest.raises(CodecError, match="altered or the key is wrong"):
+        codec.decode(relabelled)  # the key id is authenticated (associated data)
+    for bad in ("aesgcm:v2:x:y", "aesgcm:v1:only-three", f"aesgcm:v1:{key_id(KEY)}:AAAA"):
+        with pytest.raises(CodecError):
+            codec.decode(bad)
+    with pytest.raises(CodecError, match="not an AesGcmCodec envelope"):
+        codec.decode({"plain": "json"})
+
+
+def test_aes_accept_plaintext_for_migration() -> None:
+    codec = AesGcmCodec(KEY, accept_plaintext=True)
+    assert codec.decode({"legacy": 1}) == {"legacy": 1}
+    assert codec.decode(codec.encode("new")) == "new"
+
+
+def test_aes_key_forms_and_secrecy() -> None:
+    text = base64.b64encode(KEY).decode()
+    for form in (KEY, bytearray(KEY), text, base64.urlsafe_b64encode(KEY).decode(), KEY.hex()):
+        assert AesGcmCodec(form).key_ids == (key_id(KEY),)
+    generated = AesGcmCodec.generate_key()
+    assert len(base64.urlsafe_b64decode(generated + "=")) == 32
+    for bad in (b"short", "not base64 !!", bytes(31)):
+        with pytest.raises(ValueError):
+            AesGcmCodec(bad)
+    codec = AesGcmCodec(KEY)
+    assert text not in repr(codec) and key_id(KEY) in repr(codec)
+
+
+def test_aes_rejects_non_json() -> None:
+    codec = AesGcmCodec(KEY)
+    for bad in (float("nan"), float("inf"), object()):
+        with pytest.raises(SerializationError):
+            codec.encode(bad)
+
+
+def test_aes_names_the_extra_when_cryptography_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(sys.modules):
+        if name == "cryptography" or name.startswith("cryptography."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    with pytest.raises(ImportError, match=r"durably\[crypto\]"):
+        AesGcmCodec(KEY)
