@@ -5,7 +5,10 @@ from __future__ import annotations
 import durably
 
 EXPECTED_EXPORTS = [
+    "AesGcmCodec",
     "AttributeFilter",
+    "Codec",
+    "CodecStateStore",
     "ConcurrencyLimitError",
     "Engine",
     "EngineEvent",

@@ -50,13 +50,18 @@ from durably._engine.registry import (
     workflow,
 )
 from durably._read.models import FanPage, FanSummary, RunDetail
+from durably._store.codec import Codec, CodecStateStore
+from durably._store.crypto import AesGcmCodec
 from durably._store.memory import InMemoryStateStore
 from durably._store.protocol import StateStore
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AesGcmCodec",
     "AttributeFilter",
+    "Codec",
+    "CodecStateStore",
     "ConcurrencyLimitError",
     "Engine",
     "EngineEvent",
