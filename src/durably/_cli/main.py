@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from durably._cli import db, demo, runs, start, worker
+from durably._cli import dashboard, db, demo, runs, start, worker
 from durably._cli.common import EXIT_FAILED, EXIT_USAGE, CliError
 
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_parser(sub)
     runs.add_parser(sub)
     db.add_parser(sub)
+    dashboard.add_parser(sub)
     return parser
 
 

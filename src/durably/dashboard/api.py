@@ -1,0 +1,279 @@
+"""The JSON API of run-detail.md §12.3 over an `Engine`'s read and control methods.
+
+Every route is relative to the API base path. Mutating routes (retry, retry-with-input,
+cancel, continue, redispatch, bulk, webhooks, updates) answer `403` in read-only mode.
+Errors use `{statusCode, message, error}`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from durably._engine.engine import Engine
+from durably._read import lists
+from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
+from durably.dashboard.filters import (
+    BadRequest,
+    non_negative_int,
+    run_query_kwargs,
+    value_facet_request,
+    without_page,
+)
+from durably.dashboard.metrics import metrics_text
+from durably.dashboard.responses import error_response, json_response, not_modified
+from durably.dashboard.stream import sse_response
+
+__all__ = ["BULK_LIMIT", "READ_ONLY_MESSAGE", "DashboardApi"]
+
+log = logging.getLogger("durably.dashboard")
+
+#: `POST bulk/:action` considers at most this many matching runs.
+BULK_LIMIT = 500
+READ_ONLY_MESSAGE = (
+    "This durable dashboard is read-only: {action} is disabled (the console was started "
+    "with read_only=True / --read-only)."
+)
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+_NO_BODY = object()
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("true", "1")
+
+
+async def _json_body(request: Request, default: Any = None) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        return default
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("The request body is not valid JSON.") from None
+
+
+def _result(value: Any) -> Response:
+    if value is None:
+        return Response(status_code=200)
+    return json_response(value.to_json() if hasattr(value, "to_json") else value)
+
+
+class DashboardApi:
+    """Route handlers bound to one engine."""
+
+    def __init__(self, engine: Engine, *, read_only: bool = False) -> None:
+        self.engine = engine
+        self.read_only = read_only
+
+    # ------------------------------------------------------------------ routing
+
+    def routes(self, wrap: Callable[[Endpoint], Endpoint]) -> list[Route]:
+        def r(path: str, endpoint: Endpoint, method: str = "GET") -> Route:
+            return Route(path, wrap(self._errors(endpoint)), methods=[method])
+
+        def w(path: str, endpoint: Endpoint, action: str) -> Route:
+            return r(path, self._mutating(endpoint, action), "POST")
+
+        return [
+            r("/runs", self.list_runs),
+            r("/runs/facets", self.run_facets),
+            r("/runs/values", self.run_values),
+            r("/runs/{run_id}", self.run_detail),
+            r("/runs/{run_id}/fans/{group:path}", self.fan_members),
+            r("/runs/{run_id}/stream", self.stream),
+            r("/runs/{run_id}/events/{key:path}", self.get_event),
+            w("/runs/{run_id}/retry", self.retry, "retry"),
+            w("/runs/{run_id}/retry-with-input", self.retry_with_input, "retry with input"),
+            w("/runs/{run_id}/cancel", self.cancel, "cancel"),
+            w("/runs/{run_id}/continue", self.continue_run, "continue"),
+            w("/runs/{run_id}/redispatch", self.redispatch, "redispatch"),
+            w("/runs/{run_id}/updates/{name:path}", self.update, "update"),
+            w("/bulk/{action}", self.bulk, "bulk actions"),
+            w("/webhooks/{token:path}", self.webhook, "signal (webhook delivery)"),
+            r("/metrics", self.metrics),
+            r("/workers", self.workers),
+            r("/topology", self.topology),
+        ]
+
+    def _errors(self, endpoint: Endpoint) -> Endpoint:
+        async def guarded(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except BadRequest as exc:
+                return error_response(400, str(exc))
+            except Exception as exc:
+                log.exception("durably dashboard: %s %s failed", request.method, request.url)
+                return error_response(500, f"{type(exc).__name__}: {exc}")
+
+        return guarded
+
+    def _mutating(self, endpoint: Endpoint, action: str) -> Endpoint:
+        async def gate(request: Request) -> Response:
+            if self.read_only:
+                return error_response(403, READ_ONLY_MESSAGE.format(action=action))
+            return await endpoint(request)
+
+        return gate
+
+    # ------------------------------------------------------------------ lists
+
+    async def list_runs(self, request: Request) -> Response:
+        query = lists.as_run_query(**run_query_kwargs(request.query_params))
+        items = await lists.list_run_items(self.engine.store, query)
+        return json_response([item.to_row_json() for item in items])
+
+    async def run_facets(self, request: Request) -> Response:
+        query = without_page(run_query_kwargs(request.query_params))
+        for key in ("status", "statuses", "origin", "origins"):
+            query.pop(key, None)
+        rows = await self.engine.run_facets(**query)
+        return json_response([row.to_json() for row in rows])
+
+    async def run_values(self, request: Request) -> Response:
+        axis, query, limit, offset = value_facet_request(request.query_params)
+        rows = await self.engine.run_value_facets(axis, {"limit": limit + offset}, **query)
+        return json_response([row.to_json() for row in rows[offset : offset + limit]])
+
+    # ------------------------------------------------------------------ detail
+
+    async def run_detail(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        over = non_negative_int(request.query_params.get("summarizeFansOver"))
+        detail = await self.engine.get_run_detail(
+            run_id,
+            summarize_fans_over=over,
+            if_none_match=request.headers.get("if-none-match"),
+        )
+        if detail is None:
+            return error_response(404, f"run {run_id} not found")
+        if detail.not_modified and detail.etag is not None:
+            return not_modified(detail.etag)
+        headers = {"ETag": detail.etag} if detail.etag else None
+        return json_response(detail.to_json(), headers=headers)
+
+    async def fan_members(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        group = request.path_params["group"]
+        params = request.query_params
+        offset = non_negative_int(params.get("offset"))
+        limit = non_negative_int(params.get("limit"))
+        page = await self.engine.get_fan_members(
+            run_id,
+            group,
+            offset=offset or 0,
+            limit=FAN_PAGE_DEFAULT_LIMIT if limit is None else limit,
+            failed_only=_truthy(params.get("failedOnly")),
+            if_none_match=request.headers.get("if-none-match"),
+        )
+        if page is None:
+            return error_response(404, f"run {run_id} not found")
+        if page.not_modified and page.etag is not None:
+            return not_modified(page.etag)
+        headers = {"ETag": page.etag} if page.etag else None
+        return json_response(page.to_json(), headers=headers)
+
+    async def stream(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        if await self.engine.get_run(run_id) is None:
+            return error_response(404, f"run {run_id} not found")
+        return sse_response(self.engine, run_id, request)
+
+    async def get_event(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        value = await self.engine.get_event(run_id, request.path_params["key"])
+        return json_response(value)
+
+    # ------------------------------------------------------------------ controls
+
+    async def retry(self, request: Request) -> Response:
+        return _result(await self.engine.requeue(request.path_params["run_id"]))
+
+    async def retry_with_input(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        body = await _json_body(request, {})
+        if not isinstance(body, dict):
+            raise BadRequest("Body must be a JSON object `{input}`.")
+        new_id = await self.engine.retry_with_input(run_id, body.get("input"))
+        if new_id is None:
+            return error_response(404, f"run {run_id} not found")
+        return json_response({"runId": new_id})
+
+    async def cancel(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        compensate = request.query_params.get("compensate") == "true"
+        result = await self.engine.cancel(run_id, compensate=compensate)
+        if result is None:
+            return error_response(404, f"run {run_id} not found")
+        return _result(result)
+
+    async def continue_run(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        result = await self.engine.continue_run(run_id)
+        if result is None:
+            return error_response(404, f"run {run_id} is not paused at a breakpoint")
+        return _result(result)
+
+    async def redispatch(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        result = await self.engine.redispatch_pending(run_id)
+        if result is None:
+            return error_response(404, f"run {run_id} not found")
+        return json_response(result)
+
+    async def update(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        arg = await _json_body(request)
+        outcome = await self.engine.update(run_id, request.path_params["name"], arg)
+        if not outcome.accepted:
+            return json_response({"accepted": False, "reason": outcome.reason})
+        run = await self.engine.get_run(run_id)
+        return json_response({"accepted": True, "run": run.to_json() if run else None})
+
+    async def bulk(self, request: Request) -> Response:
+        action = request.path_params["action"]
+        compensate = request.query_params.get("compensate") == "true"
+        query = without_page(run_query_kwargs(request.query_params))
+        runs = await self.engine.list_runs(**query, limit=BULK_LIMIT)
+        applied = 0
+        for run in runs:
+            try:
+                if action == "cancel":
+                    await self.engine.cancel(run.id, compensate=compensate)
+                else:
+                    await self.engine.requeue(run.id)
+            except Exception:
+                log.warning("durably dashboard: bulk %s of %s failed", action, run.id)
+                continue
+            applied += 1
+        return json_response({"matched": len(runs), "applied": applied})
+
+    async def webhook(self, request: Request) -> Response:
+        token = request.path_params["token"]
+        body = await _json_body(request)
+        result = await self.engine.signal(token, body)
+        if result is None:
+            return error_response(404, f"no run is waiting on webhook {token}")
+        return _result(result)
+
+    # ------------------------------------------------------------------ operations
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(
+            await metrics_text(self.engine),
+            headers={"Content-Type": "text/plain; version=0.0.4"},
+        )
+
+    async def workers(self, request: Request) -> Response:
+        groups = await self.engine.worker_health()
+        return json_response([g.to_json() for g in groups])
+
+    async def topology(self, request: Request) -> Response:
+        return json_response({"role": "control-plane"})

@@ -1,0 +1,150 @@
+"""`create_app(engine, ...)`: the dashboard as one Starlette ASGI app (run-detail.md §12).
+
+Mount it in a host app, e.g. `Mount("/durable", app=create_app(engine))` in Starlette or
+`app.mount("/durable", create_app(engine))` in FastAPI; every route is relative to the mount
+point, and links/redirects include the mount's `root_path`. The engine is the host's: open it
+in the host's lifespan (`async with engine:`); a `drive=False` engine makes a read replica /
+API pod that never executes runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+
+from durably._engine.engine import Engine
+from durably.dashboard.api import DashboardApi
+from durably.dashboard.auth import Authenticator, DashboardAuth, DashboardConfigError
+from durably.dashboard.pages import asset_bytes, asset_type, index_html
+from durably.dashboard.responses import error_response
+
+__all__ = ["Guard", "create_app", "normalize_path"]
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+#: A host guard: returns True to let the request through, False for 403, or a Response.
+Guard = Callable[[Request], "bool | Response | Awaitable[bool | Response]"]
+
+
+def normalize_path(path: str) -> str:
+    """Leading `/`, no trailing `/`; the root is ""."""
+    path = "/" + path.strip().strip("/")
+    return "" if path == "/" else path
+
+
+def _identity(endpoint: Endpoint) -> Endpoint:
+    return endpoint
+
+
+def _host_guards(guards: Sequence[Guard]) -> Callable[[Endpoint], Endpoint]:
+    def wrap(endpoint: Endpoint) -> Endpoint:
+        if not guards:
+            return endpoint
+
+        async def guarded(request: Request) -> Response:
+            for guard in guards:
+                verdict = guard(request)
+                if inspect.isawaitable(verdict):
+                    verdict = await verdict
+                if isinstance(verdict, Response):
+                    return verdict
+                if verdict is not True:
+                    return error_response(403, "Forbidden by the host's dashboard guard.")
+            return await endpoint(request)
+
+        return guarded
+
+    return wrap
+
+
+def create_app(
+    engine: Engine,
+    *,
+    base_path: str = "/",
+    api_base_path: str | None = None,
+    read_only: bool = False,
+    auth: DashboardAuth | Mapping[str, Any] | None = None,
+    guards: Sequence[Guard] = (),
+    debug: bool = False,
+) -> Starlette:
+    """The dashboard app: the console at `base_path`, the JSON API at `api_base_path`
+    (default `base_path + "/api"`), both relative to where the app is mounted.
+
+    `read_only=True` answers 403 to every mutating endpoint. `auth` (a `DashboardAuth` or
+    its mapping form) turns on the session-cookie login of run-detail.md §13; an invalid
+    configuration raises `DashboardConfigError` here. `guards` are host callables run
+    before every route (auth routes excepted)."""
+    if not isinstance(engine, Engine):
+        raise DashboardConfigError(f"create_app needs a durably.Engine, got {type(engine)!r}")
+    base = normalize_path(base_path)
+    api_base = normalize_path(api_base_path) if api_base_path is not None else base + "/api"
+    authenticator = Authenticator(DashboardAuth.of(auth), base) if auth is not None else None
+    host = _host_guards(guards)
+
+    def api_wrap(endpoint: Endpoint) -> Endpoint:
+        inner = authenticator.guard_api(endpoint) if authenticator else endpoint
+        return host(inner)
+
+    def ui_wrap(endpoint: Endpoint) -> Endpoint:
+        inner = authenticator.guard_ui(endpoint) if authenticator else endpoint
+        return host(inner)
+
+    api = DashboardApi(engine, read_only=read_only)
+
+    async def index(request: Request) -> Response:
+        root = request.scope.get("root_path", "") or ""
+        text = index_html((root + base) or "/", root + api_base)
+        if text is None:
+            return error_response(404, "Dashboard is not built.")
+        return HTMLResponse(text, headers={"Cache-Control": "no-store, must-revalidate"})
+
+    async def asset(request: Request) -> Response:
+        name = request.path_params["file"]
+        data = asset_bytes(name)
+        if data is None:
+            return error_response(404, f"asset {name} not found")
+        return Response(
+            data,
+            headers={
+                "Content-Type": asset_type(name),
+                "Cache-Control": "public, max-age=31536000, immutable",
+            },
+        )
+
+    routes: list[BaseRoute] = []
+    if authenticator is not None:
+        routes += [
+            Route(base + "/login", authenticator.login_page, methods=["GET"]),
+            Route(base + "/login", authenticator.login, methods=["POST"]),
+            Route(base + "/session", authenticator.session, methods=["POST"]),
+            Route(base + "/logout", authenticator.logout, methods=["GET"]),
+        ]
+    routes += [
+        Route(base + "/assets/{file:path}", ui_wrap(asset), methods=["GET"]),
+        Route(base or "/", ui_wrap(index), methods=["GET"]),
+    ]
+    if base:
+        routes.append(Route(base + "/", ui_wrap(index), methods=["GET"]))
+    routes.append(Mount(api_base, routes=api.routes(api_wrap)))
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return error_response(404, f"Cannot {request.method} {request.url.path}")
+
+    async def bad_method(request: Request, exc: Exception) -> Response:
+        return error_response(405, f"Cannot {request.method} {request.url.path}")
+
+    app = Starlette(
+        debug=debug,
+        routes=routes,
+        exception_handlers={404: not_found, 405: bad_method},
+    )
+    app.state.durably_engine = engine
+    app.state.durably_read_only = read_only
+    app.state.durably_base_path = base or "/"
+    app.state.durably_api_base_path = api_base
+    return app

@@ -1,0 +1,294 @@
+"""Optional session-cookie login for the dashboard (run-detail.md §13, features.md §11.3).
+
+`DashboardAuth(secret=..., ttl="8h", session=..., login=..., revalidate=...,
+unauthenticated_page=...)`: unset → the console is open. Mode A `session(request)` checks the
+host's own auth on `POST <base>/session`; Mode B `login(username, password)` backs the built-in
+login page. Hooks may be sync or async and return a user `{id, name?, roles?}` (a mapping or an
+object with those attributes) or None; a raising hook is a denial (logged once per hook kind).
+Invalid configuration raises `DashboardConfigError` when the app is built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from durably.dashboard.cookie import (
+    clear_cookie_header,
+    is_https,
+    parse_cookie_header,
+    parse_ttl,
+    set_cookie_header,
+    sign_session,
+    verify_session,
+)
+from durably.dashboard.pages import login_page, session_required_page
+from durably.dashboard.responses import error_response, json_response
+
+__all__ = ["Authenticator", "DashboardAuth", "DashboardConfigError"]
+
+log = logging.getLogger("durably.dashboard")
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+_HOOKS = ("session", "login", "revalidate", "unauthenticated_page")
+
+
+class DashboardConfigError(ValueError):
+    """The dashboard's configuration is invalid (raised when the app is built)."""
+
+
+@dataclass(frozen=True)
+class DashboardAuth:
+    secret: str
+    ttl: str = "8h"
+    session: Callable[..., Any] | None = None
+    login: Callable[..., Any] | None = None
+    revalidate: Callable[..., Any] | None = None
+    unauthenticated_page: Callable[..., Any] | None = None
+
+    @classmethod
+    def of(cls, value: DashboardAuth | Mapping[str, Any]) -> DashboardAuth:
+        if isinstance(value, DashboardAuth):
+            return value
+        if not isinstance(value, Mapping):
+            raise DashboardConfigError("auth must be a DashboardAuth or a mapping")
+        aliases = {"unauthenticatedPage": "unauthenticated_page"}
+        kwargs = {aliases.get(k, k): v for k, v in value.items()}
+        unknown = set(kwargs) - {"secret", "ttl", *_HOOKS}
+        if unknown:
+            raise DashboardConfigError(f"unknown dashboard auth option(s): {sorted(unknown)}")
+        if "secret" not in kwargs:
+            raise DashboardConfigError("dashboard auth needs a non-empty `secret`")
+        return cls(**kwargs)
+
+    def validate(self) -> None:
+        """Fail closed (run-detail.md §13.1)."""
+        if not isinstance(self.secret, str) or not self.secret:
+            raise DashboardConfigError("dashboard auth needs a non-empty string `secret`")
+        for name in _HOOKS:
+            hook = getattr(self, name)
+            if hook is not None and not callable(hook):
+                raise DashboardConfigError(f"dashboard auth `{name}` must be callable")
+        if self.session is None and self.login is None:
+            raise DashboardConfigError(
+                "dashboard auth needs at least one of `session` (the host's own auth, "
+                "Mode A) and `login` (the built-in login page, Mode B)"
+            )
+
+    @property
+    def modes(self) -> list[str]:
+        return [m for m, hook in (("session", self.session), ("login", self.login)) if hook]
+
+
+def _user_dict(user: Any) -> dict[str, Any] | None:
+    if user is None or user is False:
+        return None
+    if isinstance(user, Mapping):
+        data = dict(user)
+    else:
+        data = {k: getattr(user, k) for k in ("id", "name", "roles") if hasattr(user, k)}
+    if data.get("id") is None or data.get("id") == "":
+        return None
+    return data
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Authenticator:
+    """Guards and auth routes for one app (one configuration)."""
+
+    def __init__(self, config: DashboardAuth, base_path: str) -> None:
+        config.validate()
+        self.config = config
+        self.base_path = base_path  # normalised, "" for the root
+        self.ttl_ms = parse_ttl(config.ttl)
+        self.modes = config.modes
+        self._logged: set[str] = set()
+        self._renewals: dict[tuple[str, str], asyncio.Future[bool]] = {}
+
+    # ------------------------------------------------------------------ helpers
+
+    def external_base(self, request: Request) -> str:
+        return (request.scope.get("root_path", "") or "") + self.base_path or "/"
+
+    def _external_path(self, request: Request, path: str) -> str:
+        return (request.scope.get("root_path", "") or "") + self.base_path + path
+
+    async def _call(self, kind: str, *args: Any) -> Any:
+        hook = getattr(self.config, kind)
+        try:
+            value = hook(*args)
+            if inspect.isawaitable(value):
+                value = await value
+            return value
+        except Exception:
+            if kind not in self._logged:
+                self._logged.add(kind)
+                log.exception("durably dashboard: the %s hook raised (treated as a denial)", kind)
+            return None
+
+    def _secure(self, request: Request) -> bool:
+        return is_https(request.url.scheme, request.headers.get("x-forwarded-proto"))
+
+    def _issue(self, request: Request, response: Response, user: Mapping[str, Any]) -> None:
+        value = sign_session(self.config.secret, user, _now_ms(), self.ttl_ms)
+        response.headers.append(
+            "set-cookie", set_cookie_header(value, self.ttl_ms, self._secure(request))
+        )
+
+    def _clear(self, request: Request, response: Response) -> None:
+        response.headers.append("set-cookie", clear_cookie_header(self._secure(request)))
+
+    # ------------------------------------------------------------------ session check
+
+    async def _revalidate(self, payload: Mapping[str, Any]) -> bool:
+        if self.config.revalidate is None:
+            return True
+        key = (self.config.secret, str(payload["sub"]))
+        pending = self._renewals.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._renewals[key] = future
+        try:
+            verdict = await self._call("revalidate", dict(payload)) is True
+            future.set_result(verdict)
+            return verdict
+        finally:
+            if not future.done():
+                future.set_result(False)
+            del self._renewals[key]
+
+    async def check(self, request: Request) -> tuple[str, dict[str, Any] | None]:
+        """('ok' | 'renew' | 'deny' | 'revoked', payload)."""
+        value = parse_cookie_header(request.headers.get("cookie"))
+        now = _now_ms()
+        payload = verify_session(self.config.secret, value, now)
+        if payload is None:
+            return "deny", None
+        if now - payload["iat"] <= self.ttl_ms / 2:
+            return "ok", payload
+        if await self._revalidate(payload):
+            return "renew", payload
+        return "revoked", payload
+
+    def _renewed_user(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        user: dict[str, Any] = {"id": payload["sub"], "roles": payload.get("roles", [])}
+        if "name" in payload:
+            user["name"] = payload["name"]
+        return user
+
+    # ------------------------------------------------------------------ guards
+
+    def guard_api(self, endpoint: Endpoint) -> Endpoint:
+        async def guarded(request: Request) -> Response:
+            verdict, payload = await self.check(request)
+            if verdict in ("deny", "revoked"):
+                response = json_response({"auth": {"modes": self.modes}}, 401)
+                if verdict == "revoked":
+                    self._clear(request, response)
+                return response
+            response = await endpoint(request)
+            if verdict == "renew" and payload is not None:
+                self._issue(request, response, self._renewed_user(payload))
+            return response
+
+        return guarded
+
+    def guard_ui(self, endpoint: Endpoint) -> Endpoint:
+        async def guarded(request: Request) -> Response:
+            verdict, payload = await self.check(request)
+            if verdict in ("deny", "revoked"):
+                response = await self._denied_page(request)
+                if verdict == "revoked":
+                    self._clear(request, response)
+                return response
+            response = await endpoint(request)
+            if verdict == "renew" and payload is not None:
+                self._issue(request, response, self._renewed_user(payload))
+            return response
+
+        return guarded
+
+    async def _denied_page(self, request: Request) -> Response:
+        if "login" in self.modes:
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            location = (
+                self._external_path(request, "/login") + "?returnTo=" + quote(target, safe="")
+            )
+            return RedirectResponse(location, status_code=302)
+        if self.config.unauthenticated_page is not None:
+            page = await self._call("unauthenticated_page", request, self.external_base(request))
+            if isinstance(page, Response):
+                return page
+            if isinstance(page, str) and page:
+                return HTMLResponse(page, status_code=401, headers=_NO_STORE)
+        return HTMLResponse(session_required_page(), status_code=401, headers=_NO_STORE)
+
+    # ------------------------------------------------------------------ routes
+
+    async def login_page(self, request: Request) -> Response:
+        if "login" not in self.modes:
+            return error_response(404, "Not Found")
+        return HTMLResponse(login_page(self._external_path(request, "/login")), headers=_NO_STORE)
+
+    async def login(self, request: Request) -> Response:
+        if "login" not in self.modes:
+            return error_response(404, "Not Found")
+        try:
+            body = await request.json()
+        except Exception:
+            body = None
+        if not isinstance(body, dict) or not (
+            isinstance(body.get("username"), str) and isinstance(body.get("password"), str)
+        ):
+            return error_response(400, "Body must include string `username` and `password`.")
+        user = _user_dict(await self._call("login", body["username"], body["password"]))
+        if user is None:
+            return json_response({"message": "Invalid username or password."}, 401)
+        return_to = body.get("returnTo")
+        if (
+            isinstance(return_to, str)
+            and return_to.startswith("/")
+            and not return_to.startswith("//")
+            and "://" not in return_to
+        ):
+            redirect_to = return_to
+        else:
+            redirect_to = self.external_base(request)
+        response = json_response({"redirectTo": redirect_to})
+        self._issue(request, response, user)
+        return response
+
+    async def session(self, request: Request) -> Response:
+        if "session" not in self.modes:
+            return error_response(404, "Not Found")
+        user = _user_dict(await self._call("session", request))
+        if user is None:
+            return error_response(401, "Session denied.")
+        response = Response(status_code=204)
+        self._issue(request, response, user)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        if "login" in self.modes:
+            location = self._external_path(request, "/login")
+        else:
+            location = self.external_base(request)
+        response = RedirectResponse(location, status_code=302)
+        self._clear(request, response)
+        return response
+
+
+_NO_STORE = {"Cache-Control": "no-store, must-revalidate"}

@@ -1,0 +1,117 @@
+"""HTML served by the dashboard: the console shell from package data (run-detail.md §12.4)
+and the built-in auth pages (§13). Nothing is fetched from elsewhere at run time."""
+
+from __future__ import annotations
+
+import html
+import json
+from importlib import resources
+from pathlib import PurePosixPath
+
+__all__ = [
+    "ASSET_TYPES",
+    "asset_bytes",
+    "asset_type",
+    "index_html",
+    "login_page",
+    "session_required_page",
+]
+
+ASSET_TYPES = {
+    ".js": "application/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".map": "application/json; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".json": "application/json; charset=utf-8",
+    ".woff2": "font/woff2",
+    ".ico": "image/x-icon",
+}
+_CONFIG_MARK = "<!--durable-config-->"
+
+
+def _static() -> resources.abc.Traversable:
+    return resources.files("durably.dashboard").joinpath("static")
+
+
+def index_html(base: str, api: str) -> str | None:
+    """`index.html` with its asset URLs under `base` and the bases in a non-executed JSON
+    block `<script type="application/json" id="durable-config">`; None when missing."""
+    page = _static().joinpath("index.html")
+    if not page.is_file():
+        return None
+    text = page.read_text(encoding="utf-8")
+    prefix = base.rstrip("/")
+    text = text.replace('"./assets/', f'"{prefix}/assets/')
+    config = json.dumps({"base": base, "api": api}).replace("<", "\\u003c")
+    block = f'<script type="application/json" id="durable-config">{config}</script>'
+    return text.replace(_CONFIG_MARK, block) if _CONFIG_MARK in text else text + block
+
+
+def asset_bytes(name: str) -> bytes | None:
+    """A built asset by bare file name (no directories, no dot files); None when absent."""
+    if not name or PurePosixPath(name).name != name or name in (".", "..") or "\\" in name:
+        return None
+    asset = _static().joinpath("assets").joinpath(name)
+    if not asset.is_file():
+        return None
+    return asset.read_bytes()
+
+
+def asset_type(name: str) -> str:
+    suffix = PurePosixPath(name).suffix.lower()
+    return ASSET_TYPES.get(suffix, "application/octet-stream")
+
+
+_STYLE = (
+    "body{font:14px/1.5 system-ui,sans-serif;margin:0;display:flex;min-height:100vh;"
+    "align-items:center;justify-content:center;background:#f6f7f9;color:#1b1f24}"
+    "form,section{background:#fff;padding:2rem;border-radius:8px;min-width:18rem;"
+    "box-shadow:0 1px 3px #0002}label{display:block;margin:.75rem 0 .25rem}"
+    "input{width:100%;box-sizing:border-box;padding:.4rem}button{margin-top:1rem;"
+    "padding:.45rem 1rem}#error{color:#b42318;min-height:1.5em}"
+)
+
+
+def login_page(action: str) -> str:
+    """The built-in login form (Mode B): reads `returnTo`/`error` client-side, POSTs JSON."""
+    target = json.dumps(action).replace("<", "\\u003c")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Sign in · durably console</title><style>{_STYLE}</style></head>
+<body><form id="login" method="post" action="{html.escape(action)}">
+<h1>durably console</h1><div id="error" role="alert"></div>
+<label for="username">Username</label>
+<input id="username" name="username" autocomplete="username" required>
+<label for="password">Password</label>
+<input id="password" name="password" type="password" autocomplete="current-password">
+<button type="submit">Sign in</button></form>
+<script>
+(function () {{
+  var form = document.getElementById("login"), err = document.getElementById("error");
+  var params = new URLSearchParams(location.search);
+  if (params.get("error")) err.textContent = params.get("error");
+  form.addEventListener("submit", function (e) {{
+    e.preventDefault();
+    fetch({target}, {{method: "POST", credentials: "same-origin",
+      headers: {{"Content-Type": "application/json"}},
+      body: JSON.stringify({{username: form.username.value, password: form.password.value,
+                            returnTo: params.get("returnTo") || undefined}})}})
+      .then(function (r) {{ return r.json().then(function (b) {{ return [r.ok, b]; }}); }})
+      .then(function (res) {{
+        if (res[0]) location.assign(res[1].redirectTo);
+        else err.textContent = res[1].message || "Sign-in failed.";
+      }}, function () {{ err.textContent = "Sign-in failed."; }});
+  }});
+}})();
+</script></body></html>
+"""
+
+
+def session_required_page() -> str:
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Session required · durably console</title>
+<style>{_STYLE}</style></head><body><section><h1>Session required</h1>
+<p>Sign in to the application that hosts this console, then reload this page.</p>
+</section></body></html>
+"""
