@@ -178,20 +178,29 @@ async def workflow_fan(
     else:
         # engine.md §3.8.1 (0.79, inferred): `.w<k>.<i>`, k = i // concurrency, i = input index.
         ids = [f"{ex.run_id}.all.{first}.w{i // concurrency}.{i}" for i in range(n)]
-    outcomes: list[_Outcome | None] = [None] * n
+    # Each member's raw Completion once it settled. Kept as JSON (dicts of plain values,
+    # which the garbage collector does not track), and the member's row is dropped from the
+    # snapshot once read: a 40,000-member fan must not keep 40,000 row objects alive for
+    # every full collection to walk (that made wide fans super-linear).
+    completions: list[Any] = [_NOT_YET] * n
 
     def wave_start(i: int) -> int:
         return 0 if concurrency is None else i - i % concurrency
 
-    def record(i: int) -> _Outcome | None:
-        if outcomes[i] is None:
+    def record(i: int) -> bool | None:
+        """None while member `i` has not settled; else whether it succeeded."""
+        if completions[i] is _NOT_YET:
             head = ex.snapshot.get(first + wave_start(i))
             if head is not None and (folded := _folded(head)) is not None:
-                start, completions = folded
-                outcomes[i] = _completion_outcome(completions[i - start], codec)
-            elif (cp := ex.snapshot.get(first + i)) is not None and cp.status == "completed":
-                outcomes[i] = _completion_outcome(cp.output, codec)
-        return outcomes[i]
+                start, values = folded
+                completions[i] = values[i - start]
+            else:
+                cp = ex.snapshot.get(first + i)
+                if cp is None or cp.status != "completed" or cp.name.startswith("fan:"):
+                    return None
+                completions[i] = cp.output
+                del ex.snapshot[first + i]
+        return _completion_ok(completions[i])
 
     unresolved: set[int] = set()  # members of the waves so far without an outcome yet
     bad: list[int] = []
@@ -204,13 +213,12 @@ async def workflow_fan(
             outcome = record(i)
             if outcome is not None:
                 unresolved.discard(i)
-                if not outcome.ok:
+                if not outcome:
                     bad.append(i)
         return min(bad) if bad else None
 
     async def stop(index: int) -> None:
-        o = outcomes[index]
-        assert o is not None
+        o = _completion_outcome(completions[index], codec)
         # Decision (engine.md §3.8.1 failFast): remove our own waiters of the members not
         # yet completed BEFORE cancelling them, so their `cancelled` completions are
         # buffered instead of landing at fan seqs; a replay then finds the same first
@@ -247,14 +255,18 @@ async def workflow_fan(
             await _await_members(ex, first, ids, outstanding, record, fail_fast)
             if fail_fast and (failure := first_failure()) is not None:
                 await stop(failure)
-        if n >= engine.fold_fans_over and all(_ok(record(i)) for i in wave):
+        if n >= engine.fold_fans_over and all(record(i) is True for i in wave):
             prefix = ids[wave.start].rsplit(".", 1)[0]
-            await _fold_wave(ex, first, wave, prefix, group)
+            await _fold_wave(ex, first, wave, prefix, group, completions[wave.start : wave.stop])
+    outcomes = [_completion_outcome(c, codec) for c in completions]
     return _finish(outcomes, ids, mode, settled)
 
 
-def _ok(outcome: _Outcome | None) -> bool:
-    return outcome is not None and outcome.ok
+_NOT_YET: Any = object()  # a member Completion not known yet
+
+
+def _completion_ok(completion: Any) -> bool:
+    return isinstance(completion, dict) and completion.get("ok") is True
 
 
 def _folded(cp: StepCheckpoint) -> tuple[int, list[Any]] | None:
@@ -267,7 +279,9 @@ def _folded(cp: StepCheckpoint) -> tuple[int, list[Any]] | None:
     return int(cp.output.get("first", 0)), completions
 
 
-async def _fold_wave(ex: Execution, first: int, wave: range, prefix: str, group: str) -> None:
+async def _fold_wave(
+    ex: Execution, first: int, wave: range, prefix: str, group: str, completions: list[Any]
+) -> None:
     """engine.md §3.8.4: a settled wave of a wide workflow fan becomes ONE `fan:` row at the
     wave's first seq (the other seqs hold no row), so the run keeps O(waves) rows instead of
     O(N). Decision: only waves whose members ALL succeeded fold — a failed member keeps its
@@ -277,7 +291,6 @@ async def _fold_wave(ex: Execution, first: int, wave: range, prefix: str, group:
     fold = getattr(ex.engine.store, "fold_checkpoints", None)
     if fold is None or (head is not None and head.name.startswith("fan:")):
         return
-    completions = [ex.snapshot[first + i].output for i in wave]
     cp = ex.instant(
         first + wave.start,
         f"fan:{prefix}",
@@ -334,8 +347,6 @@ async def _launch_chunk(
             placeholders[i] = placeholder
         waits.append(ChildWait(waiter, placeholder))
     await children.register_waits(ex.store, waits)
-    for i, placeholder in placeholders.items():
-        ex.snapshot.setdefault(first + i, placeholder)
     # Members with a row already (a replay) are included: the insert is idempotent, and a
     # crash between the placeholders and the children must not leave a member unstarted.
     existed = await children.create_children(
@@ -371,7 +382,7 @@ async def _await_members(
     first: int,
     ids: list[str],
     indices: list[int],
-    record: Callable[[int], _Outcome | None],
+    record: Callable[[int], bool | None],
     fail_fast: bool,
 ) -> None:
     """Resident wait for a wave: O(1) per delivered member (a watch on the execution), one
@@ -384,8 +395,8 @@ async def _await_members(
         nonlocal failed
         if cp.seq in left and cp.status == "completed":
             left.discard(cp.seq)
-            outcome = record(cp.seq - first)
-            failed = failed or (outcome is not None and not outcome.ok)
+            outcome = record(cp.seq - first)  # always: it keeps the member's Completion
+            failed = failed or outcome is False
 
     def watch(cp: StepCheckpoint) -> None:
         settle(cp)
