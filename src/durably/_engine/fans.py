@@ -231,33 +231,45 @@ async def workflow_fan(
         engine.spawn(_cancel_quietly(engine, [ids[i] for i in pending]))
         raise GatherError([_failure(index, ids[index], o)], total=n)
 
-    for wave in _waves(n, concurrency):
-        unresolved.update(wave)
-        # Before (re)launching: a replay of a fan that already stopped must not register
-        # waiters again; with waves, no further wave is ever started.
-        if fail_fast and (failure := first_failure()) is not None:
-            await stop(failure)
-        await _launch_members(
-            ex, workflow, inputs, ids, first, [i for i in wave if record(i) is None], group
-        )
-        outstanding = [i for i in wave if record(i) is None]
-        if fail_fast and (failure := first_failure()) is not None:
-            await stop(failure)
-        if outstanding:
-            if not ex.resident:
-                # Classic mode: suspend once for the whole block (§3.8.1); the lost-wake
-                # guard of the suspend settle re-reads the awaited rows.
-                ex.waiting_seqs.update(first + i for i in outstanding)
-                raise WorkflowSuspended(None)
-            # Resident: park once for the wave (engine.md §3.8.1 "all settled"); failFast
-            # (decision) wakes on the first failure observed — the first failed member in
-            # INPUT order among those settled then, what a replay scan also finds.
-            await _await_members(ex, first, ids, outstanding, record, fail_fast)
+    def take(cp: StepCheckpoint) -> None:
+        # Deliveries that land while the fan is still launching are recorded (and their rows
+        # dropped) as they arrive, not kept until the wait starts.
+        if first <= cp.seq < first + n and cp.status == "completed":
+            record(cp.seq - first)
+
+    ex.fan_watches.append(take)
+    try:
+        for wave in _waves(n, concurrency):
+            unresolved.update(wave)
+            # Before (re)launching: a replay of a fan that already stopped must not register
+            # waiters again; with waves, no further wave is ever started.
             if fail_fast and (failure := first_failure()) is not None:
                 await stop(failure)
-        if n >= engine.fold_fans_over and all(record(i) is True for i in wave):
-            prefix = ids[wave.start].rsplit(".", 1)[0]
-            await _fold_wave(ex, first, wave, prefix, group, completions[wave.start : wave.stop])
+            await _launch_members(
+                ex, workflow, inputs, ids, first, [i for i in wave if record(i) is None], group
+            )
+            outstanding = [i for i in wave if record(i) is None]
+            if fail_fast and (failure := first_failure()) is not None:
+                await stop(failure)
+            if outstanding:
+                if not ex.resident:
+                    # Classic mode: suspend once for the whole block (§3.8.1); the lost-wake
+                    # guard of the suspend settle re-reads the awaited rows.
+                    ex.waiting_seqs.update(first + i for i in outstanding)
+                    raise WorkflowSuspended(None)
+                # Resident: park once for the wave (engine.md §3.8.1 "all settled"); failFast
+                # (decision) wakes on the first failure observed — the first failed member in
+                # INPUT order among those settled then, what a replay scan also finds.
+                await _await_members(ex, first, ids, outstanding, record, fail_fast)
+                if fail_fast and (failure := first_failure()) is not None:
+                    await stop(failure)
+            if n >= engine.fold_fans_over and all(record(i) is True for i in wave):
+                prefix = ids[wave.start].rsplit(".", 1)[0]
+                await _fold_wave(
+                    ex, first, wave, prefix, group, completions[wave.start : wave.stop]
+                )
+    finally:
+        ex.fan_watches.remove(take)
     outcomes = [_completion_outcome(c, codec) for c in completions]
     return _finish(outcomes, ids, mode, settled)
 
