@@ -1,0 +1,43 @@
+// The console's entry: hash routing (#/runs, #/runs/<id>, #/workers) over the JSON API.
+import { onReadOnly, probeReadOnly, state } from "./api.js";
+import { h, clear } from "./dom.js";
+import { runList } from "./runs.js";
+import { runDetail } from "./run.js";
+import { workersPanel } from "./workers.js";
+
+const app = document.getElementById("app");
+let current = null; // {dispose()} of the page on screen
+
+function parse() {
+  const raw = location.hash.replace(/^#\/?/, "");
+  const [path, query = ""] = raw.split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  return { parts, params: new URLSearchParams(query) };
+}
+
+function route() {
+  const { parts, params } = parse();
+  if (current && current.dispose) current.dispose();
+  current = null;
+  clear(app);
+  document.body.dataset.page = parts[0] || "runs";
+  for (const a of document.querySelectorAll("header nav a")) {
+    a.classList.toggle("on", a.getAttribute("href") === "#/" + (parts[0] || "runs"));
+  }
+  if (parts[0] === "runs" && parts.length > 1) current = runDetail(app, parts.slice(1).join("/"));
+  else if (parts[0] === "workers") current = workersPanel(app);
+  else if (!parts[0] || parts[0] === "runs") current = runList(app, params);
+  else app.append(h("p.err", {}, "Unknown page. "), h("a", { href: "#/runs" }, "Back to runs"));
+}
+
+function showReadOnly(on) {
+  document.getElementById("ro").hidden = !on;
+  document.body.classList.toggle("read-only", on);
+  for (const b of document.querySelectorAll("[data-mutates]")) b.disabled = on || b.dataset.off === "1";
+}
+
+onReadOnly(showReadOnly);
+window.addEventListener("hashchange", route);
+showReadOnly(state.readOnly);
+probeReadOnly();
+route();
