@@ -41,7 +41,8 @@ export function confirmAction(opts) {
       ok.disabled = state.readOnly;
     }
   }
-  ok.onclick = submit;
+  ok.onclick = submit; // Enter in a field clicks this, the form's only submit button
+  dialog.querySelector("[data-testid=confirm-cancel]").onclick = () => dialog.close("cancel");
   if (typeof dialog.showModal === "function") dialog.showModal();
   else if (window.confirm(`${opts.title}: ${opts.text}`)) submit(new Event("submit"));
   (token || area || ok).focus();
