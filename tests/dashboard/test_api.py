@@ -352,7 +352,7 @@ async def test_ui_shell_and_assets(engine: Engine) -> None:
         assert page.headers["cache-control"] == "no-store, must-revalidate"
         start = page.text.index('id="durable-config">') + len('id="durable-config">')
         config = json.loads(page.text[start : page.text.index("</script>", start)])
-        assert config == {"base": "/durable", "api": "/durable/api"}
+        assert config == {"base": "/durable", "api": "/durable/api", "readOnly": False}
         assert 'href="/durable/assets/console.css"' in page.text
         css = await client.get("/durable/assets/console.css")
         assert css.status_code == 200

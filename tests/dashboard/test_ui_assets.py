@@ -66,7 +66,7 @@ async def test_shell_and_every_asset_are_served(engine: Engine) -> None:
     async with client_for(create_app(engine, base_path="/durable")) as client:
         page = await client.get("/durable")
         assert page.status_code == 200
-        assert _config(page.text) == {"base": "/durable", "api": "/durable/api"}
+        assert _config(page.text) == {"base": "/durable", "api": "/durable/api", "readOnly": False}
         assert 'href="/durable/assets/console.css"' in page.text
         assert '<script type="module" src="/durable/assets/app.js"></script>' in page.text
         assert '"./assets/' not in page.text

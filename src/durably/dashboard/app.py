@@ -98,7 +98,7 @@ def create_app(
 
     async def index(request: Request) -> Response:
         root = request.scope.get("root_path", "") or ""
-        text = index_html((root + base) or "/", root + api_base)
+        text = index_html((root + base) or "/", root + api_base, read_only)
         if text is None:
             return error_response(404, "Dashboard is not built.")
         return HTMLResponse(text, headers={"Cache-Control": "no-store, must-revalidate"})

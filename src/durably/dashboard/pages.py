@@ -33,7 +33,7 @@ def _static() -> resources.abc.Traversable:
     return resources.files("durably.dashboard").joinpath("static")
 
 
-def index_html(base: str, api: str) -> str | None:
+def index_html(base: str, api: str, read_only: bool = False) -> str | None:
     """`index.html` with its asset URLs under `base` and the bases in a non-executed JSON
     block `<script type="application/json" id="durable-config">`; None when missing."""
     page = _static().joinpath("index.html")
@@ -42,7 +42,8 @@ def index_html(base: str, api: str) -> str | None:
     text = page.read_text(encoding="utf-8")
     prefix = base.rstrip("/")
     text = text.replace('"./assets/', f'"{prefix}/assets/')
-    config = json.dumps({"base": base, "api": api}).replace("<", "\\u003c")
+    config = json.dumps({"base": base, "api": api, "readOnly": read_only})
+    config = config.replace("<", "\\u003c")
     block = f'<script type="application/json" id="durable-config">{config}</script>'
     return text.replace(_CONFIG_MARK, block) if _CONFIG_MARK in text else text + block
 
