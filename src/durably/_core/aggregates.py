@@ -176,10 +176,17 @@ def as_checkpoint_query(query: CheckpointQuery | Mapping[str, Any] | None) -> Ch
     return CheckpointQuery.from_json(query)
 
 
+# Offsets and limits are clamped below 2^53 (JavaScript's safe integers): larger values
+# would overflow SQL integer parameters (SQLite and PostgreSQL BIGINT stop at 2^63 - 1) and
+# mean "past every row" anyway (found by tests/read/test_store_path.py).
+MAX_PAGE_BOUND = 2**53 - 1
+
+
 def page_bounds(query: CheckpointQuery) -> tuple[int, int | None]:
-    """`(offset, limit)` of a query: offset ≥ 0 (absent = 0); limit ≥ 0 or None (unbounded)."""
-    offset = max(int(query.offset), 0) if query.offset is not None else 0
-    limit = max(int(query.limit), 0) if query.limit is not None else None
+    """`(offset, limit)` of a query: offset ≥ 0 (absent = 0); limit ≥ 0 or None (unbounded);
+    both at most `MAX_PAGE_BOUND`."""
+    offset = min(max(int(query.offset), 0), MAX_PAGE_BOUND) if query.offset is not None else 0
+    limit = min(max(int(query.limit), 0), MAX_PAGE_BOUND) if query.limit is not None else None
     return offset, limit
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from numbers import Real
 from typing import Any
 
+from durably._core.aggregates import MAX_PAGE_BOUND
 from durably._core.models import StepCheckpoint
 from durably._read.models import (
     FanPage,
@@ -214,6 +215,7 @@ def fan_page_bounds(query: FanPageQuery | Mapping[str, Any] | None) -> tuple[int
     q = FanPageQuery.coerce(query)
     raw_offset = _finite_number(q.offset)
     offset = math.floor(raw_offset) if raw_offset is not None and raw_offset >= 0 else 0
+    offset = min(offset, MAX_PAGE_BOUND)  # beyond every row anyway; keeps SQL ints in range
     raw_limit = _finite_number(q.limit)
     if raw_limit is None:
         limit = FAN_PAGE_DEFAULT_LIMIT
