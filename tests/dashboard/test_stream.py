@@ -118,3 +118,37 @@ async def test_sse_delivers_the_runs_events_while_it_moves(engine: Engine, uid: 
 async def test_stream_of_an_unknown_run_is_404(engine: Engine) -> None:
     async with client_for(create_app(engine)) as client:
         assert (await client.get("/api/runs/nope/stream")).status_code == 404
+
+
+async def test_a_read_replica_console_follows_a_run_moving_in_another_process(
+    tmp_path: Any, uid: str
+) -> None:
+    """`durably dashboard STORE_URL` serves a drive=False engine: the run moves in a worker
+    (another engine on the same SQLite file), so no engine event reaches the console; the
+    stream polls the run row and reports the change."""
+    from .conftest import FAST
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx) -> int:
+        return int(await ctx.wait_for_signal(f"{uid}-go"))
+
+    url = f"sqlite:///{tmp_path / 'replica.db'}"
+    async with (
+        Engine(url, workflows=[wf], **FAST) as worker,
+        Engine(url, workflows=[wf], drive=False, **FAST) as replica,
+    ):
+        handle = await worker.start(wf, run_id=f"{uid}-r")
+        await wait_status(worker, handle.run_id, "suspended")
+        stream = AsgiStream(create_app(replica), f"/api/runs/{uid}-r/stream")
+        assert (await stream.start())["status"] == 200
+        assert (await stream.next_message()) == ": connected"
+        await asyncio.sleep(1.2)  # the poll has seen the suspended row
+        await worker.signal(f"{uid}-go", 5)
+        assert await worker.handle(handle.run_id).result(timeout=10) == 5
+        message = await stream.next_message()
+        while message.startswith(":"):
+            message = await stream.next_message()
+        change = json.loads(message.removeprefix("data: "))
+        assert change["type"] == "run.changed" and change["runId"] == f"{uid}-r"
+        assert change["status"] in ("running", "completed")
+        await stream.disconnect()
