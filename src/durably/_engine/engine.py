@@ -62,7 +62,7 @@ _TUNING_DEFAULTS: dict[str, Any] = {
     "compensation_retries": 1,  # engine.md §7.2 local undo tries
     # durably
     "always_replay": False,
-    "step_threads": 32,
+    "step_threads": 256,  # started lazily; a blocking sync step holds one while it blocks
     "pending_batch": 100,
     "max_resident_runs": 10_000,
     "max_concurrent_runs": 1_000,
