@@ -56,9 +56,14 @@ async def test_a_child_fan_writes_its_members_in_bulk(engine_factory: EngineFact
     assert result == n * (n + 1) // 2
     assert len(cps) == n and all(cp.status == "completed" for cp in cps)
     assert calls["put_signal_waiter"] == 0 and calls["take_signal_waiter"] == 0
-    assert calls["create_run"] == 1 and calls["get_run"] <= 5  # the parent itself
-    assert 1 <= calls["register_child_waits"] <= 3
-    assert 1 <= calls["create_runs"] <= 3
+    assert calls["create_run"] == 1  # the parent itself
+    # never a read per member: a few for the parent's turns and its handle
+    assert calls["get_run"] <= (5 if not engine_factory.replay else 15)
+    # one call per 1,000 members per launch; a replayed parent (replay mode) re-registers the
+    # members still outstanding on each of its few turns
+    bound = 3 if not engine_factory.replay else 10
+    assert 1 <= calls["register_child_waits"] <= bound
+    assert 1 <= calls["create_runs"] <= bound
     # every completion went through a batch: far fewer delivery calls than children
     assert 1 <= calls["deliver_signals"] <= n // 10
     # hot: one body run; replay: launch + at most a few barrier-opened wakes

@@ -19,7 +19,16 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from . import test_children, test_fan_rules, test_fans, test_on_error, test_saga
+from . import (
+    test_children,
+    test_fan_rules,
+    test_fan_scale,
+    test_fan_two_engines,
+    test_fans,
+    test_on_error,
+    test_orphaned_waits,
+    test_saga,
+)
 
 ENGINE_STORES = "postgres"
 
@@ -33,6 +42,9 @@ _SUITES: tuple[ModuleType, ...] = (
     test_saga,
     test_on_error,
     test_children,
+    test_fan_scale,
+    test_fan_two_engines,
+    test_orphaned_waits,
 )
 
 
