@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from durably._cli.render import checkpoint_duration_ms, checkpoint_note, format_duration, table
+from durably._cli.render import (
+    TIMELINE_HEADERS,
+    checkpoint_note,
+    checkpoint_row,
+    format_duration,
+    table,
+)
 from durably._core.models import StepCheckpoint
 from durably._read.models import FanPage, FanSummary
 
@@ -64,14 +70,13 @@ def summarized_timeline(
     fan with failures, its first failed members (`FanSummary.failures`)."""
     rows: list[tuple[int, list[str]]] = []
     for cp in checkpoints:
-        rows.append((cp.seq, _checkpoint_row(cp)))
+        rows.append((cp.seq, checkpoint_row(cp)))
     for fan in fans:
         rows.append((fan.first_seq, fan_row(fan)))
     if not rows:
         return [indent + "(no steps recorded)"]
     rows.sort(key=lambda item: item[0])
-    headers = ["SEQ", "NAME", "KIND", "STATUS", "ATTEMPTS", "DURATION", "NOTE"]
-    lines = [indent + line for line in table(headers, [r for _, r in rows], right=(4, 5))]
+    lines = [indent + line for line in table(TIMELINE_HEADERS, [r for _, r in rows], right=(4, 5))]
     for fan in fans:
         if fan.failures:
             lines.append("")
@@ -89,21 +94,8 @@ def fan_page_lines(group: str, page: FanPage, offset: int) -> list[str]:
         return [f"fan {group}: no members on this page (total {page.total})"]
     end = offset + len(page.items)
     lines = [f"fan {group}: members {offset + 1}–{end} of {page.total}", ""]
-    rows = [_checkpoint_row(cp) for cp in page.items]
-    headers = ["SEQ", "NAME", "KIND", "STATUS", "ATTEMPTS", "DURATION", "NOTE"]
-    lines.extend("  " + line for line in table(headers, rows, right=(0, 4, 5)))
+    rows = [checkpoint_row(cp) for cp in page.items]
+    lines.extend("  " + line for line in table(TIMELINE_HEADERS, rows, right=(0, 4, 5)))
     if end < page.total:
         lines.extend(["", f"next page: --fan {group} --offset {end}"])
     return lines
-
-
-def _checkpoint_row(cp: StepCheckpoint) -> list[str]:
-    return [
-        str(cp.seq),
-        cp.name,
-        cp.kind + (f" @{cp.worker_group}" if cp.worker_group else ""),
-        cp.status,
-        str(cp.attempts),
-        format_duration(checkpoint_duration_ms(cp)),
-        checkpoint_note(cp),
-    ]

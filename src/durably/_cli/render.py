@@ -89,22 +89,25 @@ def timeline(checkpoints: Sequence[StepCheckpoint], *, indent: str = "  ") -> li
     """One row per checkpoint: seq, name, kind, status, attempts, duration, note."""
     if not checkpoints:
         return [indent + "(no steps recorded)"]
-    rows = [
-        [
-            str(cp.seq),
-            cp.name,
-            cp.kind + (f" @{cp.worker_group}" if cp.worker_group else ""),
-            cp.status,
-            str(cp.attempts),
-            format_duration(checkpoint_duration_ms(cp)),
-            checkpoint_note(cp),
-        ]
-        for cp in checkpoints
-    ]
-    lines = table(
-        ["SEQ", "NAME", "KIND", "STATUS", "ATTEMPTS", "DURATION", "NOTE"], rows, right=(0, 4, 5)
-    )
+    rows = [checkpoint_row(cp) for cp in checkpoints]
+    lines = table(TIMELINE_HEADERS, rows, right=(0, 4, 5))
     return [indent + line for line in lines]
+
+
+TIMELINE_HEADERS = ("SEQ", "NAME", "KIND", "STATUS", "ATTEMPTS", "DURATION", "NOTE")
+
+
+def checkpoint_row(cp: StepCheckpoint) -> list[str]:
+    """One timeline row: seq, name, kind, status, attempts, duration, note."""
+    return [
+        str(cp.seq),
+        cp.name,
+        cp.kind + (f" @{cp.worker_group}" if cp.worker_group else ""),
+        cp.status,
+        str(cp.attempts),
+        format_duration(checkpoint_duration_ms(cp)),
+        checkpoint_note(cp),
+    ]
 
 
 def run_header(run: WorkflowRun) -> list[str]:
