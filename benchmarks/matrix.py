@@ -111,7 +111,14 @@ def run_cell(
     except subprocess.TimeoutExpired as exc:
         stdout, stderr, rc = str(exc.stdout or ""), str(exc.stderr or ""), 124
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    base = {"peer": peer, "backend": backend, "workload": workload, "n": n}
+    # cell_s: the whole process (start-up, setup, teardown), to budget the matrix's 30 minutes
+    base = {
+        "peer": peer,
+        "backend": backend,
+        "workload": workload,
+        "n": n,
+        "cell_s": round(time.perf_counter() - t0, 2),
+    }
     if lines:
         try:
             report: dict[str, Any] = {**base, **json.loads(lines[-1])}

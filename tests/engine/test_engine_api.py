@@ -349,6 +349,9 @@ async def test_events_and_metrics(engine_factory: EngineFactory, uid: str):
     assert metrics.by_workflow == {f"{uid}.wf": {"started": 2, "completed": 1, "failed": 1}}
     assert metrics.step_duration["count"] == 3
     assert metrics_after.runs["started"] == 3 and metrics_after.runs["completed"] == 2
+    # With nobody listening, step events are counted without being built (the hot path).
+    assert metrics_after.steps == {"started": 6, "completed": 5, "failed": 1}
+    assert metrics_after.step_duration["count"] == 5
     text = metrics.to_prometheus()
     assert 'durable_runs_total{event="started"} 2' in text
     assert 'durable_steps_total{event="failed"} 1' in text

@@ -154,7 +154,7 @@ class Engine(ReadApi):
 
         self.transport = InProcessTransport(self)
         self.events = EventBus()
-        self.events.subscribe(self._wake_watchers)
+        self.events.on_run_events(self._wake_watchers)
         self.executions: dict[str, Execution] = {}
         self.resident = ResidentSet(int(opts["max_resident_runs"]))
         self.fresh_runs: dict[str, bool] = {}

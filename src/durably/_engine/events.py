@@ -113,6 +113,7 @@ class EventBus:
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
+        self._run_listeners: list[Listener] = []
         self._runs = {
             "started": 0,
             "completed": 0,
@@ -138,8 +139,32 @@ class EventBus:
 
         return unsubscribe
 
+    def on_run_events(self, listener: Listener) -> None:
+        """An engine-internal listener that only needs `run.*` events (never unsubscribed)."""
+        self._run_listeners.append(listener)
+
+    @property
+    def observed(self) -> bool:
+        """Whether anyone outside the engine listens (else step events are only counted)."""
+        return bool(self._listeners)
+
+    def count_step(self, what: str, duration_ms: float | None) -> None:
+        """Count a step event nobody listens to, without building it (the W4 hot path:
+        two events per step)."""
+        if what in self._steps:
+            self._steps[what] += 1
+            if what == "completed" and duration_ms is not None:
+                self._duration_sum += duration_ms
+                self._duration_count += 1
+
     def emit(self, event: EngineEvent) -> None:
         self._count(event)
+        if event.type.startswith("run."):
+            for internal in self._run_listeners:
+                try:
+                    internal(event)
+                except Exception:
+                    log.exception("durably internal event listener failed")
         for listener in tuple(self._listeners):
             try:
                 listener(event)
@@ -158,11 +183,8 @@ class EventBus:
             if what == "routed":
                 code = (event.error.code if event.error else None) or "*"
                 self._routed_by_code[code] = self._routed_by_code.get(code, 0) + 1
-        elif kind == "step" and what in self._steps:
-            self._steps[what] += 1
-            if what == "completed" and event.duration_ms is not None:
-                self._duration_sum += event.duration_ms
-                self._duration_count += 1
+        elif kind == "step":
+            self.count_step(what, event.duration_ms)
 
     def snapshot(self) -> MetricsSnapshot:
         return MetricsSnapshot(

@@ -206,9 +206,11 @@ class Execution:
             raise ReplayNow()
 
     def emit(self, type_: Any, **fields: Any) -> None:
-        self.engine.events.emit(
-            EngineEvent(type=type_, run_id=self.run_id, workflow=self.run.workflow, **fields)
-        )
+        bus = self.engine.events
+        if not bus.observed and type_.startswith("step."):
+            bus.count_step(type_[5:], fields.get("duration_ms"))
+            return
+        bus.emit(EngineEvent(type=type_, run_id=self.run_id, workflow=self.run.workflow, **fields))
 
     def expect_name(self, seq: int, cp: StepCheckpoint | None, name: str) -> None:
         # engine.md §2.4: a recorded checkpoint with another name at this position.

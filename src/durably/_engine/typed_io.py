@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -59,6 +60,13 @@ class ValueCodec:
                     f"value of type {type(value).__name__} cannot be serialized as "
                     f"{self.annotation!r}: {exc}"
                 ) from exc
+        # Hot path (W4: one per step input and output): a plain scalar is already its own
+        # JSON form, so the round trip below would only cost two C calls and two objects.
+        kind = type(value)
+        if kind is int or kind is str or kind is bool or value is None:
+            return value
+        if kind is float and math.isfinite(value):
+            return value
         try:
             return json.loads(json.dumps(value, allow_nan=False))
         except (TypeError, ValueError) as exc:
