@@ -34,27 +34,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import contextlib
 import json
-import math
 import os
-import resource
 import signal
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import durably
 from durably import WorkflowCtx
 
-DEFAULT_PG = os.environ.get("DURABLY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-DEFAULT_N = {"w1": 200, "w2": 1000, "w3": 500, "w4": 1000, "w5": 100}
-W5_STEPS = 10
-W5_SLOW_STEP = 5
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common
+
+DEFAULT_PG = bench_common.DEFAULT_PG
+DEFAULT_N = bench_common.DEFAULT_N
+W5_STEPS = bench_common.W5_STEPS
 W5_INSTANCE = "w5-worker"
 SELF = os.path.abspath(__file__)
 TUNING: dict[str, Any] = {}  # --tuning key=value (Engine options); the matrix uses defaults
@@ -101,14 +101,7 @@ _W5_LOG = os.devnull
 @durably.step("bench.w5_step")
 def w5_step(arg: dict[str, Any]) -> int:
     """Log ``<wf_id> <i>`` with one O_APPEND write (survives SIGKILL), block 2 s in step 5."""
-    fd = os.open(_W5_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{arg['wf']} {arg['i']}\n".encode())
-    finally:
-        os.close(fd)
-    if arg["i"] == W5_SLOW_STEP:
-        time.sleep(2)  # a blocking sleep inside the step, not a durable timer
-    return int(arg["x"]) + 1
+    return bench_common.w5_step_effect(_W5_LOG, arg["wf"], arg["i"], int(arg["x"]))
 
 
 @durably.workflow("bench.crash")
@@ -125,29 +118,7 @@ STEPS = [inc, leaf, w5_step]
 # ------------------------------------------------------------------------ helpers
 
 
-def _calib_ms() -> float:
-    t0 = time.perf_counter()
-    x = 0
-    for i in range(1_000_000):
-        x += i
-    return round((time.perf_counter() - t0) * 1000, 1)
-
-
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))  # nearest rank
-    return ordered[rank - 1]
-
-
-def _peak_rss_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-
-
-def _with_schema(pg_url: str, schema: str) -> str:
-    return f"{pg_url}{'&' if '?' in pg_url else '?'}schema={schema}"
-
-
-async def _drop_schema(pg_url: str, schema: str) -> None:
+async def drop_schema(pg_url: str, schema: str) -> None:
     from sqlalchemy import text
 
     from durably._store.sql.dialect import create_engine
@@ -168,10 +139,10 @@ async def fresh_store(backend: str, pg_url: str, directory: str) -> AsyncIterato
         return
     schema = f"bench_run_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     try:
-        yield _with_schema(pg_url, schema)
+        yield bench_common.with_schema(pg_url, schema)
     finally:
         with contextlib.suppress(Exception):
-            await _drop_schema(pg_url, schema)
+            await drop_schema(pg_url, schema)
 
 
 def _statements(engine: durably.Engine) -> int:
@@ -194,33 +165,14 @@ async def _many(
     """N workflows submitted together (asyncio tasks started at once); fills the W1/W3 fields.
 
     Returns the wall time (``max(done_i) - t0``)."""
-    subs: dict[int, float] = {}
-    dones: dict[int, float] = {}
-    results: dict[int, int] = {}
-    submitted: list[float] = []
 
-    async def one(i: int) -> None:
-        subs[i] = time.perf_counter()
-        handle = await engine.start(workflow, arg, run_id=f"{prefix}-{i}")
-        submitted.append(time.perf_counter())
-        results[i] = await handle.result()
-        dones[i] = time.perf_counter()
+    async def submit(i: int) -> Any:
+        return await engine.start(workflow, arg, run_id=f"{prefix}-{i}")
 
-    t0 = time.perf_counter()
-    tasks = [asyncio.ensure_future(one(i)) for i in range(n)]
-    try:
-        await asyncio.wait_for(asyncio.gather(*tasks), timeout)
-    except TimeoutError:
-        report["timeout"] = True
-    wall = (max(dones.values()) if len(dones) == n else time.perf_counter()) - t0
-    latencies = [(dones[i] - subs[i]) * 1000 for i in dones]
-    report["completed"] = len(dones)
-    report["ok"] = len(results) == n and all(v == expected for v in results.values())
-    report["submit_s"] = round(max(submitted) - t0, 4) if submitted else None
-    if latencies:
-        report["p50_ms"] = round(_pct(latencies, 50), 2)
-        report["p99_ms"] = round(_pct(latencies, 99), 2)
-    return wall
+    async def wait(handle: Any) -> Any:
+        return await handle.result()
+
+    return await bench_common.run_many(submit, wait, n, expected, timeout, report)
 
 
 async def w1(engine: durably.Engine, n: int, timeout: float, report: dict[str, Any]) -> None:
@@ -304,7 +256,7 @@ async def w5_worker(mode: str, url: str, log: str, n: int, timeout: float) -> No
         store=url, workflows=[crash_wf], steps=[w5_step], instance_id=W5_INSTANCE, **TUNING
     )
     async with engine:
-        ids = [f"w5-{i}" for i in range(n)]
+        ids = bench_common.w5_ids(n)
         if mode == "start":
             for run_id in ids:
                 await engine.start(crash_wf, W5_STEPS, run_id=run_id)
@@ -321,7 +273,7 @@ async def w5_worker(mode: str, url: str, log: str, n: int, timeout: float) -> No
 
         values = await asyncio.gather(*(result_of(r) for r in ids))
         results = dict(zip(ids, values, strict=True))
-    print("ALLDONE " + json.dumps({"results": results, "peak_rss_mb": _peak_rss_mb()}), flush=True)
+    print(bench_common.alldone_line(results), flush=True)
 
 
 class _CheckpointReader:
@@ -364,21 +316,6 @@ class _CheckpointReader:
         await self._engine.dispose()
 
 
-def _read_log(path: str) -> bytes:
-    """The side-effect log (small: N x 10 short lines, read synchronously)."""
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _log_pairs(data: bytes) -> list[tuple[str, int]]:
-    pairs = []
-    for line in data.decode().splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            pairs.append((parts[0], int(parts[1])))
-    return pairs
-
-
 async def _read_line(stream: asyncio.StreamReader, prefix: str, deadline: float) -> str | None:
     loop = asyncio.get_running_loop()
     while True:
@@ -398,7 +335,7 @@ async def _read_line(stream: asyncio.StreamReader, prefix: str, deadline: float)
 
 async def w5(url: str, directory: str, n: int, timeout: float, report: dict[str, Any]) -> None:
     log = os.path.join(directory, "side-effects.log")
-    os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+    bench_common.create_log(log)
     loop = asyncio.get_running_loop()
 
     async def spawn(mode: str) -> asyncio.subprocess.Process:
@@ -427,7 +364,7 @@ async def w5(url: str, directory: str, n: int, timeout: float, report: dict[str,
     # 1-2. wait (30 s cap) until at least N/2 distinct runs logged the slow step, then kill
     # (and A has printed STARTED: all N starts acknowledged, so every run exists durably)
     a = await spawn("start")
-    cap = loop.time() + 30
+    cap = loop.time() + bench_common.W5_KILL_CAP_S
     assert a.stdout is not None
     started = asyncio.ensure_future(_read_line(a.stdout, "STARTED", cap))
     reached = False
@@ -436,9 +373,7 @@ async def w5(url: str, directory: str, n: int, timeout: float, report: dict[str,
             if not started.done():
                 await asyncio.sleep(0.005)
                 continue
-            data = _read_log(log)
-            in_slow = {wf for wf, i in _log_pairs(data) if i == W5_SLOW_STEP}
-            if len(in_slow) >= n // 2:
+            if bench_common.kill_condition_reached(log, n):
                 reached = True
                 break
             await asyncio.sleep(0.01)
@@ -447,7 +382,7 @@ async def w5(url: str, directory: str, n: int, timeout: float, report: dict[str,
             a.send_signal(signal.SIGKILL)
         await a.wait()
         started.cancel()
-    kill_offset = len(_read_log(log))
+    kill_offset = len(bench_common.read_log(log))
     t_read = loop.time()
     try:
         committed = await reader.committed()
@@ -455,7 +390,7 @@ async def w5(url: str, directory: str, n: int, timeout: float, report: dict[str,
         await reader.close()
     report["checkpoint_read_ms"] = round((loop.time() - t_read) * 1000, 1)
     if not reached:
-        report["error"] = "the kill condition was not reached within 30 s (killed anyway)"
+        report["error"] = bench_common.W5_NOT_REACHED
 
     # 3. B: same code, same store, same instance identity
     t_spawn = loop.time()
@@ -472,74 +407,16 @@ async def w5(url: str, directory: str, n: int, timeout: float, report: dict[str,
         with contextlib.suppress(ProcessLookupError):
             b.kill()
     await b.wait()
-    payload: dict[str, Any] = json.loads(done.removeprefix("ALLDONE ")) if done else {}
-    results: dict[str, Any] = payload.get("results", {})
-
-    data = _read_log(log)
-    before = _log_pairs(data[:kill_offset])
-    counts = collections.Counter(_log_pairs(data))
-    last_before: dict[str, int] = {}
-    for wf, i in before:
-        last_before[wf] = max(i, last_before.get(wf, 0))
-    ids = [f"w5-{i}" for i in range(n)]
-    dup_by_step: collections.Counter[int] = collections.Counter()
-    completed_rerun = 0  # a re-run of a step that was not the last one a run had started
-    for (wf, i), c in counts.items():
-        if c > 1:
-            dup_by_step[i] += 1
-            if last_before.get(wf) != i:
-                completed_rerun += 1
-    missing = [(wf, i) for wf in ids for i in range(1, W5_STEPS + 1) if counts[(wf, i)] == 0]
-    never = [wf for wf in ids if not isinstance(results.get(wf), int)]
-    wrong = [wf for wf in ids if isinstance(results.get(wf), int) and results[wf] != W5_STEPS]
-    in_flight = {pair for pair in set(before) if pair not in committed}
-    rerun_committed = sum(1 for pair, c in counts.items() if c > 1 and pair in committed)
-    rerun_not_in_flight = sum(1 for pair, c in counts.items() if c > 1 and pair not in in_flight)
-    report.update(
-        recovery_s=round(recovery, 4),
-        completed=sum(1 for wf in ids if results.get(wf) == W5_STEPS),
-        dup_pairs=sum(dup_by_step.values()),
-        dup_extra_executions=sum(c - 1 for c in counts.values() if c > 1),
-        dup_pairs_by_step={str(k): v for k, v in sorted(dup_by_step.items())},
-        dup_pairs_not_last_started=completed_rerun,
-        missing_pairs=len(missing),
-        never_finished=len(never),
-        wrong_result=len(wrong),
-        wfs_inside_slow_step_at_kill=sum(1 for v in last_before.values() if v == W5_SLOW_STEP),
-        wfs_past_slow_step_at_kill=sum(1 for v in last_before.values() if v > W5_SLOW_STEP),
-        steps_logged_before_kill=len(before),
-        steps_in_flight_at_kill=len(in_flight),
-        committed_steps_at_kill=len(committed),
-        reran_committed_steps=rerun_committed,
-        reran_steps_not_in_flight=rerun_not_in_flight,
-        orchestrator_peak_rss_mb=_peak_rss_mb(),
-        peak_rss_mb=payload.get("peak_rss_mb"),
+    bench_common.fill_w5_report(
+        report, log, kill_offset, done, recovery, n, committed=committed, rerun_detail=True
     )
-    if never and not report["error"]:
-        report["error"] = f"{len(never)} runs not done, e.g. {never[0]}: {results.get(never[0])}"
-    report["ok"] = not (missing or never or wrong) and done is not None
-    report["reruns_within_in_flight"] = rerun_not_in_flight == 0 and report[
-        "dup_extra_executions"
-    ] <= len(in_flight)
 
 
 # ------------------------------------------------------------------------ one run
 
 
 async def run(backend: str, workload: str, n: int, pg_url: str, timeout: float) -> dict[str, Any]:
-    report: dict[str, Any] = {
-        "peer": "durably",
-        "peer_version": durably.__version__,
-        "backend": backend,
-        "workload": workload,
-        "n": n,
-        "ok": False,
-        "timeout": False,
-        "error": None,
-        "python": sys.version.split()[0],
-        "loadavg_1m_start": round(os.getloadavg()[0], 2),
-        "calib_ms_start": _calib_ms(),
-    }
+    report = bench_common.new_report("durably", durably.__version__, backend, workload, n)
     if TUNING:
         report["tuning"] = dict(TUNING)
     try:
@@ -552,13 +429,8 @@ async def run(backend: str, workload: str, n: int, pg_url: str, timeout: float) 
                     async with engine:
                         await MEASURED[workload](engine, n, timeout, report)
     except Exception as exc:  # reported, not raised: the matrix goes on
-        report["ok"] = False
-        report["error"] = f"{type(exc).__name__}: {exc}"[:500]
-    if "peak_rss_mb" not in report or report["peak_rss_mb"] is None:
-        report["peak_rss_mb"] = _peak_rss_mb()
-    report["calib_ms_end"] = _calib_ms()
-    report["loadavg_1m"] = round(os.getloadavg()[0], 2)
-    return report
+        bench_common.record_error(report, exc)
+    return bench_common.finish_report(report)
 
 
 def main() -> int:

@@ -28,19 +28,25 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import durably
 from durably import WorkflowCtx
 
-DEFAULT_PG = os.environ.get("DURABLY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common
+from durably_runner import drop_schema
+
+DEFAULT_PG = bench_common.DEFAULT_PG
 
 
+# defined after importing durably_runner, whose bench.leaf also counts its calls: this one does
+# not, and it is the one registered (and passed to the Engine) in this process
 @durably.step("bench.leaf")
 async def leaf(i: int) -> int:
     return i + 1
@@ -61,27 +67,6 @@ async def child_fan(ctx: WorkflowCtx, n: int) -> int:
     return sum(await ctx.all(leaf_wf, range(n)))
 
 
-def _calib_ms() -> float:
-    t0 = time.perf_counter()
-    x = 0
-    for i in range(1_000_000):
-        x += i
-    return round((time.perf_counter() - t0) * 1000, 1)
-
-
-async def _drop_schema(pg_url: str, schema: str) -> None:
-    from sqlalchemy import text
-
-    from durably._store.sql.dialect import create_engine
-
-    engine = create_engine(pg_url)
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    finally:
-        await engine.dispose()
-
-
 async def one_case(kind: str, store: str, n: int, pg_url: str, timeout: float) -> dict[str, Any]:
     """One measured fan in this process (called in a fresh subprocess by `main`)."""
     workflow = step_fan if kind == "step" else child_fan
@@ -93,8 +78,8 @@ async def one_case(kind: str, store: str, n: int, pg_url: str, timeout: float) -
             url = f"sqlite:///{os.path.join(directory, 'fan.db')}"
         else:
             schema = f"bench_fan_{os.getpid()}"
-            url = f"{pg_url}{'&' if '?' in pg_url else '?'}schema={schema}"
-        calib_start = _calib_ms()
+            url = bench_common.with_schema(pg_url, schema)
+        calib_start = bench_common.calib_ms()
         report: dict[str, Any] = {
             "peer": "durably",
             "peer_version": durably.__version__,
@@ -124,17 +109,17 @@ async def one_case(kind: str, store: str, n: int, pg_url: str, timeout: float) -
             wall, statements = float("nan"), 0
         finally:
             if schema:
-                await _drop_schema(pg_url, schema)
+                await drop_schema(pg_url, schema)
     report.update(
         {
             "wall_s": round(wall, 3),
             "members_per_s": round(n / wall, 1) if wall == wall and wall > 0 else None,
             "statements": statements,
             "statements_per_member": round(statements / n, 3),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "peak_rss_mb": bench_common.peak_rss_mb(),
             "calib_ms_start": calib_start,
-            "calib_ms_end": _calib_ms(),
-            "loadavg_1m": round(os.getloadavg()[0], 2),
+            "calib_ms_end": bench_common.calib_ms(),
+            "loadavg_1m": bench_common.loadavg_1m(),
         }
     )
     return report
@@ -167,10 +152,7 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     failed = [r for r in runs if not r.get("ok")]
     if failed:
         return failed[0]
-    ordered = sorted(runs, key=lambda r: r["wall_s"])
-    chosen = dict(ordered[len(ordered) // 2])
-    chosen.update(reps=len(runs), wall_s_min=ordered[0]["wall_s"], wall_s_max=ordered[-1]["wall_s"])
-    return chosen
+    return bench_common.median_run(runs)
 
 
 def main() -> int:

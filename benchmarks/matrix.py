@@ -204,6 +204,106 @@ def summarize(rows: list[dict[str, Any]], not_run: list[tuple[str, str, str, int
     return "\n".join(lines)
 
 
+def _medians(rows: list[dict[str, Any]]) -> dict[tuple[str, int, str, str], float]:
+    """(workload, n, backend, peer) → median of the headline metric, for cells whose every
+    run was ok (a cell with a failed run has no median: it cannot be compared)."""
+    cells: dict[tuple[str, int, str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (row["workload"], int(row["n"]), row["backend"], row["peer"])
+        cells.setdefault(key, []).append(row)
+    out: dict[tuple[str, int, str, str], float] = {}
+    for key, runs in cells.items():
+        metric = METRIC[key[0]][0]
+        values = [float(r[metric]) for r in runs if r.get("ok") and r.get(metric) is not None]
+        if values and len(values) == len(runs):
+            out[key] = statistics.median(values)
+    return out
+
+
+def check_targets(rows: list[dict[str, Any]]) -> list[str]:
+    """The acceptance targets of issue #7, checked on the medians of this run; one line each,
+    `PASS`/`FAIL`/`n/a` (n/a: a cell needed for the comparison was not run)."""
+    med = _medians(rows)
+    lines: list[str] = []
+
+    def ratio(workload: str, n: int, mine: float, theirs: float) -> float:
+        return mine / theirs if METRIC[workload][1] else theirs / mine
+
+    def verdict(ok: bool | None, text: str) -> None:
+        lines.append(f"{'n/a' if ok is None else 'PASS' if ok else 'FAIL'}  {text}")
+
+    sizes = sorted({(w, n) for (w, n, _, _) in med})
+    # 1. durably leads every peer on every workload: durably's slower backend against every
+    #    peer cell, whatever the peer's backend.
+    for workload, n in sizes:
+        mine = [v for (w, nn, _, p), v in med.items() if (w, nn, p) == (workload, n, "durably")]
+        theirs = {(b, p): v for (w, nn, b, p), v in med.items() if (w, nn) == (workload, n)}
+        theirs = {k: v for k, v in theirs.items() if k[1] != "durably"}
+        if not mine or not theirs:
+            continue
+        higher = METRIC[workload][1]
+        worst_mine = min(mine) if higher else max(mine)
+        best_peer = max(theirs.values()) if higher else min(theirs.values())
+        who = next(k for k, v in theirs.items() if v == best_peer)
+        r = ratio(workload, n, worst_mine, best_peer)
+        verdict(r > 1, f"{workload} n={n}: durably leads every peer ({r:.1f}× {who[1]}/{who[0]})")
+    # 2. PostgreSQL: ≥ 3× the best peer (any backend) on W1, W2 and W4.
+    for workload, n in sizes:
+        if workload not in ("w1", "w2", "w4"):
+            continue
+        mine_pg = med.get((workload, n, "postgres", "durably"))
+        peers = [
+            v for (w, nn, _, p), v in med.items() if (w, nn) == (workload, n) and p != "durably"
+        ]
+        if mine_pg is None or not peers:
+            verdict(None, f"{workload} n={n}: PostgreSQL ≥ 3× the best peer")
+            continue
+        best = max(peers) if METRIC[workload][1] else min(peers)
+        r = ratio(workload, n, mine_pg, best)
+        verdict(r >= 3, f"{workload} n={n}: PostgreSQL ≥ 3× the best peer: {r:.1f}×")
+    # 3. SQLite: ≥ 10× DBOS (SQLite) on W1 and W4.
+    for workload, n in sizes:
+        if workload not in ("w1", "w4"):
+            continue
+        mine_sq = med.get((workload, n, "sqlite", "durably"))
+        dbos = med.get((workload, n, "sqlite", "dbos"))
+        if mine_sq is None or dbos is None:
+            verdict(None, f"{workload} n={n}: SQLite ≥ 10× DBOS")
+            continue
+        r = ratio(workload, n, mine_sq, dbos)
+        verdict(r >= 10, f"{workload} n={n}: SQLite ≥ 10× DBOS (SQLite): {r:.1f}×")
+    # 4. W2 at 10,000 members under 10 s on both stores (every run, not only the median).
+    for backend in ("sqlite", "postgres"):
+        runs = [
+            r
+            for r in rows
+            if (r["peer"], r["backend"], r["workload"], int(r["n"]))
+            == ("durably", backend, "w2", 10000)
+        ]
+        if not runs:
+            continue
+        worst = max(float(r.get("wall_s") or 1e9) for r in runs)
+        ok = all(r.get("ok") for r in runs) and worst < 10
+        verdict(ok, f"w2 n=10000 on {backend} under 10 s in every run: slowest {worst:.2f} s")
+    # 5. W5: no lost step, no wrong result, no more re-runs than steps in flight at the kill.
+    w5 = [r for r in rows if r["peer"] == "durably" and r["workload"] == "w5"]
+    if w5:
+        good = all(
+            r.get("ok")
+            and not r.get("missing_pairs")
+            and not r.get("wrong_result")
+            and not r.get("reran_committed_steps")
+            and r.get("reruns_within_in_flight") is True
+            for r in w5
+        )
+        verdict(
+            good,
+            f"w5: {len(w5)} durably runs, no lost step / wrong result / re-run beyond the"
+            " steps in flight at the kill",
+        )
+    return lines
+
+
 def _w5_context(rows: list[dict[str, Any]]) -> str:
     out = []
     for row in rows:
@@ -242,6 +342,7 @@ def main() -> int:
         rows = [json.loads(line) for line in Path(args.table).read_text().splitlines() if line]
         print(summarize(rows, []))
         print(_w5_context(rows))
+        print("\n".join(check_targets(rows)))
         return 0
 
     cells: list[tuple[list[str], str, str, str, int]] = []
@@ -289,6 +390,10 @@ def main() -> int:
     context = _w5_context(rows)
     if context:
         print(context)
+    targets = check_targets(rows)
+    if targets:
+        print("\nissue #7 targets (medians of this run):")
+        print("\n".join(targets))
     return 0 if all(r.get("ok") for r in rows) else 1
 
 

@@ -26,29 +26,18 @@ import asyncio
 import itertools
 import json
 import os
-import resource
 import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import durably
-from durably import WorkflowCtx
 
-
-@durably.step("bench.inc")
-async def inc(x: int) -> int:
-    return x + 1
-
-
-@durably.workflow("bench.seq")
-async def seq_wf(ctx: WorkflowCtx, n: int) -> int:
-    x = 0
-    for _ in range(n):
-        x = await ctx.step(inc, x)
-    return x
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common
+from durably_runner import drop_schema, inc, seq_wf  # the same bench.inc / bench.seq as W1/W4
 
 _PG_SCHEMAS: list[tuple[str, str]] = []
 
@@ -59,18 +48,12 @@ def _store_url(kind: str, directory: str, name: str, pg_url: str = "") -> str:
     if kind == "postgres":
         schema = f"bench_{name.replace('-', '_')}_{os.getpid()}"
         _PG_SCHEMAS.append((pg_url, schema))
-        return f"{pg_url}{'&' if '?' in pg_url else '?'}schema={schema}"
+        return bench_common.with_schema(pg_url, schema)
     path = os.path.join(directory, f"{name}.db")
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(path + suffix):
             os.remove(path + suffix)
     return f"sqlite:///{path}"
-
-
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    rank = max(1, round(p / 100 * len(ordered)))  # nearest rank
-    return ordered[rank - 1]
 
 
 async def _step_latencies(engine: durably.Engine, run_ids: list[str]) -> dict[str, float]:
@@ -80,9 +63,7 @@ async def _step_latencies(engine: durably.Engine, run_ids: list[str]) -> dict[st
     for run_id in run_ids:
         times = [cp.finished_at.timestamp() for cp in await engine.list_checkpoints(run_id)]
         gaps += [(b - a) * 1000 for a, b in itertools.pairwise(times)]
-    if not gaps:
-        return {}
-    return {"step_p50_ms": round(_pct(gaps, 50), 3), "step_p99_ms": round(_pct(gaps, 99), 3)}
+    return bench_common.latency_fields(gaps, prefix="step_", digits=3, rank=round)
 
 
 async def one_long(url: str, steps: int) -> dict[str, Any]:
@@ -130,21 +111,11 @@ async def many_short(url: str, workflows: int, steps: int) -> dict[str, Any]:
         "wall_s": round(wall, 4),
         "wf_per_s": round(workflows / wall, 1),
         "steps_per_s": round(total / wall, 1),
-        "p50_ms": round(_pct(latencies, 50), 2),
-        "p99_ms": round(_pct(latencies, 99), 2),
+        **bench_common.latency_fields(latencies, rank=round),
         "statements": statements,
         "statements_per_step": round(statements / total, 3),
         **step_latency,
     }
-
-
-def _median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
-    ordered = sorted(results, key=lambda r: r["wall_s"])
-    chosen = dict(ordered[len(ordered) // 2])
-    chosen["reps"] = len(results)
-    chosen["wall_s_min"] = ordered[0]["wall_s"]
-    chosen["wall_s_max"] = ordered[-1]["wall_s"]
-    return chosen
 
 
 async def main() -> int:
@@ -152,7 +123,7 @@ async def main() -> int:
     parser.add_argument("--store", choices=["sqlite", "memory", "postgres"], default="sqlite")
     parser.add_argument(
         "--pg-url",
-        default=os.environ.get("DURABLY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test"),
+        default=bench_common.DEFAULT_PG,
         help="PostgreSQL server for --store postgres (each run gets a fresh schema, dropped after)",
     )
     parser.add_argument("--reps", type=int, default=1)
@@ -170,17 +141,15 @@ async def main() -> int:
             for rep in range(args.reps):
                 url = _store_url(args.store, directory, f"{name}-{rep}", args.pg_url)
                 runs.append(await make(url))
-            report = _median_run(runs)
+            report = bench_common.median_run(runs)
             report.update(
                 {
                     "peer": "durably",
                     "peer_version": durably.__version__,
                     "backend": args.store,
                     "python": sys.version.split()[0],
-                    "peak_rss_mb": round(
-                        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
-                    ),
-                    "loadavg_1m": round(os.getloadavg()[0], 2),
+                    "peak_rss_mb": bench_common.peak_rss_mb(),
+                    "loadavg_1m": bench_common.loadavg_1m(),
                     "median_of": statistics.median(range(1, args.reps + 1)),
                 }
             )
@@ -191,17 +160,8 @@ async def main() -> int:
 
 
 async def _drop_pg_schemas() -> None:
-    from sqlalchemy import text
-
-    from durably._store.sql.dialect import create_engine
-
     for pg_url, schema in _PG_SCHEMAS:
-        engine = create_engine(pg_url)
-        try:
-            async with engine.begin() as conn:
-                await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        finally:
-            await engine.dispose()
+        await drop_schema(pg_url, schema)
 
 
 if __name__ == "__main__":

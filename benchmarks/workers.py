@@ -33,6 +33,9 @@ from typing import Any
 import durably
 from durably import WorkflowCtx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -104,13 +107,6 @@ async def _drop_pg(url: str) -> None:
 # ------------------------------------------------------------------------ one measurement
 
 
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    return ordered[max(1, round(p / 100 * len(ordered))) - 1]
-
-
 async def measure(url: str, workers: int, workflows: int, steps: int) -> dict[str, Any]:
     # Create the schema once, before the workers race to do it.
     async with durably.Engine(store=url, workflows=[seq_wf], drive=False):
@@ -164,8 +160,12 @@ async def measure(url: str, workers: int, workflows: int, steps: int) -> dict[st
         "runs_per_worker": [r.get("completed") for r in reports],
         "statements_per_step": round((worker_statements + api_statements) / total, 3),
         "worker_statements_per_step": round(worker_statements / total, 3),
-        "step_latency_p50_ms": round(_pct(latencies, 50), 2),
-        "step_latency_p99_ms": round(_pct(latencies, 99), 2),
+        "step_latency_p50_ms": round(
+            bench_common.percentile(latencies, 50, rank=round, default=0.0), 2
+        ),
+        "step_latency_p99_ms": round(
+            bench_common.percentile(latencies, 99, rank=round, default=0.0), 2
+        ),
     }
 
 
@@ -206,7 +206,7 @@ async def main() -> int:
                 "speedup_vs_first": round(report["steps_per_s"] / baseline, 2),
                 "peer": "durably",
                 "peer_version": durably.__version__,
-                "loadavg_1m": round(os.getloadavg()[0], 2),
+                "loadavg_1m": bench_common.loadavg_1m(),
             }
         )
         ok = ok and bool(report["ok"])

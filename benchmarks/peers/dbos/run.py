@@ -33,16 +33,12 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import collections
 import concurrent.futures
 import contextlib
 import importlib.metadata
 import json
-import math
 import os
-import resource
 import select
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,17 +46,20 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from dbos import DBOS, Queue, SetWorkflowID
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
+import bench_common
+
 PEER = "dbos"
 BACKENDS = ["sqlite", "postgres"]
-DEFAULT_PG = os.environ.get("DURABLY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-DEFAULT_N = {"w1": 200, "w2": 1000, "w3": 500, "w4": 1000, "w5": 100}
+DEFAULT_PG = bench_common.DEFAULT_PG
+DEFAULT_N = bench_common.DEFAULT_N
 APP_NAME = "durably-bench"
-W5_STEPS = 10
-W5_SLOW_STEP = 5
+W5_STEPS = bench_common.W5_STEPS
 W5_EXECUTOR = "w5-worker"
 SELF = os.path.abspath(__file__)
 
@@ -134,14 +133,7 @@ def timer_wf() -> int:
 @DBOS.step()
 def w5_step(wf_id: str, i: int, x: int) -> int:
     """Log ``<wf_id> <i>`` with one O_APPEND write (survives SIGKILL), block 2 s in step 5."""
-    fd = os.open(_W5_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{wf_id} {i}\n".encode())
-    finally:
-        os.close(fd)
-    if i == W5_SLOW_STEP:
-        time.sleep(2)  # a blocking sleep inside the step, not a durable timer
-    return x + 1
+    return bench_common.w5_step_effect(_W5_LOG, wf_id, i, x)
 
 
 @DBOS.workflow()
@@ -155,24 +147,6 @@ def crash_wf(steps: int) -> int:
 
 
 # ------------------------------------------------------------------------ helpers
-
-
-def _calib_ms() -> float:
-    t0 = time.perf_counter()
-    x = 0
-    for i in range(1_000_000):
-        x += i
-    return round((time.perf_counter() - t0) * 1000, 1)
-
-
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))  # nearest rank
-    return ordered[rank - 1]
-
-
-def _peak_rss_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _admin_engine(pg_url: str) -> Any:
@@ -281,9 +255,7 @@ def _many(
         bad = [v for v in values.values() if v != expected]
         report["error"] = f"{n - len(values)} not done, {len(bad)} wrong, e.g. {bad[:1]}"[:500]
     report["submit_s"] = round(submit_s, 4)
-    if latencies:
-        report["p50_ms"] = round(_pct(latencies, 50), 2)
-        report["p99_ms"] = round(_pct(latencies, 99), 2)
+    report.update(bench_common.latency_fields(latencies))
     return wall
 
 
@@ -356,7 +328,7 @@ def w5_worker(mode: str, url: str, log: str, n: int, timeout: float) -> None:
     PENDING runs; poll every result, print ALLDONE)."""
     global _W5_LOG
     _W5_LOG = log
-    ids = [f"w5-{i}" for i in range(n)]
+    ids = bench_common.w5_ids(n)
     DBOS(config=_config(url, W5_EXECUTOR))  # type: ignore[arg-type]
     DBOS.launch()
     if mode == "start":
@@ -383,7 +355,7 @@ def w5_worker(mode: str, url: str, log: str, n: int, timeout: float) -> None:
             results[wf_id] = future.result(timeout=max(0.0, deadline - time.monotonic()))
         except concurrent.futures.TimeoutError:
             results[wf_id] = "timeout"
-    _emit("ALLDONE " + json.dumps({"results": results, "peak_rss_mb": _peak_rss_mb()}))
+    _emit(bench_common.alldone_line(results))
     os._exit(0)  # do not wait for unfinished polling threads or DBOS shutdown
 
 
@@ -419,20 +391,6 @@ def _committed_w5_steps(url: str) -> set[tuple[str, int]] | None:
     return {(str(wf), i) for wf, count in rows for i in range(1, int(count) + 1)}
 
 
-def _read_log(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _log_pairs(data: bytes) -> list[tuple[str, int]]:
-    pairs = []
-    for line in data.decode().splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            pairs.append((parts[0], int(parts[1])))
-    return pairs
-
-
 class _Lines:
     """Line reader over a child's stdout pipe with a deadline (select on the raw fd)."""
 
@@ -461,9 +419,13 @@ class _Lines:
                 self._buf += chunk
 
 
+def _lines(proc: subprocess.Popen[bytes]) -> bench_common.LineReader:
+    return _Lines(proc).ready_line
+
+
 def w5(url: str, directory: str, n: int, timeout: float, report: dict[str, Any]) -> None:
     log = os.path.join(directory, "side-effects.log")
-    os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+    bench_common.create_log(log)
 
     def spawn(mode: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
@@ -477,114 +439,26 @@ def w5(url: str, directory: str, n: int, timeout: float, report: dict[str, Any])
 
     # 1-2. A starts N runs; once at least N/2 distinct runs logged the slow step (and A has
     # printed STARTED, so every run exists durably), SIGKILL A (30 s cap on the wait)
-    a = spawn("start")
-    a_lines = _Lines(a)
-    cap = time.monotonic() + 30
-    reached = False
-    try:
-        if a_lines.ready_line("STARTED", cap) is not None:
-            while time.monotonic() < cap and a.poll() is None:
-                in_slow = {wf for wf, i in _log_pairs(_read_log(log)) if i == W5_SLOW_STEP}
-                if len(in_slow) >= n // 2:
-                    reached = True
-                    break
-                time.sleep(0.01)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            a.send_signal(signal.SIGKILL)
-        a.wait()
-    kill_offset = len(_read_log(log))
+    kill_offset = bench_common.kill_at_slow_step(spawn("start"), log, n, report, lines=_lines)
     t_read = time.perf_counter()
     committed = _committed_w5_steps(url)
     report["checkpoint_read_ms"] = round((time.perf_counter() - t_read) * 1000, 1)
-    if not reached:
-        report["error"] = "the kill condition was not reached within 30 s (killed anyway)"
 
     # 3. B: same code, same system database, same executor_id
-    t_spawn = time.perf_counter()
-    b = spawn("recover")
-    b_lines = _Lines(b)
-    deadline = time.monotonic() + timeout
-    launched_line = b_lines.ready_line("LAUNCHED", deadline)
-    if launched_line is not None:
-        report["restart_to_launched_s"] = round(time.perf_counter() - t_spawn, 4)
-    done = b_lines.ready_line("ALLDONE", deadline) if launched_line is not None else None
-    recovery = time.perf_counter() - t_spawn
-    if done is None:
-        report["timeout"] = time.monotonic() >= deadline
-        with contextlib.suppress(ProcessLookupError):
-            b.kill()
-    b.wait()
-    payload: dict[str, Any] = json.loads(done.removeprefix("ALLDONE ")) if done else {}
-    results: dict[str, Any] = payload.get("results", {})
-
-    data = _read_log(log)
-    before = _log_pairs(data[:kill_offset])
-    counts = collections.Counter(_log_pairs(data))
-    last_before: dict[str, int] = {}
-    for wf, i in before:
-        last_before[wf] = max(i, last_before.get(wf, 0))
-    ids = [f"w5-{i}" for i in range(n)]
-    dup_by_step: collections.Counter[int] = collections.Counter()
-    completed_rerun = 0  # a re-run of a step that was not the last one a run had started
-    for (wf, i), c in counts.items():
-        if c > 1:
-            dup_by_step[i] += 1
-            if last_before.get(wf) != i:
-                completed_rerun += 1
-    missing = [(wf, i) for wf in ids for i in range(1, W5_STEPS + 1) if counts[(wf, i)] == 0]
-    never = [wf for wf in ids if not isinstance(results.get(wf), int)]
-    wrong = [wf for wf in ids if isinstance(results.get(wf), int) and results[wf] != W5_STEPS]
-    report.update(
-        recovery_s=round(recovery, 4),
-        completed=sum(1 for wf in ids if results.get(wf) == W5_STEPS),
-        dup_pairs=sum(dup_by_step.values()),
-        dup_extra_executions=sum(c - 1 for c in counts.values() if c > 1),
-        dup_pairs_by_step={str(k): v for k, v in sorted(dup_by_step.items())},
-        dup_pairs_not_last_started=completed_rerun,
-        missing_pairs=len(missing),
-        never_finished=len(never),
-        wrong_result=len(wrong),
-        wfs_inside_slow_step_at_kill=sum(1 for v in last_before.values() if v == W5_SLOW_STEP),
-        wfs_past_slow_step_at_kill=sum(1 for v in last_before.values() if v > W5_SLOW_STEP),
-        steps_logged_before_kill=len(before),
-        orchestrator_peak_rss_mb=_peak_rss_mb(),
-        peak_rss_mb=payload.get("peak_rss_mb"),
+    done, recovery = bench_common.recover_w5(
+        lambda: spawn("recover"), timeout, report, lines=_lines
     )
-    if committed is not None:
-        in_flight = {pair for pair in set(before) if pair not in committed}
-        rerun_not_in_flight = sum(1 for p, c in counts.items() if c > 1 and p not in in_flight)
-        report.update(
-            steps_in_flight_at_kill=len(in_flight),
-            committed_steps_at_kill=len(committed),
-            reran_committed_steps=sum(1 for p, c in counts.items() if c > 1 and p in committed),
-            reran_steps_not_in_flight=rerun_not_in_flight,
-            reruns_within_in_flight=rerun_not_in_flight == 0
-            and report["dup_extra_executions"] <= len(in_flight),
-        )
-    if never and not report["error"]:
-        report["error"] = f"{len(never)} runs not done, e.g. {never[0]}: {results.get(never[0])}"
-    report["ok"] = not (missing or never or wrong) and done is not None
+    bench_common.fill_w5_report(
+        report, log, kill_offset, done, recovery, n, committed=committed, rerun_detail=True
+    )
 
 
 # ------------------------------------------------------------------------ one run
 
 
 def run(backend: str, workload: str, n: int, pg_url: str, timeout: float) -> dict[str, Any]:
-    report: dict[str, Any] = {
-        "peer": PEER,
-        "peer_version": _version(),
-        "backend": backend,
-        "workload": workload,
-        "n": n,
-        "ok": False,
-        "timeout": False,
-        "error": None,
-        "python": sys.version.split()[0],
-        "settings": {},  # DBOS defaults throughout
-        "loadavg_1m_start": round(os.getloadavg()[0], 2),
-        "calib_ms_start": _calib_ms(),
-    }
+    report = bench_common.new_report(PEER, _version(), backend, workload, n)
+    report["settings"] = {}  # DBOS defaults throughout
     try:
         with (
             tempfile.TemporaryDirectory(prefix="dbos-bench-") as directory,
@@ -599,13 +473,8 @@ def run(backend: str, workload: str, n: int, pg_url: str, timeout: float) -> dic
                         _queue = DBOS.register_queue("fanout")
                     MEASURED[workload](n, timeout, report)
     except Exception as exc:  # reported, not raised: the matrix goes on
-        report["ok"] = False
-        report["error"] = f"{type(exc).__name__}: {exc}"[:500]
-    if report.get("peak_rss_mb") is None:
-        report["peak_rss_mb"] = _peak_rss_mb()
-    report["calib_ms_end"] = _calib_ms()
-    report["loadavg_1m"] = round(os.getloadavg()[0], 2)
-    return report
+        bench_common.record_error(report, exc)
+    return bench_common.finish_report(report)
 
 
 def main() -> int:

