@@ -112,9 +112,7 @@ async def test_a_failing_statement_fails_alone(
         *(store.create_run(make_run(f"s{i}")) for i in range(20)),
         return_exceptions=True,
     )
-    # The first runs alone from its caller (the writer was idle); the other 40, the
-    # duplicate among them, queued meanwhile: one hop, one transaction.
-    assert hops == [(1, False, False), (40, True, True)]
+    assert hops == [(41, True, True)]  # one hop, one transaction: the duplicate was in it
     assert isinstance(results[20], sa.exc.IntegrityError)
     assert [r for i, r in enumerate(results) if i != 20] == [None] * 40
     assert _rows(db_path, "SELECT count(*) FROM durable_workflow_runs") == [(41,)]
@@ -271,51 +269,3 @@ async def test_close_drains_queued_writes(db_path: Path) -> None:
     await store.close()
     await asyncio.gather(*tasks)
     assert _rows(db_path, "SELECT count(*) FROM durable_workflow_runs") == [(50,)]
-
-
-async def test_a_lone_statement_runs_from_its_caller_and_later_ones_still_group(
-    store: SqlStateStore, db_path: Path, hops: Calls
-) -> None:
-    """An idle writer runs a lone fast-path statement from the caller's task (one hop, no
-    writer task); requests arriving while it is on the connection's thread queue up and go
-    together in the next group commit."""
-    await store.create_run(make_run("base"))
-    hops.clear()
-    connector = store._cx
-    assert isinstance(connector, connection_module.SqliteConnector)
-    await store.save_checkpoint(make_cp("base", 0))
-    assert hops == [(1, False, False)]  # autocommitted alone
-    assert connector._task is None  # no writer task was needed
-
-    hops.clear()
-    first = asyncio.create_task(store.save_checkpoint(make_cp("base", 1)))
-    await asyncio.sleep(0)  # `first` is now on the connection's thread, inline
-    assert connector._inline
-    rest = [asyncio.create_task(store.save_checkpoint(make_cp("base", i))) for i in range(2, 40)]
-    await asyncio.gather(first, *rest)
-    assert hops[0] == (1, False, False)
-    assert len(hops) < 10 and max(size for size, _, _ in hops) > 1  # the rest grouped
-    assert not connector._inline and connector._task is None
-    assert _rows(db_path, "SELECT count(*) FROM durable_step_checkpoints") == [(40,)]
-
-
-async def test_a_cancelled_inline_caller_still_commits_and_the_writer_recovers(
-    store: SqlStateStore, db_path: Path
-) -> None:
-    await store.create_run(make_run("base"))
-    await store.save_checkpoint(make_cp("base", 0))  # the writer connection is open
-    lone = asyncio.create_task(store.save_checkpoint(make_cp("base", 1)))
-    await asyncio.sleep(0)
-    queued = asyncio.create_task(store.save_checkpoint(make_cp("base", 2)))
-    await asyncio.sleep(0)
-    lone.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await lone
-    await queued  # drained by the writer task the cancelled caller started on its way out
-    await store.save_checkpoint(make_cp("base", 3))
-    assert _rows(db_path, "SELECT seq FROM durable_step_checkpoints ORDER BY seq") == [
-        (0,),
-        (1,),
-        (2,),
-        (3,),
-    ]

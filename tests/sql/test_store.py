@@ -28,6 +28,7 @@ from durably._store.protocol import (
     SupportsWakeBus,
 )
 from durably._store.sql import SqlStateStore
+from durably._store.sql import connection as connection_module
 from durably._store.sql.dialect import SqlDialect, create_engine, normalize_url
 from durably._store.sql.statements import Statements
 
@@ -117,6 +118,9 @@ async def test_hot_paths_take_one_driver_call(
 
     await store.list_incomplete_runs()  # opens a pooled reader
     await store.get_run("warm-up")  # opens the writer
+    connector = store._cx
+    assert isinstance(connector, connection_module.SqliteConnector)
+    connector._close_lane()  # the writer thread's path (the loop lane: test_sqlite_lane.py)
     monkeypatch.setattr(aiosqlite.core.Connection, "_execute", spy)
     cases: list[tuple[str, Any]] = [
         ("create_run", store.create_run(make_run())),
