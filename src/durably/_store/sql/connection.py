@@ -481,7 +481,11 @@ class SqliteConnector(Connector):
         lane = self._lane
         if len(queue) == 1 and queue[0].entry is not None and lane is not None and lane.open:
             request = queue[0]
-            result = lane.run(request.rows, *request.op()[1:])
+            try:
+                result = lane.run(request.rows, *request.op()[1:])
+            except Exception:  # the lane itself broke (not the statement): drop it, use the
+                self._close_lane()  # writer thread; nothing was settled, the request stays
+                result = BUSY
             if result is not BUSY:
                 queue.popleft()
                 request.settle(request.outcome(result))

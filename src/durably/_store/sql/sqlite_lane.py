@@ -97,7 +97,8 @@ class LoopLane:
         return self._conn is not None and time.monotonic() >= self._off_until
 
     def run(self, rows: bool, sql: str, args: Any) -> Any:
-        """The statement's rows / row count / exception, or `BUSY` (nothing was written)."""
+        """The statement's rows / row count / exception, or `BUSY` (nothing was written).
+        Raises when the lane's connection cannot be used at all."""
         conn = self._conn
         assert conn is not None
         started = time.perf_counter()
@@ -105,6 +106,8 @@ class LoopLane:
         try:
             cursor = conn.execute(sql, args)
             result = cursor.fetchall() if rows else cursor.rowcount
+        except sqlite3.ProgrammingError:
+            raise  # the connection itself is unusable (closed): the lane broke, not the statement
         except Exception as error:
             result = error
         if time.perf_counter() - started > STALL_S:
