@@ -258,6 +258,15 @@ class Engine(ReadApi):
             except (asyncio.CancelledError, Exception):
                 pass
         self._background = []
+        # Background deliveries still running after the drain's grace period would use the
+        # store after it closed (and reopen its connection, never to be closed again):
+        # cancel them; what they did not deliver, the parents' replays recover
+        # (children.recover_completions).
+        leftovers = [task for task in self._tasks if not task.done()]
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            await asyncio.gather(*leftovers, return_exceptions=True)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None

@@ -318,7 +318,12 @@ async def drain(engine: Engine, timeout: float) -> None:
             await engine.store.release_run_lock(run_id)
         except Exception:
             log.debug("could not release %s during drain", run_id, exc_info=True)
-    # Let background notifications (child completions, deliveries) finish briefly.
-    pending = [t for t in engine._tasks if not t.done()]
-    if pending:
-        await asyncio.wait(pending, timeout=max(0.0, min(1.0, deadline - loop.time())))
+    # Let background notifications (child completions, deliveries) finish briefly, and the
+    # ones they start meanwhile (a cancelled child's completion starts a mailbox delivery).
+    settle_by = loop.time() + max(0.0, min(1.0, deadline - loop.time()))
+    while True:
+        pending = [t for t in engine._tasks if not t.done()]
+        remaining = settle_by - loop.time()
+        if not pending or remaining <= 0:
+            break
+        await asyncio.wait(pending, timeout=remaining)
