@@ -7,6 +7,9 @@ phase at 540 s) and prints one JSON line; the lines are appended to ``--out`` as
 and a table of medians [min–max] is printed at the end, with a durably-to-best-peer ratio
 column when peer rows exist (``×`` > 1 means durably is ahead).
 
+Exit status 1 when a durably run failed or one of issue #7's targets was missed (the check
+printed last); a peer's failed run is a result shown in the table, not an error.
+
 Runners:
 
 * durably: ``benchmarks/durably_runner.py`` with this interpreter;
@@ -394,7 +397,11 @@ def main() -> int:
     if targets:
         print("\nissue #7 targets (medians of this run):")
         print("\n".join(targets))
-    return 0 if all(r.get("ok") for r in rows) else 1
+    # Exit status: 1 when a durably run failed or a target was missed. A peer's failed run is
+    # a result (Temporal's W2 at 10,000 fails on its stock limits every time), shown in the
+    # table, not an error of this command.
+    durably_ok = all(r.get("ok") for r in rows if r["peer"] == "durably")
+    return 0 if durably_ok and not any(t.startswith("FAIL") for t in targets) else 1
 
 
 if __name__ == "__main__":
