@@ -3,7 +3,8 @@ schemas (one fresh schema per test), never mocks."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,29 @@ import pytest
 import sqlalchemy as sa
 
 from durably._store.sql import SqlStateStore
+from durably._store.sql import connection as connection_module
 from tests.pg_support import fresh_schema, schema_url
 from tests.store.support import T0, at, make_cp, make_run
 
 # The store.md §14 fixtures, shared with the conformance suite.
-__all__ = ["T0", "at", "make_cp", "make_run"]
+__all__ = ["T0", "Calls", "at", "make_cp", "make_run"]
+
+
+Calls = list[tuple[int, bool, bool]]  # (ops in the hop, BEGIN in it, COMMIT in it)
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
+    """Every one-hop group of statements the SQLite writer sends to its thread."""
+    calls: Calls = []
+    real = connection_module._run_ops
+
+    def spy(conn: sqlite3.Connection, ops: Any, begin: bool, commit: bool, in_tx: bool) -> Any:
+        calls.append((len(ops), begin, commit))
+        return real(conn, ops, begin, commit, in_tx)
+
+    monkeypatch.setattr(connection_module, "_run_ops", spy)
+    yield calls
 
 
 def sqlite_url(path: Path) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +17,7 @@ from durably._store.sql import SqlStateStore
 from durably._store.sql import connection as connection_module
 from durably._store.sql.schema import runs
 
-from .conftest import make_cp, make_run, sqlite_url
-
-Calls = list[tuple[int, bool, bool]]  # (ops in the hop, BEGIN in it, COMMIT in it)
-
-
-@pytest.fixture
-def hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
-    """Every one-hop group of statements the writer sends to the aiosqlite thread."""
-    calls: Calls = []
-    real = connection_module._run_ops
-
-    def spy(conn: sqlite3.Connection, ops: Any, begin: bool, commit: bool, in_tx: bool) -> Any:
-        calls.append((len(ops), begin, commit))
-        return real(conn, ops, begin, commit, in_tx)
-
-    monkeypatch.setattr(connection_module, "_run_ops", spy)
-    yield calls
+from .conftest import Calls, make_cp, make_run, sqlite_url
 
 
 def _rows(db_path: Path, sql: str) -> list[Any]:

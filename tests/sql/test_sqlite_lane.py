@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,9 +15,7 @@ from durably._store.sql import SqlStateStore, sqlite_lane
 from durably._store.sql import connection as connection_module
 from durably._store.sql.sqlite_lane import LoopLane
 
-from .conftest import make_cp, make_run
-
-Calls = list[tuple[int, bool, bool]]  # (ops in the hop, BEGIN in it, COMMIT in it)
+from .conftest import Calls, make_cp, make_run
 
 
 @pytest.fixture(autouse=True)
@@ -27,20 +23,6 @@ def no_stall_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loaded CI machine can pause any statement for 5 ms (the lane's stall limit), which
     would turn the lane off under these tests; the stall test sets its own limit."""
     monkeypatch.setattr(sqlite_lane, "STALL_S", 60.0)
-
-
-@pytest.fixture
-def hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
-    """Every group of statements the writer sends to its thread."""
-    calls: Calls = []
-    real = connection_module._run_ops
-
-    def spy(conn: sqlite3.Connection, ops: Any, begin: bool, commit: bool, in_tx: bool) -> Any:
-        calls.append((len(ops), begin, commit))
-        return real(conn, ops, begin, commit, in_tx)
-
-    monkeypatch.setattr(connection_module, "_run_ops", spy)
-    yield calls
 
 
 def _lane(store: SqlStateStore) -> LoopLane:
