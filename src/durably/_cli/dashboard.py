@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 from typing import Any
 
 from durably._cli.common import (
@@ -23,10 +22,9 @@ from durably._cli.common import (
     replica_of,
 )
 from durably._engine.engine import Engine
+from durably._extras import EXTRA_HINT, missing_modules
 
-__all__ = ["add_parser", "is_store_url", "missing_modules", "run"]
-
-_EXTRA_HINT = "pip install 'durably[dashboard]'"
+__all__ = ["add_parser", "is_store_url", "run"]
 
 
 def add_parser(sub: Any) -> None:
@@ -37,7 +35,7 @@ def add_parser(sub: Any) -> None:
             "Serve the durably console and its JSON API for APP (module:attribute naming a "
             "durably.Engine) or a store URL (sqlite:///path.db, postgresql://…). The engine "
             "is opened with drive=False: the console reads and controls runs, your workers "
-            "execute them. Needs `" + _EXTRA_HINT + "`."
+            "execute them. Needs `" + EXTRA_HINT + "`."
         ),
     )
     p.add_argument("target", metavar="APP_OR_STORE_URL", help="module:attribute, or a store URL")
@@ -52,25 +50,12 @@ def is_store_url(target: str) -> bool:
     return "://" in target or target in ("memory",)
 
 
-def missing_modules() -> list[str]:
-    """The modules of the `dashboard` extra that cannot be imported."""
-    missing = []
-    for name in ("starlette", "uvicorn"):
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            missing.append(name)
-    return missing
-
-
 def _require_extra() -> None:
     missing = missing_modules()
     if missing:
         raise CliError(
             f"the dashboard needs the `dashboard` extra ({', '.join(missing)} not installed): "
-            f"{_EXTRA_HINT}"
+            f"{EXTRA_HINT}"
         )
 
 

@@ -6,7 +6,7 @@ Needs the `dashboard` extra: `pip install 'durably[dashboard]'`.
 
 from __future__ import annotations
 
-from durably.dashboard.extra import EXTRA_HINT, missing_modules
+from durably._extras import EXTRA_HINT, missing_modules
 
 _missing = missing_modules(("starlette",))
 if _missing:  # pragma: no cover - exercised in a subprocess test

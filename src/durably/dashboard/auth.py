@@ -192,25 +192,22 @@ class Authenticator:
     # ------------------------------------------------------------------ guards
 
     def guard_api(self, endpoint: Endpoint) -> Endpoint:
-        async def guarded(request: Request) -> Response:
-            verdict, payload = await self.check(request)
-            if verdict in ("deny", "revoked"):
-                response = json_response({"auth": {"modes": self.modes}}, 401)
-                if verdict == "revoked":
-                    self._clear(request, response)
-                return response
-            response = await endpoint(request)
-            if verdict == "renew" and payload is not None:
-                self._issue(request, response, self._renewed_user(payload))
-            return response
+        async def denied(request: Request) -> Response:
+            return json_response({"auth": {"modes": self.modes}}, 401)
 
-        return guarded
+        return self._guard(endpoint, denied)
 
     def guard_ui(self, endpoint: Endpoint) -> Endpoint:
+        return self._guard(endpoint, self._denied_page)
+
+    def _guard(self, endpoint: Endpoint, denied: Endpoint) -> Endpoint:
+        """`endpoint` behind the session check: `denied` answers a missing or revoked session
+        (a revoked cookie is cleared), a session due for renewal is re-issued."""
+
         async def guarded(request: Request) -> Response:
             verdict, payload = await self.check(request)
             if verdict in ("deny", "revoked"):
-                response = await self._denied_page(request)
+                response = await denied(request)
                 if verdict == "revoked":
                     self._clear(request, response)
                 return response
