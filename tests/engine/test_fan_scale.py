@@ -159,7 +159,7 @@ async def test_failed_member_wakes_a_fail_fast_parent_through_the_barrier(
     engine_factory: EngineFactory, uid: str
 ):
     """A failed completion always opens the join barrier (§10.4): fail_fast surfaces it
-    while siblings are still running."""
+    while siblings are still running; closing the engine then leaves nothing behind."""
     import asyncio
 
     release = asyncio.Event()
@@ -183,39 +183,17 @@ async def test_failed_member_wakes_a_fail_fast_parent_through_the_barrier(
     async with engine_factory() as engine:
         assert await engine.execute(parent, run_id=f"{uid}-p", timeout=RESULT_TIMEOUT) == ["F"]
         assert release.is_set()
-
-
-def test_rejected_is_exported() -> None:
-    assert Rejected("a", "b").to_json() == {"status": "rejected", "id": "a", "error": "b"}
-
-
-async def test_close_leaves_no_delivery_using_the_store(engine_factory: EngineFactory, uid: str):
-    """Closing the engine while cancelled children still announce themselves to their parent
-    (mailbox deliveries) must not leave a delivery running against the closed store: it would
-    reopen the store's connection and never close it."""
-    import asyncio
-
-    @durably.workflow(f"{uid}.child")
-    async def child(ctx: WorkflowCtx, x: int) -> int:
-        if x == 0:
-            raise FatalError("first", code="F")
-        await ctx.sleep(60_000)
-        return x
-
-    @durably.workflow(f"{uid}.parent")
-    async def parent(ctx: WorkflowCtx) -> Any:
-        try:
-            await ctx.all(child, range(5), mode="fail_fast")
-        except durably.GatherError as exc:
-            return [f.code for f in exc.failures]
-        return None
-
-    async with engine_factory() as engine:
-        assert await engine.execute(parent, run_id=f"{uid}-p", timeout=RESULT_TIMEOUT) == ["F"]
         store = engine.store
+    # Closing while the cancelled siblings still announce themselves to the parent (mailbox
+    # deliveries) leaves no delivery running against the closed store: it would reopen the
+    # store's connection and never close it.
     assert not [task for task in engine._tasks if not task.done()]
     await asyncio.sleep(0.2)  # anything still running would have reached the store by now
     connector = getattr(store, "_cx", None)
     if connector is not None and hasattr(connector, "_writer_session"):
         assert connector._writer_session is None  # closed, and not reopened behind our back
         assert connector._task is None
+
+
+def test_rejected_is_exported() -> None:
+    assert Rejected("a", "b").to_json() == {"status": "rejected", "id": "a", "error": "b"}
