@@ -3,9 +3,10 @@
 SQLite allows ONE writer per database: every write of a process goes through one dedicated
 connection (`SqliteConnector`), fed by a group-commit loop — the requests queued while the
 previous batch ran are executed together in one `BEGIN IMMEDIATE` … `COMMIT` (prebuilt
-statements in ONE hop to the aiosqlite thread) and acknowledged after that COMMIT. Other
-processes wait on `busy_timeout`. Reads use the pool (WAL readers never block the writer).
-PostgreSQL uses the pool for everything (`PoolConnector`).
+statements in ONE hop to the aiosqlite thread) and acknowledged after that COMMIT; a prebuilt
+statement alone in its event-loop turn is autocommitted on the loop's own thread instead
+(`sqlite_lane.py`). Other processes wait on `busy_timeout`. Reads use the pool (WAL
+readers never block the writer). PostgreSQL uses the pool for everything (`PoolConnector`).
 
 Store code runs `work(session)` callbacks, or hands single statements over as data
 (`Connector.execute` / `fetch`); a `Session` executes statements on one connection.
@@ -381,8 +382,10 @@ class SqliteConnector(Connector):
     """One dedicated writer connection per store (SQLite allows a single writer), fed by a
     group-commit loop.
 
-    Every request on the writer (single statements, `tx` work, point reads) is queued. The
-    writer loop takes ALL requests queued when it wakes (up to `max_batch`) and runs them in
+    Every request on the writer (single statements, `tx` work, point reads) is queued; at
+    the end of the loop turn `_dispatch` sends a lone prebuilt statement to the loop lane
+    (`sqlite_lane.py`) and anything else to the writer loop. The writer loop takes ALL
+    requests queued when it wakes (up to `max_batch`) and runs them in
     arrival order inside ONE `BEGIN IMMEDIATE` … `COMMIT` — prebuilt statements in a single
     hop to the aiosqlite thread (`_run_ops`), other statements and `work` callbacks on the
     session, each `work` under a SAVEPOINT — and settles each caller's future only after that

@@ -16,8 +16,8 @@ lane excludes both ways a SQLite write can block for long:
   lane's connection has `wal_autocheckpoint = 0`, and the connector runs a PASSIVE checkpoint
   on the writer thread every `CHECKPOINT_EVERY` lane commits (what SQLite's auto-checkpoint
   would have done inline). What is left on the loop is the WAL header sync when the first
-  write after a checkpoint restarts the log (SQLite's rule for NORMAL): once per
-  `CHECKPOINT_EVERY` commits, 0.07 ms on this machine's disk.
+  write after a checkpoint restarts the log (SQLite's rule for NORMAL): one fsync per
+  `CHECKPOINT_EVERY` commits.
 
 A safety valve covers the rest (a slow disk, memory pressure): a lane statement that took
 longer than `STALL_S` turns the lane off for `BACKOFF_S`, and every statement goes through the
