@@ -6,7 +6,8 @@ previous batch ran are executed together in one `BEGIN IMMEDIATE` … `COMMIT` (
 statements in ONE hop to the aiosqlite thread) and acknowledged after that COMMIT; a prebuilt
 statement alone in its event-loop turn is autocommitted on the loop's own thread instead
 (`sqlite_lane.py`). Other processes wait on `busy_timeout`. Reads use the pool (WAL
-readers never block the writer). PostgreSQL uses the pool for everything (`PoolConnector`).
+readers never block the writer). PostgreSQL runs on asyncpg directly (`pgconn.py`), or on
+SQLAlchemy's pool with another driver (`PoolConnector`).
 
 Store code runs `work(session)` callbacks, or hands single statements over as data
 (`Connector.execute` / `fetch`); a `Session` executes statements on one connection.
