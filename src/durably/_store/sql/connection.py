@@ -500,8 +500,10 @@ class SqliteConnector(Connector):
 
     def _checkpoint_in_background(self) -> None:
         """A PASSIVE checkpoint on the writer thread (the lane's connection never runs one:
-        sqlite_lane.py). Nobody waits for it; a failure is only logged by SQLite's next
-        checkpoint attempt."""
+        sqlite_lane.py). Nobody waits for it and its outcome is dropped: one that does not
+        complete (it shared a batch's transaction, or readers held frames) leaves the frames
+        to the next one, and the writer connection keeps SQLite's own auto-checkpoint for
+        the commits it makes itself."""
 
         async def checkpoint(session: Session) -> None:
             assert isinstance(session, SqliteSession)
