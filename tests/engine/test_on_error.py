@@ -32,12 +32,69 @@ def test_route_for_exact_code_catch_all_and_non_determinism() -> None:
     assert route_for([declined], StepError("x", code="other")) is None
 
 
-def test_on_error_input_from_json() -> None:
-    value = OnErrorInput.from_json(
-        {"runId": "r", "workflow": "w", "input": [1], "error": {"message": "m"}}
-    )
-    assert value == OnErrorInput(run_id="r", workflow="w", input=[1], error={"message": "m"})
-    assert value.to_json()["runId"] == "r"
+def test_on_error_input_json_round_trip_keeps_the_camel_case_shape() -> None:
+    stored = {
+        "runId": "r",
+        "workflow": "w",
+        "input": [1],
+        "error": {"message": "m", "code": "c", "details": {"cardLast4": "4242"}},
+    }
+    value = OnErrorInput.from_json(stored)
+    error = StepError("m", code="c", details={"cardLast4": "4242"})
+    assert value == OnErrorInput(run_id="r", workflow="w", input=[1], error=error)
+    assert value.to_json() == stored
+    with pytest.raises(ValueError, match="error must be an object"):
+        OnErrorInput.from_json({**stored, "error": "m"})
+
+
+async def test_handler_reads_the_failure_as_a_typed_error(
+    engine_factory: EngineFactory, uid: str
+) -> None:
+    """The handler's `inp.error` is the typed StepError that `run.error` holds, also when
+    the handler body is replayed from its stored input; that stored input stays the
+    camelCase JSON it always was."""
+    reads: list[tuple[Any, ...]] = []
+
+    @durably.step(f"{uid}.note")
+    def note(text: str) -> str:
+        return text
+
+    def read(inp: OnErrorInput) -> tuple[Any, ...]:
+        error = inp.error
+        return (type(error), error.message, error.code, error.details, error.retryable)
+
+    @durably.workflow(f"{uid}.handler")
+    async def handler(ctx: WorkflowCtx, inp: OnErrorInput) -> dict[str, Any]:
+        reads.append(read(inp))
+        # In replay mode the body is evicted after this step and replayed from the stored
+        # input, so the second read below comes from a rebuilt OnErrorInput.
+        await ctx.step(note, inp.error.code or "")
+        reads.append(read(inp))
+        return {"code": inp.error.code, "message": inp.error.message}
+
+    @durably.workflow(f"{uid}.wf", on_error=[OnErrorRoute(workflow=f"{uid}.handler")])
+    async def wf(ctx: WorkflowCtx, order: dict[str, Any]) -> None:
+        raise FatalError("card declined", code="declined", details={"cardLast4": "4242"})
+
+    async with engine_factory() as engine:
+        handle = await engine.start(wf, {"orderId": 7}, run_id=f"{uid}-r")
+        out = await handle.result(timeout=RESULT_TIMEOUT)
+        handler_run = await engine.get_run(f"{uid}-r.onError.1")
+
+    assert out == {"code": "declined", "message": "card declined"}
+    expected = (StepError, "card declined", "declined", {"cardLast4": "4242"}, False)
+    assert reads and all(r == expected for r in reads), reads
+    assert handler_run is not None
+    stored = dict(handler_run.input)
+    error = dict(stored.pop("error"))
+    assert stored == {"runId": f"{uid}-r", "workflow": f"{uid}.wf", "input": {"orderId": 7}}
+    assert isinstance(error.pop("stack", ""), str)
+    assert error == {
+        "message": "card declined",
+        "code": "declined",
+        "details": {"cardLast4": "4242"},
+        "retryable": False,
+    }
 
 
 async def test_code_route_completes_the_run_with_the_handlers_output(
@@ -81,8 +138,8 @@ async def test_code_route_completes_the_run_with_the_handlers_output(
     assert len(seen) == 1
     got = seen[0]
     assert (got.run_id, got.workflow, got.input) == (run_id, f"{uid}.checkout", {"order": 7})
-    assert got.error["message"] == "card declined"
-    assert got.error["code"] == "declined" and got.error["details"] == {"card": "4242"}
+    assert got.error.message == "card declined"
+    assert got.error.code == "declined" and got.error.details == {"card": "4242"}
     assert handler_run is not None and handler_run.status == "completed"
     assert handler_run.input["runId"] == run_id
     handoff = [cp for cp in cps if cp.seq >= HANDOFF_SEQ_BASE]
@@ -189,7 +246,7 @@ async def test_crash_between_handoff_and_handler_start(
 
     @durably.workflow(f"{uid}.handler")
     async def handler(ctx: WorkflowCtx, failure: OnErrorInput) -> str:
-        return f"late {failure.error['code']}"
+        return f"late {failure.error.code}"
 
     @durably.workflow(f"{uid}.wf", on_error=[OnErrorRoute(workflow=f"{uid}.handler")])
     async def wf(ctx: WorkflowCtx) -> None:

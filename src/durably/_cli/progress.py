@@ -134,5 +134,3 @@ class Progress:
                 self.state = "failed"
                 self.current = message
             self.note(f"{who}■ run {event.run_id} failed: {message}")
-        elif kind == "run.blocked":
-            self.note(f"{who}run {event.run_id} blocked: {event.reason or ''}")

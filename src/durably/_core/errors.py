@@ -129,6 +129,12 @@ class GatherError(DurablyError):
 
 
 class ConcurrencyLimitError(DurablyError):
+    """A start refused because the workflow's concurrency quota for its key is full.
+
+    It will be raised by `start` once workflow concurrency quotas exist. Until then
+    `@durably.workflow(concurrency=...)` is refused when declared and durably never raises
+    this error; it is exported so code can already catch it."""
+
     def __init__(self, workflow: str, key: str, limit: int, active: int):
         super().__init__(
             f'concurrency limit reached for key "{key}" ({active}/{limit} in flight); '
@@ -141,6 +147,12 @@ class ConcurrencyLimitError(DurablyError):
 
 
 class SingletonQueueFullError(DurablyError):
+    """A start refused because too many runs already wait for a singleton workflow's key.
+
+    It will be raised by `start` once singleton workflows exist. Until then
+    `@durably.workflow(singleton=...)` is refused when declared and durably never raises
+    this error; it is exported so code can already catch it."""
+
     def __init__(self, workflow: str, key: str, max_queue_depth: int):
         super().__init__(
             f'singleton queue for {workflow} key "{key}" is full ({max_queue_depth} waiting)'
@@ -160,7 +172,12 @@ class SignalTimeoutError(DurablyError):
 
 
 class WorkflowBlocked(DurablyError):
-    """No live capable worker for the next dispatch; parks the run `blocked` (§9.6)."""
+    """No live worker has the capabilities the next step requires; the run is parked
+    `blocked` until one appears.
+
+    It will be raised once capability routing to remote workers exists. Until then
+    `@durably.step(requires=...)` is refused when declared (every step runs in-process) and
+    durably never raises this error; it is exported so code can already catch it."""
 
     def __init__(self, reason: str, code: str = "capability.unavailable"):
         super().__init__(reason)

@@ -24,7 +24,7 @@ from durably._core.errors import (
 )
 from durably._core.jsonutil import compact
 from durably._core.models import ChildWait, JSONValue, SignalWaiter, StepCheckpoint, ms_from_utc
-from durably._engine import children, fans, saga
+from durably._engine import children, fans, saga, unsupported
 from durably._engine.execution import STEP_SCOPE, Execution
 from durably._engine.fans import FanMode, Settled
 from durably._engine.registry import BackoffKind, RetryPolicy, Step, Workflow, _backoff_from
@@ -186,10 +186,18 @@ class WorkflowCtx:
         priority: int | None = None,
         compensate: Any = None,
     ) -> Coroutine[Any, Any, Any]:
-        """Run a step through the engine's transport and checkpoint its result (§3.1)."""
-        seq = self._claim("step")
+        """Run a step through the engine's transport and checkpoint its result (§3.1).
+
+        `queue` and `priority` are refused (NotImplementedError) until flow-control queues
+        exist; the check comes before the position is claimed, so a body that catches the
+        error and goes on keeps its checkpoint numbering.
+        """
         if queue is not None:
-            raise NotImplementedError("flow-control queues are not supported yet")
+            raise NotImplementedError(
+                f"ctx.step(queue={queue!r}): {unsupported.FLOW_CONTROL_QUEUES}"
+            )
+        unsupported.refuse_priority(priority, "ctx.step")
+        seq = self._claim("step")
         if isinstance(step, Step):
             definition: Step[Any, Any] | None = step
             name = step.name
@@ -459,6 +467,7 @@ class WorkflowCtx:
         priority: int | None = None,
     ) -> Coroutine[Any, Any, O]:
         """Start a child workflow and wait for its output; FatalError if it failed (§3.7)."""
+        unsupported.refuse_priority(priority, "ctx.child")
         seq = self._claim("child")
         return self._child(seq, workflow, input, id, version, priority)
 
@@ -513,6 +522,7 @@ class WorkflowCtx:
         priority: int | None = None,
     ) -> Coroutine[Any, Any, str]:
         """Start a child fire-and-forget; returns its run id (join later with `child`)."""
+        unsupported.refuse_priority(priority, "ctx.start_child")
         seq = self._claim("start_child")
         return self._start_child(seq, workflow, input, id, version, priority)
 
@@ -587,6 +597,7 @@ class WorkflowCtx:
         unknown = sorted(set(step_opts) - _STEP_FAN_OPTIONS)
         if unknown:
             raise TypeError(f"ctx.{primitive}: unsupported step fan options {unknown}")
+        unsupported.refuse_priority(step_opts.get("priority"), f"ctx.{primitive}")
         self._guard(primitive)
         if not inputs:
             return _empty()  # engine.md §3.8: [] with no seqs claimed, no side effects
@@ -665,8 +676,8 @@ class WorkflowCtx:
         await ex.save(ex.instant(seq, "searchAttributes", "local", output=attrs))
 
 
-# engine.md §3.8: AllStepsOptions = step dispatch options minus queue/timeout. `priority` is
-# accepted for API parity; the in-process transport has no queue for it to order.
+# Step fan options: the step dispatch options minus queue and timeout. `priority` belongs
+# to the API but is refused (unsupported.PRIORITY) until something orders steps by it.
 _STEP_FAN_OPTIONS = frozenset(
     {"retries", "backoff", "backoff_ms", "backoff_max_ms", "jitter", "priority"}
 )

@@ -31,7 +31,7 @@ from durably._core.models import (
     now_utc,
     replace,
 )
-from durably._engine import driver, operator, poller, publish, routing, signals
+from durably._engine import driver, operator, poller, publish, routing, signals, unsupported
 from durably._engine.children import ChildMailbox
 from durably._engine.events import EngineEvent, EventBus, Listener, MetricsSnapshot
 from durably._engine.execution import Execution, ResidentSet
@@ -104,9 +104,7 @@ class Engine(ReadApi):
         codec: Any = None,
         **tuning: Any,
     ):
-        unknown = set(tuning) - set(_TUNING_DEFAULTS)
-        if unknown:
-            raise TypeError(f"unknown Engine option(s): {', '.join(sorted(unknown))}")
+        unsupported.refuse_engine_options(tuning, _TUNING_DEFAULTS)
         if transport is not None:
             raise NotImplementedError(
                 "remote transports are not supported yet; omit `transport` to run steps in-process"
@@ -370,6 +368,7 @@ class Engine(ReadApi):
         namespace: str | None = None,
     ) -> RunHandle[O]:
         """Enqueue a run and return at once (engine.md §1.5). Idempotent by `run_id`."""
+        unsupported.refuse_priority(priority, "Engine.start")
         await self._ensure_open()
         wf = self._resolve(workflow, version)
         json_input = self.prepare_input(wf, input)
@@ -444,6 +443,7 @@ class Engine(ReadApi):
         tags: Sequence[str] | None = None,
         priority: int | None = None,
     ) -> str:
+        unsupported.refuse_priority(priority, "Engine.start_raw")
         wf = self._resolve(workflow, version)
         return await self.create_run(
             wf,

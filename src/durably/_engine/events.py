@@ -12,14 +12,16 @@ from durably._core.models import JSONValue, StepError, _drop_none, _iso, now_utc
 
 log = logging.getLogger("durably")
 
+# Only the types this engine emits. `run.blocked` (no live worker with a step's required
+# capabilities) and `run.unrouted` (onError routes announced by remote workers that disagree)
+# both need remote workers; declaring them would invite subscribers to wait for events that
+# never come. They return with remote workers, with their `reason` field and metric.
 EngineEventType = Literal[
     "run.started",
     "run.completed",
     "run.failed",
     "run.suspended",
-    "run.blocked",
     "run.routed",
-    "run.unrouted",
     "step.started",
     "step.completed",
     "step.failed",
@@ -41,7 +43,6 @@ class EngineEvent:
     duration_ms: float | None = None
     queue_ms: float | None = None
     attempt: int | None = None
-    reason: str | None = None
     at: datetime = field(default_factory=now_utc)
 
     def to_json(self) -> dict[str, Any]:
@@ -59,7 +60,6 @@ class EngineEvent:
                 "durationMs": self.duration_ms,
                 "queueMs": self.queue_ms,
                 "attempt": self.attempt,
-                "reason": self.reason,
                 "at": _iso(self.at),
             }
         )
@@ -120,7 +120,6 @@ class EventBus:
             "failed": 0,
             "suspended": 0,
             "routed": 0,
-            "unrouted": 0,
         }
         self._steps = {"started": 0, "completed": 0, "failed": 0}
         self._by_workflow: dict[str, dict[str, int]] = {}

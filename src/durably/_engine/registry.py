@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
 
 from durably._core.durations import Duration, to_ms, to_ms_or_none
+from durably._core.models import StepError
+from durably._engine import unsupported
 from durably._engine.typed_io import codecs_for
 
 if TYPE_CHECKING:
@@ -69,6 +71,11 @@ class RetryPolicy:
             backoff_max_ms=self.backoff_max_ms if backoff_max_ms is None else backoff_max_ms,
             jitter=self.jitter if jitter is None else jitter,
         )
+
+
+def _declared(kind: str, name: str | None) -> str:
+    """`@durably.step("charge")` / `@durably.workflow`: where a refused option was given."""
+    return f"@durably.{kind}({name!r})" if name else f"@durably.{kind}"
 
 
 def _backoff_from(backoff: str | Duration | None) -> tuple[BackoffKind | None, int | None]:
@@ -202,7 +209,14 @@ def step(
     Durations: a number is seconds, a `timedelta` is itself, a string like `"500ms"`/`"30s"`.
     `backoff` is either the kind (`"fixed"`, `"exponential"`) or the base delay; `backoff_ms`
     sets the base delay explicitly. The decorated object stays a plain callable.
+    `requires` (capability routing) is refused until remote workers exist: every step runs
+    in-process, so a requirement could never be honoured. An empty list requires nothing
+    and is accepted.
     """
+    if requires:
+        raise NotImplementedError(
+            f"{_declared('step', name)} requires=...: {unsupported.CAPABILITY_ROUTING}"
+        )
     return _StepDecorator(
         name,
         {
@@ -230,12 +244,19 @@ class OnErrorRoute:
 
 @dataclass(frozen=True, slots=True)
 class OnErrorInput:
-    """What an onError handler workflow receives (engine.md §6.1)."""
+    """What an onError handler workflow receives (engine.md §6.1).
+
+    `error` is the failed run's error as the same typed `StepError` that `run.error`
+    holds (`message`, `code`, `details`, `retryable`, `stack`), so a handler reads
+    `inp.error.code`. The handler run's stored input stays the camelCase JSON
+    `{runId, workflow, input, error}`; a handler annotated with `OnErrorInput` gets it
+    rebuilt, an unannotated one the plain JSON dict.
+    """
 
     run_id: str
     workflow: str
     input: Any
-    error: dict[str, Any]
+    error: StepError
 
     def to_json(self) -> dict[str, Any]:
         """The handler's stored input, camelCase per api.md's naming rule."""
@@ -243,7 +264,7 @@ class OnErrorInput:
             "runId": self.run_id,
             "workflow": self.workflow,
             "input": self.input,
-            "error": dict(self.error),
+            "error": self.error.to_json(),
         }
 
     @classmethod
@@ -256,7 +277,7 @@ class OnErrorInput:
             run_id=str(data.get("runId", data.get("run_id", ""))),
             workflow=str(data.get("workflow", "")),
             input=data.get("input"),
-            error=dict(data.get("error") or {}),
+            error=_step_error(data.get("error")),
         )
 
     @classmethod
@@ -271,6 +292,14 @@ class OnErrorInput:
                 lambda v: v.to_json() if isinstance(v, OnErrorInput) else v
             ),
         )
+
+
+def _step_error(value: Any) -> StepError:
+    if isinstance(value, StepError):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError("OnErrorInput.error must be an object {message, code?, details?}")
+    return StepError.from_json(value)
 
 
 def assert_routes(workflow: str, routes: Sequence[OnErrorRoute]) -> tuple[OnErrorRoute, ...]:
@@ -372,16 +401,17 @@ def workflow(
     `validate_input(input)` raises (or returns a non-empty string) to reject a start.
     `search_attributes` is a schema for `ctx.upsert_search_attributes`: a pydantic model or a
     callable that raises on invalid attributes.
+    `singleton`, `concurrency` and `event_batch` are refused (NotImplementedError) until
+    their features exist: accepting them would let a caller believe runs are serialised,
+    capped or batched while nothing of the kind happens.
     """
-    # Singleton admission, concurrency quotas and event batching are engine.md §11 / features
-    # that no issue has scheduled yet: refuse them loudly instead of silently ignoring them.
-    for option, value in (
-        ("singleton", singleton),
-        ("concurrency", concurrency),
-        ("event_batch", event_batch),
+    for option, value, feature in (
+        ("singleton", singleton, unsupported.SINGLETON),
+        ("concurrency", concurrency, unsupported.CONCURRENCY_QUOTAS),
+        ("event_batch", event_batch, unsupported.EVENT_BATCHING),
     ):
         if value is not None:
-            raise NotImplementedError(f"workflow option {option}= is not supported yet")
+            raise NotImplementedError(f"{_declared('workflow', name)} {option}=...: {feature}")
     return _WorkflowDecorator(
         name,
         {

@@ -96,7 +96,7 @@ def routes_of(engine: Engine, run: WorkflowRun) -> tuple[OnErrorRoute, ...]:
 def on_error_input(run: WorkflowRun, error: StepError) -> dict[str, Any]:
     """engine.md §6.1 `OnErrorInput` as JSON, camelCase per api.md's naming rule."""
     return OnErrorInput(
-        run_id=run.id, workflow=run.workflow, input=run.input, error=error.to_json()
+        run_id=run.id, workflow=run.workflow, input=run.input, error=error
     ).to_json()
 
 

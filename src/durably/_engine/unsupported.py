@@ -1,0 +1,129 @@
+"""Options the public API declares that durably does not implement yet, refused loudly.
+
+An option that is accepted and then ignored is worse than an error: the caller believes a
+run is prioritised, rate limited or routed to a GPU worker while nothing of the kind happens.
+So every such option raises `NotImplementedError` where it is given (the decorator, the
+`Engine(...)` call, `start`, the ctx call), and the message names the feature in plain words
+and says what durably does instead. `None` (the default) is always accepted, so code written
+against the full API runs as long as it does not rely on the missing feature.
+
+When a feature is implemented, delete its refusal here and the test that pins it in
+tests/engine/test_refusals.py.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+PRIORITY = (
+    "priority is not supported yet: runs are picked up oldest first and steps run as soon "
+    "as they are called; ordering runs and steps by priority is planned together with "
+    "flow-control queues. Omit priority (or pass None)"
+)
+
+FLOW_CONTROL_QUEUES = (
+    "flow-control queues are not supported yet: a step runs as soon as its workflow calls "
+    "it, with no per-queue concurrency or rate limit; queues (and queue= on ctx.step) are "
+    "planned. Omit queue (or pass None)"
+)
+
+CAPABILITY_ROUTING = (
+    "capability routing is not supported yet: every step runs in-process on "
+    "whichever engine drives its run, so nothing could honour the requirement; routing "
+    "steps to remote workers that declare capabilities is planned. Omit requires"
+)
+
+CONCURRENCY_QUOTAS = (
+    "workflow concurrency quotas are not supported yet: start never counts "
+    "the runs already in flight for a key, so it could not raise ConcurrencyLimitError; "
+    "quotas are planned. Limit the runs one engine executes at once with "
+    "Engine(max_concurrent_runs=N)"
+)
+
+SINGLETON = (
+    "singleton workflows are not supported yet: runs of one key are not "
+    "serialised, and start never raises SingletonQueueFullError; per-key singleton "
+    "admission is planned"
+)
+
+EVENT_BATCHING = (
+    "event batching and debouncing are not supported yet: every publish_event starts its "
+    "on_event workflow once with that event's payload; batched and debounced event "
+    "triggers are planned"
+)
+
+REMOTE_WORKERS = (
+    "remote workers and transports are not supported yet: every workflow body and step "
+    "runs in the process of the engine that drives its run; remote worker groups are "
+    "planned. Omit this option"
+)
+
+# Engine options the specification names that durably does not implement. Anything else
+# that is not a known tuning keyword is a typo and gets a plain TypeError with a suggestion.
+_ENGINE_OPTIONS: dict[str, str] = {
+    "schedules": (
+        "schedules are not supported yet: nothing starts runs on a timetable; start them "
+        "from your own timer with engine.start(..., run_id=<one id per window>), which is "
+        "idempotent, so a window fires once even when several timers race. Recurring "
+        "schedules are planned"
+    ),
+    "retention": (
+        "retention is not supported yet: finished runs are kept until deleted "
+        "(engine.delete_run); pruning finished runs by age or count is planned"
+    ),
+    "debounce": EVENT_BATCHING,
+    "batch": EVENT_BATCHING,
+    "event_batch": EVENT_BATCHING,
+    "queues": FLOW_CONTROL_QUEUES,
+    "admission": FLOW_CONTROL_QUEUES,
+    "dead_letter_workflow": (
+        "dead-letter workflows are not supported yet: a run that exceeds "
+        "max_recovery_attempts is marked dead and reported to engine.on_dead(listener), "
+        "but no workflow is started for it; dead-letter workflows are planned"
+    ),
+    "concurrency": (
+        "worker concurrency of remote workers is not supported yet (there are no remote "
+        "workers); the runs this engine executes at once are capped by max_concurrent_runs"
+    ),
+    "transports": REMOTE_WORKERS,
+    "connection": REMOTE_WORKERS,
+    "control_plane": REMOTE_WORKERS,
+    "partition": REMOTE_WORKERS,
+    "topology": REMOTE_WORKERS,
+    "remote_redispatch_ms": REMOTE_WORKERS,
+    "remote_redispatch_max": REMOTE_WORKERS,
+    "remote_advance_silence_ms": REMOTE_WORKERS,
+    "blocked_poll_ms": REMOTE_WORKERS,
+}
+
+# Names other engines use for an option durably has under another name.
+_RENAMED: dict[str, str] = {"shutdown_timeout_ms": "drain_timeout_ms"}
+
+
+def refuse_priority(priority: int | None, where: str) -> None:
+    """`priority=` is part of the API but nothing orders work by it yet."""
+    if priority is not None:
+        raise NotImplementedError(f"{where}: {PRIORITY}")
+
+
+def refuse_engine_options(given: Iterable[str], known: Iterable[str]) -> None:
+    """Check `Engine(**tuning)` keywords: a named NotImplementedError for an option of a
+    feature durably lacks, a TypeError (with the closest known name) for anything else."""
+    known = sorted(known)
+    unknown = sorted(set(given) - set(known))
+    for option in unknown:
+        feature = _ENGINE_OPTIONS.get(option)
+        if feature is not None:
+            raise NotImplementedError(f"Engine({option}=...): {feature}")
+    if unknown:
+        hints = []
+        for option in unknown:
+            close = _RENAMED.get(option) or next(
+                iter(difflib.get_close_matches(option, known, n=1)), None
+            )
+            hints.append(f"{option} (did you mean {close}?)" if close else option)
+        raise TypeError(
+            f"unknown Engine option(s): {', '.join(hints)}; the tuning options are "
+            f"{', '.join(known)}"
+        )

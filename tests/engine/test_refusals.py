@@ -1,0 +1,292 @@
+"""Options the API declares but durably does not implement yet are refused where they are
+given, with an error naming the feature; options that are implemented are not refused.
+
+Each refusal here pins an option that used to be accepted and then ignored (or to fail with
+an error that named no feature). When a feature is implemented, its refusal test goes.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import durably
+from durably import EngineEvent, InMemoryStateStore, RunFailedError, WorkflowCtx
+from durably._engine.events import EngineEventType, EventBus
+
+from .conftest import EngineFactory
+from .support import RESULT_TIMEOUT, shape
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PRIORITY = r"priority is not supported yet"
+QUEUES = r"flow-control queues are not supported yet"
+
+
+def memory_engine(**options: Any) -> durably.Engine:
+    return durably.Engine(store=InMemoryStateStore(), **options)
+
+
+# ------------------------------------------------------------------ priority
+
+
+async def test_start_and_execute_refuse_a_priority_and_create_nothing(
+    engine_factory: EngineFactory, uid: str
+) -> None:
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx, x: int) -> int:
+        return x + 1
+
+    async with engine_factory() as engine:
+        with pytest.raises(NotImplementedError, match=f"Engine.start: {PRIORITY}"):
+            await engine.start(wf, 1, run_id=f"{uid}-a", priority=5)
+        with pytest.raises(NotImplementedError, match=PRIORITY):
+            await engine.execute(wf, 1, run_id=f"{uid}-b", priority=0)
+        with pytest.raises(NotImplementedError, match=f"Engine.start_raw: {PRIORITY}"):
+            await engine.start_raw(wf.name, 1, f"{uid}-c", priority=1)
+        refused = [await engine.get_run(f"{uid}-{x}") for x in "abc"]
+        # priority=None is the default and stays accepted
+        done = await engine.execute(wf, 1, run_id=f"{uid}-d", priority=None)
+    assert refused == [None, None, None]
+    assert done == 2
+
+
+async def test_ctx_calls_refuse_priority_and_queue_at_the_call(
+    engine_factory: EngineFactory, uid: str
+) -> None:
+    """The error comes out of the ctx call itself, before any position is claimed: a body
+    that catches it goes on with the same history numbering as one that never tried."""
+
+    @durably.step(f"{uid}.inc")
+    def inc(x: int) -> int:
+        return x + 1
+
+    @durably.workflow(f"{uid}.child")
+    async def child(ctx: WorkflowCtx, x: int) -> int:
+        return x
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx) -> dict[str, Any]:
+        refused: dict[str, str] = {}
+        attempts: dict[str, Any] = {
+            "step.priority": lambda: ctx.step(inc, 1, priority=1),
+            "step.queue": lambda: ctx.step(inc, 1, queue="payments"),
+            "child.priority": lambda: ctx.child(child, 1, priority=1),
+            "start_child.priority": lambda: ctx.start_child(child, 1, priority=1),
+            "all.priority": lambda: ctx.all(inc, [1, 2], priority=1),
+            "all_settled.priority": lambda: ctx.all_settled(inc, [1, 2], priority=1),
+        }
+        for label, attempt in attempts.items():
+            try:
+                attempt()
+            except NotImplementedError as exc:
+                refused[label] = str(exc)
+        out = await ctx.step(inc, 1, priority=None, queue=None)
+        return {"refused": refused, "out": out}
+
+    async with engine_factory() as engine:
+        handle = await engine.start(wf, run_id=f"{uid}-r")
+        result = await handle.result(timeout=RESULT_TIMEOUT)
+        cps = await engine.list_checkpoints(handle.run_id)
+
+    refused = result["refused"]
+    assert sorted(refused) == sorted(
+        [
+            "step.priority",
+            "step.queue",
+            "child.priority",
+            "start_child.priority",
+            "all.priority",
+            "all_settled.priority",
+        ]
+    )
+    assert re.search(QUEUES, refused["step.queue"]) and "'payments'" in refused["step.queue"]
+    for label in refused:
+        if label != "step.queue":
+            primitive = label.split(".")[0]
+            assert refused[label].startswith(f"ctx.{primitive}: "), refused[label]
+            assert re.search(PRIORITY, refused[label]), refused[label]
+    assert result["out"] == 2
+    assert shape(cps) == [(0, f"{uid}.inc", "remote", "completed")]
+
+
+async def test_a_queued_step_fails_the_run_with_an_error_naming_the_feature(
+    engine_factory: EngineFactory, uid: str
+) -> None:
+    @durably.step(f"{uid}.inc")
+    def inc(x: int) -> int:
+        return x + 1
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx) -> int:
+        return await ctx.step(inc, 1, queue="payments")
+
+    async with engine_factory() as engine:
+        handle = await engine.start(wf, run_id=f"{uid}-r")
+        with pytest.raises(RunFailedError) as info:
+            await handle.result(timeout=RESULT_TIMEOUT)
+        cps = await engine.list_checkpoints(handle.run_id)
+    assert info.value.error is not None
+    assert re.search(QUEUES, info.value.error.message), info.value.error.message
+    assert cps == []  # the step never ran
+
+
+# ------------------------------------------------------------------ decorators
+
+
+def test_step_requires_is_refused_at_declaration(uid: str) -> None:
+    with pytest.raises(NotImplementedError, match="capability routing is not supported yet"):
+
+        @durably.step(f"{uid}.gpu", requires=["gpu"])
+        def on_gpu(x: int) -> int:
+            return x
+
+    with pytest.raises(NotImplementedError, match=rf"@durably.step\('{uid}.gpu2'\) requires="):
+        durably.step(f"{uid}.gpu2", requires=("gpu",))
+
+    # Requiring nothing is not a requirement.
+    @durably.step(f"{uid}.plain", requires=[])
+    def plain(x: int) -> int:
+        return x
+
+    assert plain.name == f"{uid}.plain"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "feature"),
+    [
+        ("concurrency", {"key": "customer", "limit": 2}, "workflow concurrency quotas"),
+        ("singleton", {"key": "customer"}, "singleton workflows"),
+        ("event_batch", {"max_size": 10}, "event batching and debouncing"),
+    ],
+)
+def test_unimplemented_workflow_options_are_refused_at_declaration(
+    uid: str, option: str, value: Any, feature: str
+) -> None:
+    with pytest.raises(NotImplementedError) as info:
+        durably.workflow(f"{uid}.wf", **{option: value})
+    message = str(info.value)
+    assert message.startswith(f"@durably.workflow('{uid}.wf') {option}=..."), message
+    assert f"{feature} are not supported yet" in message
+
+
+def test_refusals_name_the_error_the_feature_will_raise(uid: str) -> None:
+    """api.md keeps these three errors importable though nothing raises them yet; each
+    says (docstring) when it will be raised, and the matching refusal names it."""
+    for error, option in (
+        (durably.ConcurrencyLimitError, "concurrency="),
+        (durably.SingletonQueueFullError, "singleton="),
+        (durably.WorkflowBlocked, "requires="),
+    ):
+        assert error.__doc__ and option in error.__doc__ and "never raises" in error.__doc__
+    with pytest.raises(NotImplementedError, match="ConcurrencyLimitError"):
+        durably.workflow(f"{uid}.a", concurrency={"limit": 1})
+    with pytest.raises(NotImplementedError, match="SingletonQueueFullError"):
+        durably.workflow(f"{uid}.b", singleton={"key": "k"})
+
+
+def test_step_decorators_take_no_queue() -> None:
+    """A queue belongs to the call (`ctx.step(queue=)`, refused above), never to the step."""
+    with pytest.raises(TypeError, match="queue"):
+        durably.step("x", queue="payments")  # type: ignore[call-arg]
+
+
+# ------------------------------------------------------------------ Engine(...)
+
+
+@pytest.mark.parametrize(
+    ("option", "feature"),
+    [
+        ("schedules", "schedules are not supported yet"),
+        ("retention", "retention is not supported yet"),
+        ("debounce", "event batching and debouncing are not supported yet"),
+        ("batch", "event batching and debouncing are not supported yet"),
+        ("queues", "flow-control queues are not supported yet"),
+        ("admission", "flow-control queues are not supported yet"),
+        ("dead_letter_workflow", "dead-letter workflows are not supported yet"),
+        ("concurrency", "worker concurrency of remote workers is not supported yet"),
+        ("connection", "remote workers and transports are not supported yet"),
+        ("transports", "remote workers and transports are not supported yet"),
+        ("topology", "remote workers and transports are not supported yet"),
+    ],
+)
+def test_engine_options_of_missing_features_name_the_feature(option: str, feature: str) -> None:
+    with pytest.raises(NotImplementedError) as info:
+        memory_engine(**{option: object()})
+    assert str(info.value).startswith(f"Engine({option}=...): {feature}"), str(info.value)
+
+
+def test_engine_transport_is_refused() -> None:
+    with pytest.raises(NotImplementedError, match="remote transports are not supported yet"):
+        durably.Engine(InMemoryStateStore(), "redis://localhost:6379/0")
+
+
+def test_a_misspelt_engine_option_is_a_type_error_with_a_suggestion() -> None:
+    with pytest.raises(TypeError, match=r"lease_msx \(did you mean lease_ms\?\)"):
+        memory_engine(lease_msx=1)
+    with pytest.raises(TypeError, match=r"shutdown_timeout_ms \(did you mean drain_timeout_ms"):
+        memory_engine(shutdown_timeout_ms=1)
+    with pytest.raises(TypeError, match="unknown Engine option"):
+        memory_engine(completely_unrelated=1)
+
+
+# ------------------------------------------------------------------ events and extras
+
+
+def test_events_that_are_never_emitted_are_not_declared() -> None:
+    declared = set(typing.get_args(EngineEventType))
+    assert "run.unrouted" not in declared and "run.blocked" not in declared
+    assert "run.routed" in declared
+    assert "reason" not in EngineEvent.__dataclass_fields__  # only those two carried it
+    snapshot = EventBus().snapshot()
+    assert "unrouted" not in snapshot.runs
+    assert "unrouted" not in snapshot.to_prometheus()
+
+
+def test_every_optional_extra_is_asked_for_by_the_code_that_needs_it() -> None:
+    """An extra is only honest when some code needs its packages, and such code tells a user
+    without them what to install (`pip install 'durably[postgres]'`). An extra nothing asks
+    for installs dead weight and promises a feature that does not exist."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    source = "\n".join(
+        path.read_text(encoding="utf-8") for path in (ROOT / "src" / "durably").rglob("*.py")
+    )
+    extras = set(project["optional-dependencies"]) - {"dev"}
+    assert {"postgres", "dashboard", "crypto"} <= extras
+    assert sorted(e for e in extras if f"durably[{e}]" not in source) == []
+
+
+# ------------------------------------------------------------------ implemented options
+
+
+async def test_declared_options_that_work_are_not_refused(
+    engine_factory: EngineFactory, uid: str
+) -> None:
+    """The audit's other half: `on_event` starts a run and a `search_attributes` schema
+    rejects a bad upsert, so neither is a silent no-op."""
+
+    @durably.workflow(f"{uid}.on-event", on_event=[f"{uid}.paid"])
+    async def on_paid(ctx: WorkflowCtx, payload: dict[str, Any]) -> int:
+        return int(payload["amount"])
+
+    def schema(attrs: dict[str, Any]) -> str | None:
+        return None if isinstance(attrs.get("tier"), str) else "tier must be a string"
+
+    @durably.workflow(f"{uid}.attrs", search_attributes=schema)
+    async def attrs(ctx: WorkflowCtx) -> None:
+        await ctx.upsert_search_attributes({"tier": 3})
+
+    async with engine_factory(workflows=[on_paid, attrs]) as engine:
+        touched = await engine.publish_event(f"{uid}.paid", {"amount": 7}, id=f"{uid}-e")
+        started = engine.handle(f"evt:{uid}-e:{uid}.on-event")
+        assert await started.result(timeout=RESULT_TIMEOUT) == 7
+        handle = await engine.start(attrs, run_id=f"{uid}-a")
+        with pytest.raises(RunFailedError) as info:
+            await handle.result(timeout=RESULT_TIMEOUT)
+    assert touched == 1
+    assert info.value.error is not None and info.value.error.code == "invalid_search_attributes"
