@@ -118,3 +118,15 @@ async def serve(app: Any) -> AsyncIterator[str]:
             await asyncio.wait_for(task, 10)
         finally:
             sock.close()
+
+
+def csp_watch(page: Any) -> list[str]:
+    """Collects what breaks under the console's Content-Security-Policy: console messages
+    reporting a CSP violation, and uncaught page errors. Assert it stays empty."""
+    found: list[str] = []
+    page.on(
+        "console",
+        lambda m: found.append(m.text) if "Content Security Policy" in m.text else None,
+    )
+    page.on("pageerror", lambda e: found.append(str(e)))
+    return found

@@ -23,7 +23,7 @@ from durably import Engine, FatalError, WorkflowCtx
 from durably._core.models import WorkflowRun
 from durably.dashboard import create_app
 
-from .conftest import serve
+from .conftest import csp_watch, serve
 
 FAST: dict[str, Any] = {
     "timer_poll_ms": 20,
@@ -116,6 +116,7 @@ async def test_console_fan_failed_only_and_live_retry(
             context = await browser.new_context(viewport=VIEWPORT)
             page = await context.new_page()
             page.set_default_timeout(TIMEOUT_MS)
+            violations = csp_watch(page)
 
             # ---- the list: both runs, status chips with whole-set counts
             await page.goto(base + "#/runs")
@@ -208,6 +209,7 @@ async def test_console_fan_failed_only_and_live_retry(
             assert run is not None and run.status == "completed" and run.output == 300
             await page.screenshot(path=shots / "05-retried-completed.png", full_page=True)
             await context.close()
+            assert violations == [], violations  # the console runs under its own CSP
 
             # ---- the run-detail page of the 40,000-member fan, cold (a new context has an
             # empty cache): navigation until the fan node is visible, and every byte of it

@@ -35,7 +35,8 @@ async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
         yield eng
 
 
-def client_for(app: Any, base: str = "http://testserver") -> httpx.AsyncClient:
+def client_for(app: Any, base: str = "http://localhost") -> httpx.AsyncClient:
+    """An in-process client; `localhost` is one of the console's default allowed hosts."""
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=base)
 
 

@@ -1,4 +1,4 @@
-"""Session-cookie login of run-detail.md §13 (cookie, guards, sliding renewal, routes)."""
+"""The console's session-cookie login (cookie, guards, sliding renewal, routes)."""
 
 from __future__ import annotations
 
@@ -61,8 +61,12 @@ def test_cookie_format_and_verification() -> None:
     assert verify_session(SECRET, value, now + HOUR + 31_000) is None
     assert parse_cookie_header(f'a=1; {COOKIE_NAME}="x%2Ey"; {COOKIE_NAME}=2') == "x.y"
     assert parse_cookie_header("a=1") is None
-    assert parse_ttl("1 day") == 8 * HOUR and parse_ttl(" 30m ") == 30 * 60_000
-    assert parse_ttl("2d") == 48 * HOUR
+    assert parse_ttl("1 day") == 24 * HOUR and parse_ttl(" 30m ") == 30 * 60_000
+    assert parse_ttl("2d") == 48 * HOUR and parse_ttl("30min") == 30 * 60_000
+    assert parse_ttl(90) == 90_000  # a number is seconds, as everywhere in the Python API
+    for bad in ("1 fortnight", "8 hours later", "", "0s", "-1h"):
+        with pytest.raises(ValueError, match="session ttl"):
+            parse_ttl(bad)
 
 
 def test_boot_errors(engine: Engine) -> None:
@@ -75,6 +79,8 @@ def test_boot_errors(engine: Engine) -> None:
     with pytest.raises(DashboardConfigError):
         create_app(engine, auth={"login": _login})
     create_app(engine, auth={"secret": "x", "login": _login, "ttl": "1 day"})
+    with pytest.raises(DashboardConfigError, match="'1 fortnight'"):
+        create_app(engine, auth={"secret": "x", "login": _login, "ttl": "1 fortnight"})
 
 
 async def test_login_mode_guards_login_and_logout(engine: Engine) -> None:
@@ -105,7 +111,7 @@ async def test_login_mode_guards_login_and_logout(engine: Engine) -> None:
         )
         assert ok.status_code == 200 and ok.json() == {"redirectTo": "/durable/x"}
         attrs = [a.strip() for a in ok.headers["set-cookie"].split(";")]
-        assert {"Path=/", "HttpOnly", "SameSite=Lax", "Max-Age=28800"} <= set(attrs)
+        assert {"Path=/", "HttpOnly", "SameSite=Strict", "Max-Age=28800"} <= set(attrs)
         assert "Secure" not in attrs
         cookie = _cookie_of(ok)
         jar = {"Cookie": f"{COOKIE_NAME}={cookie}"}

@@ -33,9 +33,9 @@ class AsgiStream:
             "raw_path": path.encode(),
             "root_path": "",
             "query_string": b"",
-            "headers": [(b"host", b"testserver"), (b"accept", b"text/event-stream")],
+            "headers": [(b"host", b"localhost"), (b"accept", b"text/event-stream")],
             "client": ("127.0.0.1", 1234),
-            "server": ("testserver", 80),
+            "server": ("localhost", 80),
         }
         self.task = asyncio.create_task(app(scope, self._receive, self._send))
         self.buffer = ""

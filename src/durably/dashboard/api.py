@@ -1,8 +1,11 @@
-"""The JSON API of run-detail.md §12.3 over an `Engine`'s read and control methods.
+"""The console's JSON API over an `Engine`'s read and control methods.
 
 Every route is relative to the API base path. Mutating routes (retry, retry-with-input,
 cancel, continue, redispatch, bulk, webhooks, updates) answer `403` in read-only mode.
-Errors use `{statusCode, message, error}`.
+Errors use `{statusCode, message, error}`. Query parameters are read strictly (see
+`filters`): every route names the parameters it takes and refuses any other with a 400,
+so a typo can never widen what a request reads or changes. Same-origin, content type and
+body size are checked before any route runs (`security.ConsoleGate`).
 """
 
 from __future__ import annotations
@@ -16,26 +19,39 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from durably._core.errors import InputValidationError
 from durably._engine.engine import Engine
 from durably._read import lists
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 from durably.dashboard.filters import (
+    FILTER_PARAMS,
+    MAX_OFFSET,
+    PAGE_PARAMS,
     BadRequest,
-    non_negative_int,
+    MultiParams,
+    boolean,
+    check_known,
+    integer,
+    page,
     run_query_kwargs,
     value_facet_request,
-    without_page,
 )
 from durably.dashboard.metrics import metrics_text
 from durably.dashboard.responses import error_response, json_response, not_modified
 from durably.dashboard.stream import sse_response
 
-__all__ = ["BULK_LIMIT", "READ_ONLY_MESSAGE", "DashboardApi"]
+__all__ = ["BULK_ACTIONS", "BULK_LIMIT", "READ_ONLY_MESSAGE", "DashboardApi"]
 
 log = logging.getLogger("durably.dashboard")
 
 #: `POST bulk/:action` considers at most this many matching runs.
 BULK_LIMIT = 500
+BULK_ACTIONS = ("cancel", "retry")
+_LIST_PARAMS = FILTER_PARAMS | PAGE_PARAMS
+#: A bulk action does not page (it applies to up to BULK_LIMIT runs): a `limit` given to
+#: it would be ignored — a wider action than asked — so it is refused as unknown.
+_BULK_PARAMS = FILTER_PARAMS | {"compensate", "all"}
+_NONE: frozenset[str] = frozenset()
 READ_ONLY_MESSAGE = (
     "This durable dashboard is read-only: {action} is disabled (the console was started "
     "with read_only=True / --read-only)."
@@ -43,11 +59,11 @@ READ_ONLY_MESSAGE = (
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
-_NO_BODY = object()
 
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("true", "1")
+def _params(request: Request, allowed: frozenset[str] | set[str]) -> MultiParams:
+    params = request.query_params
+    check_known(params, allowed)
+    return params
 
 
 async def _json_body(request: Request, default: Any = None) -> Any:
@@ -109,6 +125,10 @@ class DashboardApi:
                 return await endpoint(request)
             except BadRequest as exc:
                 return error_response(400, str(exc))
+            except InputValidationError as exc:
+                # The input a client sent does not fit the workflow: the client's mistake,
+                # answered with what the validation found (not a 500).
+                return error_response(422, str(exc), {"details": exc.details})
             except Exception as exc:
                 log.exception("durably dashboard: %s %s failed", request.method, request.url)
                 return error_response(500, f"{type(exc).__name__}: {exc}")
@@ -126,12 +146,18 @@ class DashboardApi:
     # ------------------------------------------------------------------ lists
 
     async def list_runs(self, request: Request) -> Response:
-        query = lists.as_run_query(**run_query_kwargs(request.query_params))
+        params = _params(request, _LIST_PARAMS)
+        limit, offset = page(params)
+        query = lists.as_run_query(**run_query_kwargs(params), limit=limit, offset=offset)
         items = await lists.list_run_items(self.engine.store, query)
         return json_response([item.to_row_json() for item in items])
 
     async def run_facets(self, request: Request) -> Response:
-        query = without_page(run_query_kwargs(request.query_params))
+        # Whole-set counts: the page window and the status/origin predicates (the chips
+        # being counted) are read, checked and left out.
+        params = _params(request, _LIST_PARAMS)
+        page(params)
+        query = run_query_kwargs(params)
         for key in ("status", "statuses", "origin", "origins"):
             query.pop(key, None)
         rows = await self.engine.run_facets(**query)
@@ -146,7 +172,10 @@ class DashboardApi:
 
     async def run_detail(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        over = non_negative_int(request.query_params.get("summarizeFansOver"))
+        params = _params(request, {"summarizeFansOver"})
+        over = None
+        if params.getlist("summarizeFansOver"):
+            over = integer(params, "summarizeFansOver", default=0, low=0, high=MAX_OFFSET)
         detail = await self.engine.get_run_detail(
             run_id,
             summarize_fans_over=over,
@@ -162,31 +191,32 @@ class DashboardApi:
     async def fan_members(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         group = request.path_params["group"]
-        params = request.query_params
-        offset = non_negative_int(params.get("offset"))
-        limit = non_negative_int(params.get("limit"))
-        page = await self.engine.get_fan_members(
+        params = _params(request, PAGE_PARAMS | {"failedOnly"})
+        limit, offset = page(params, default=FAN_PAGE_DEFAULT_LIMIT)
+        members = await self.engine.get_fan_members(
             run_id,
             group,
-            offset=offset or 0,
-            limit=FAN_PAGE_DEFAULT_LIMIT if limit is None else limit,
-            failed_only=_truthy(params.get("failedOnly")),
+            offset=offset,
+            limit=limit,
+            failed_only=boolean(params, "failedOnly") or False,
             if_none_match=request.headers.get("if-none-match"),
         )
-        if page is None:
+        if members is None:
             return error_response(404, f"run {run_id} not found")
-        if page.not_modified and page.etag is not None:
-            return not_modified(page.etag)
-        headers = {"ETag": page.etag} if page.etag else None
-        return json_response(page.to_json(), headers=headers)
+        if members.not_modified and members.etag is not None:
+            return not_modified(members.etag)
+        headers = {"ETag": members.etag} if members.etag else None
+        return json_response(members.to_json(), headers=headers)
 
     async def stream(self, request: Request) -> Response:
+        _params(request, _NONE)
         run_id = request.path_params["run_id"]
         if await self.engine.get_run(run_id) is None:
             return error_response(404, f"run {run_id} not found")
         return sse_response(self.engine, run_id, request)
 
     async def get_event(self, request: Request) -> Response:
+        _params(request, _NONE)
         run_id = request.path_params["run_id"]
         value = await self.engine.get_event(run_id, request.path_params["key"])
         return json_response(value)
@@ -194,9 +224,15 @@ class DashboardApi:
     # ------------------------------------------------------------------ controls
 
     async def retry(self, request: Request) -> Response:
-        return _result(await self.engine.requeue(request.path_params["run_id"]))
+        _params(request, _NONE)
+        run_id = request.path_params["run_id"]
+        result = await self.engine.requeue(run_id)
+        if result is None:
+            return error_response(404, f"run {run_id} not found")
+        return _result(result)
 
     async def retry_with_input(self, request: Request) -> Response:
+        _params(request, _NONE)
         run_id = request.path_params["run_id"]
         body = await _json_body(request, {})
         if not isinstance(body, dict):
@@ -208,13 +244,14 @@ class DashboardApi:
 
     async def cancel(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        compensate = request.query_params.get("compensate") == "true"
+        compensate = boolean(_params(request, {"compensate"}), "compensate") or False
         result = await self.engine.cancel(run_id, compensate=compensate)
         if result is None:
             return error_response(404, f"run {run_id} not found")
         return _result(result)
 
     async def continue_run(self, request: Request) -> Response:
+        _params(request, _NONE)
         run_id = request.path_params["run_id"]
         result = await self.engine.continue_run(run_id)
         if result is None:
@@ -222,6 +259,7 @@ class DashboardApi:
         return _result(result)
 
     async def redispatch(self, request: Request) -> Response:
+        _params(request, _NONE)
         run_id = request.path_params["run_id"]
         result = await self.engine.redispatch_pending(run_id)
         if result is None:
@@ -229,6 +267,7 @@ class DashboardApi:
         return json_response(result)
 
     async def update(self, request: Request) -> Response:
+        _params(request, _NONE)
         run_id = request.path_params["run_id"]
         arg = await _json_body(request)
         outcome = await self.engine.update(run_id, request.path_params["name"], arg)
@@ -239,9 +278,23 @@ class DashboardApi:
 
     async def bulk(self, request: Request) -> Response:
         action = request.path_params["action"]
-        compensate = request.query_params.get("compensate") == "true"
-        query = without_page(run_query_kwargs(request.query_params))
-        runs = await self.engine.list_runs(**query, limit=BULK_LIMIT)
+        if action not in BULK_ACTIONS:
+            # An unknown action once fell through to "retry": `bulk/delete` retried runs.
+            raise BadRequest(f"Unknown bulk action {action!r}: use {' or '.join(BULK_ACTIONS)}.")
+        params = _params(request, _BULK_PARAMS)
+        compensate = boolean(params, "compensate") or False
+        everything = boolean(params, "all")
+        query = run_query_kwargs(params)
+        if not query and everything is not True:
+            # No filter means every run: that must be said, not reached by accident (a
+            # filter that was blank, or dropped, once cancelled every live run).
+            raise BadRequest(
+                f"bulk {action} without a filter would apply to every run: add filters "
+                "(status, workflow, tag, namespace, origin, unattributed, attr) or all=true."
+            )
+        # Through `as_run_query`, as the list does, so `attr` filters (mappings) are read the
+        # same way and a bulk action hits exactly the set the list shows.
+        runs = await self.engine.store.list_runs(lists.as_run_query(**query, limit=BULK_LIMIT))
         applied = 0
         for run in runs:
             try:
@@ -256,6 +309,7 @@ class DashboardApi:
         return json_response({"matched": len(runs), "applied": applied})
 
     async def webhook(self, request: Request) -> Response:
+        _params(request, _NONE)
         token = request.path_params["token"]
         body = await _json_body(request)
         result = await self.engine.signal(token, body)
@@ -266,14 +320,17 @@ class DashboardApi:
     # ------------------------------------------------------------------ operations
 
     async def metrics(self, request: Request) -> Response:
+        _params(request, _NONE)
         return Response(
             await metrics_text(self.engine),
             headers={"Content-Type": "text/plain; version=0.0.4"},
         )
 
     async def workers(self, request: Request) -> Response:
+        _params(request, _NONE)
         groups = await self.engine.worker_health()
         return json_response([g.to_json() for g in groups])
 
     async def topology(self, request: Request) -> Response:
+        _params(request, _NONE)
         return json_response({"role": "control-plane"})

@@ -17,12 +17,20 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import ASGIApp
 
 from durably._engine.engine import Engine
 from durably.dashboard.api import DashboardApi
-from durably.dashboard.auth import Authenticator, DashboardAuth, DashboardConfigError
-from durably.dashboard.pages import asset_bytes, asset_type, index_html
+from durably.dashboard.auth import Authenticator, DashboardAuth
+from durably.dashboard.config import DashboardConfigError
+from durably.dashboard.pages import PUBLIC_ASSETS, asset_bytes, asset_type, index_html
 from durably.dashboard.responses import error_response
+from durably.dashboard.security import (
+    DEFAULT_MAX_BODY_BYTES,
+    ConsoleGate,
+    HostPolicy,
+    host_policy,
+)
 
 __all__ = ["Guard", "create_app", "normalize_path"]
 
@@ -62,6 +70,19 @@ def _host_guards(guards: Sequence[Guard]) -> Callable[[Endpoint], Endpoint]:
     return wrap
 
 
+class _ConsoleApp(Starlette):
+    """Starlette with `ConsoleGate` OUTSIDE its own error middleware, so that every answer —
+    a 500 of Starlette's error handler included — passes the gate and carries its headers."""
+
+    def __init__(self, *, hosts: HostPolicy, max_body_bytes: int, **options: Any) -> None:
+        super().__init__(**options)
+        self._hosts = hosts
+        self._max_body_bytes = max_body_bytes
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return ConsoleGate(super().build_middleware_stack(), self._hosts, self._max_body_bytes)
+
+
 def create_app(
     engine: Engine,
     *,
@@ -70,17 +91,27 @@ def create_app(
     read_only: bool = False,
     auth: DashboardAuth | Mapping[str, Any] | None = None,
     guards: Sequence[Guard] = (),
+    allowed_hosts: Sequence[str] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     debug: bool = False,
 ) -> Starlette:
     """The dashboard app: the console at `base_path`, the JSON API at `api_base_path`
     (default `base_path + "/api"`), both relative to where the app is mounted.
 
     `read_only=True` answers 403 to every mutating endpoint. `auth` (a `DashboardAuth` or
-    its mapping form) turns on the session-cookie login of run-detail.md §13; an invalid
-    configuration raises `DashboardConfigError` here. `guards` are host callables run
-    before every route (auth routes excepted)."""
+    its mapping form) turns on the session-cookie login; an invalid configuration raises
+    `DashboardConfigError` here. `guards` are host callables run before every route (auth
+    routes excepted). `allowed_hosts` are the `Host` names the console answers (default:
+    localhost, 127.0.0.1, [::1]; `.example.com` for a domain and its subdomains, `["*"]`
+    for any, when the host app checks `Host` itself). A request body larger than
+    `max_body_bytes` (default 1 MiB) is refused with 413."""
     if not isinstance(engine, Engine):
         raise DashboardConfigError(f"create_app needs a durably.Engine, got {type(engine)!r}")
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int):
+        raise DashboardConfigError(f"max_body_bytes must be an int, got {max_body_bytes!r}")
+    if max_body_bytes < 1:
+        raise DashboardConfigError(f"max_body_bytes must be at least 1, got {max_body_bytes}")
+    hosts = host_policy(allowed_hosts)
     base = normalize_path(base_path)
     api_base = normalize_path(api_base_path) if api_base_path is not None else base + "/api"
     authenticator = Authenticator(DashboardAuth.of(auth), base) if auth is not None else None
@@ -116,6 +147,16 @@ def create_app(
             },
         )
 
+    guarded_asset, public_asset = ui_wrap(asset), host(asset)
+
+    async def any_asset(request: Request) -> Response:
+        # The login page's script and style are assets (the CSP allows no inline code) and a
+        # visitor without a session must be able to load them: those few names skip the
+        # session check (host guards still apply); every other asset needs a session.
+        if request.path_params["file"] in PUBLIC_ASSETS:
+            return await public_asset(request)
+        return await guarded_asset(request)
+
     routes: list[BaseRoute] = []
     if authenticator is not None:
         routes += [
@@ -125,7 +166,7 @@ def create_app(
             Route(base + "/logout", authenticator.logout, methods=["GET"]),
         ]
     routes += [
-        Route(base + "/assets/{file:path}", ui_wrap(asset), methods=["GET"]),
+        Route(base + "/assets/{file:path}", any_asset, methods=["GET"]),
         Route(base or "/", ui_wrap(index), methods=["GET"]),
     ]
     if base:
@@ -138,7 +179,9 @@ def create_app(
     async def bad_method(request: Request, exc: Exception) -> Response:
         return error_response(405, f"Cannot {request.method} {request.url.path}")
 
-    app = Starlette(
+    app = _ConsoleApp(
+        hosts=hosts,
+        max_body_bytes=max_body_bytes,
         debug=debug,
         routes=routes,
         exception_handlers={404: not_found, 405: bad_method},
@@ -147,4 +190,5 @@ def create_app(
     app.state.durably_read_only = read_only
     app.state.durably_base_path = base or "/"
     app.state.durably_api_base_path = api_base
+    app.state.durably_allowed_hosts = hosts.listed
     return app

@@ -1,11 +1,12 @@
-"""Optional session-cookie login for the dashboard (run-detail.md §13, features.md §11.3).
+"""Optional session-cookie login for the dashboard.
 
 `DashboardAuth(secret=..., ttl="8h", session=..., login=..., revalidate=...,
 unauthenticated_page=...)`: unset → the console is open. Mode A `session(request)` checks the
 host's own auth on `POST <base>/session`; Mode B `login(username, password)` backs the built-in
 login page. Hooks may be sync or async and return a user `{id, name?, roles?}` (a mapping or an
 object with those attributes) or None; a raising hook is a denial (logged once per hook kind).
-Invalid configuration raises `DashboardConfigError` when the app is built.
+Invalid configuration (an unreadable `ttl` included) raises `DashboardConfigError` when the
+app is built.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from durably._core.durations import Duration
+from durably.dashboard.config import DashboardConfigError
 from durably.dashboard.cookie import (
     clear_cookie_header,
     is_https,
@@ -33,8 +36,9 @@ from durably.dashboard.cookie import (
 )
 from durably.dashboard.pages import login_page, session_required_page
 from durably.dashboard.responses import error_response, json_response
+from durably.dashboard.security import cross_site_refusal
 
-__all__ = ["Authenticator", "DashboardAuth", "DashboardConfigError"]
+__all__ = ["Authenticator", "DashboardAuth", "DashboardConfigError", "console_page"]
 
 log = logging.getLogger("durably.dashboard")
 
@@ -42,14 +46,10 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 _HOOKS = ("session", "login", "revalidate", "unauthenticated_page")
 
 
-class DashboardConfigError(ValueError):
-    """The dashboard's configuration is invalid (raised when the app is built)."""
-
-
 @dataclass(frozen=True)
 class DashboardAuth:
     secret: str
-    ttl: str = "8h"
+    ttl: Duration = "8h"
     session: Callable[..., Any] | None = None
     login: Callable[..., Any] | None = None
     revalidate: Callable[..., Any] | None = None
@@ -83,6 +83,15 @@ class DashboardAuth:
                 "dashboard auth needs at least one of `session` (the host's own auth, "
                 "Mode A) and `login` (the built-in login page, Mode B)"
             )
+        self.ttl_ms()
+
+    def ttl_ms(self) -> int:
+        """The session lifetime in milliseconds; `DashboardConfigError` naming the value
+        when it is not a duration (never a silent default)."""
+        try:
+            return parse_ttl(self.ttl)
+        except ValueError as exc:
+            raise DashboardConfigError(f"dashboard auth: {exc}") from None
 
     @property
     def modes(self) -> list[str]:
@@ -112,7 +121,7 @@ class Authenticator:
         config.validate()
         self.config = config
         self.base_path = base_path  # normalised, "" for the root
-        self.ttl_ms = parse_ttl(config.ttl)
+        self.ttl_ms = config.ttl_ms()
         self.modes = config.modes
         self._logged: set[str] = set()
         self._renewals: dict[tuple[str, str], asyncio.Future[bool]] = {}
@@ -231,14 +240,18 @@ class Authenticator:
                 return page
             if isinstance(page, str) and page:
                 return HTMLResponse(page, status_code=401, headers=_NO_STORE)
-        return HTMLResponse(session_required_page(), status_code=401, headers=_NO_STORE)
+        assets = self._external_path(request, "/assets")
+        return HTMLResponse(session_required_page(assets), status_code=401, headers=_NO_STORE)
 
     # ------------------------------------------------------------------ routes
 
     async def login_page(self, request: Request) -> Response:
         if "login" not in self.modes:
             return error_response(404, "Not Found")
-        return HTMLResponse(login_page(self._external_path(request, "/login")), headers=_NO_STORE)
+        page = login_page(
+            self._external_path(request, "/login"), self._external_path(request, "/assets")
+        )
+        return HTMLResponse(page, headers=_NO_STORE)
 
     async def login(self, request: Request) -> Response:
         if "login" not in self.modes:
@@ -254,16 +267,9 @@ class Authenticator:
         user = _user_dict(await self._call("login", body["username"], body["password"]))
         if user is None:
             return json_response({"message": "Invalid username or password."}, 401)
+        base = self.external_base(request)
         return_to = body.get("returnTo")
-        if (
-            isinstance(return_to, str)
-            and return_to.startswith("/")
-            and not return_to.startswith("//")
-            and "://" not in return_to
-        ):
-            redirect_to = return_to
-        else:
-            redirect_to = self.external_base(request)
+        redirect_to = return_to if console_page(return_to, base) else base
         response = json_response({"redirectTo": redirect_to})
         self._issue(request, response, user)
         return response
@@ -279,6 +285,12 @@ class Authenticator:
         return response
 
     async def logout(self, request: Request) -> Response:
+        # A GET that changes state: a link or image on another site must not sign the
+        # operator out. Navigations carry Sec-Fetch-Site, so only the console's own link
+        # and a typed URL clear the cookie.
+        refusal = cross_site_refusal(request.headers, request.url.scheme)
+        if refusal is not None:
+            return error_response(403, refusal)
         if "login" in self.modes:
             location = self._external_path(request, "/login")
         else:
@@ -289,3 +301,26 @@ class Authenticator:
 
 
 _NO_STORE = {"Cache-Control": "no-store, must-revalidate"}
+
+
+def console_page(target: Any, base: str) -> bool:
+    """Whether a login's `returnTo` is a page of this console: a relative reference whose
+    path is `base` or below it, parsed (never pattern-matched). Refused: anything with a
+    scheme or a host (`https://x`, `//x`, `javascript:`), a backslash (browsers read `/\\x`
+    as `//x`), control characters and spaces, dot segments that climb out of `base`
+    (encoded or not), and paths elsewhere on the host (another app's page is not ours to
+    send people to)."""
+    if not isinstance(target, str) or not target.startswith("/"):
+        return False
+    if "\\" in target or any(ord(c) < 0x21 or ord(c) == 0x7F for c in target):
+        return False
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or target.startswith("//"):
+        return False
+    path = unquote(parts.path)
+    if "\\" in path or any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        return False
+    if any(segment in (".", "..") for segment in path.split("/")):
+        return False
+    root = base.rstrip("/")
+    return path == (root or "/") or path.startswith(root + "/")

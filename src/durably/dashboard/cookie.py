@@ -11,10 +11,11 @@ import hashlib
 import hmac
 import json
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote
+
+from durably._core.durations import Duration, to_ms
 
 __all__ = [
     "COOKIE_NAME",
@@ -33,19 +34,24 @@ COOKIE_NAME = "durable_dashboard_session"
 DEFAULT_TTL_MS = 8 * 3600 * 1000
 #: An expired cookie is still accepted this long after `exp` (clock skew).
 SKEW_MS = 30_000
-_TTL = re.compile(r"^(\d+)([smhd])$")
-_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+#: The cookie's `Max-Age` is whole seconds: a shorter session would expire as it is issued.
+MIN_TTL_MS = 1000
 
 
-def parse_ttl(ttl: str | None) -> int:
-    """`^\\d+[smhd]$` after trimming → milliseconds; anything else → 8 h."""
-    if not isinstance(ttl, str):
-        return DEFAULT_TTL_MS
-    match = _TTL.match(ttl.strip())
-    if match is None:
-        return DEFAULT_TTL_MS
-    ms = int(match.group(1)) * _UNIT_MS[match.group(2)]
-    return ms if ms > 0 else DEFAULT_TTL_MS
+def parse_ttl(ttl: Duration) -> int:
+    """A session lifetime → milliseconds, read like every duration of the Python API
+    ("30m", "30min", "8h", "1 day", a number of seconds, a timedelta). Anything else, or less
+    than a second, raises ValueError: an unreadable ttl once silently became 8 h, which
+    is not what someone who wrote "30min" meant."""
+    try:
+        ms = to_ms(ttl)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"session ttl {ttl!r} is not a duration (e.g. '30m', '8h', '1d')"
+        ) from None
+    if ms < MIN_TTL_MS:
+        raise ValueError(f"session ttl {ttl!r} is shorter than one second")
+    return ms
 
 
 def _b64(data: bytes) -> str:
@@ -134,7 +140,10 @@ def set_cookie_header(value: str, ttl_ms: int, secure: bool) -> str:
         f"{COOKIE_NAME}={quote(value, safe='')}",
         "Path=/",
         "HttpOnly",
-        "SameSite=Lax",
+        # Strict: the browser never sends the session with a request another site started
+        # (not even a top-level link), so no other page can act with it. The price: following
+        # a link to the console from elsewhere asks for a login once.
+        "SameSite=Strict",
         f"Max-Age={ttl_ms // 1000}",
     ]
     if secure:
@@ -147,7 +156,7 @@ def clear_cookie_header(secure: bool) -> str:
         f"{COOKIE_NAME}=",
         "Path=/",
         "HttpOnly",
-        "SameSite=Lax",
+        "SameSite=Strict",
         "Max-Age=0",
         "Expires=Thu, 01 Jan 1970 00:00:00 GMT",
     ]

@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 
 __all__ = [
     "ASSET_TYPES",
+    "PUBLIC_ASSETS",
     "asset_bytes",
     "asset_type",
     "index_html",
@@ -63,56 +64,37 @@ def asset_type(name: str) -> str:
     return ASSET_TYPES.get(suffix, "application/octet-stream")
 
 
-_STYLE = (
-    "body{font:14px/1.5 system-ui,sans-serif;margin:0;display:flex;min-height:100vh;"
-    "align-items:center;justify-content:center;background:#f6f7f9;color:#1b1f24}"
-    "form,section{background:#fff;padding:2rem;border-radius:8px;min-width:18rem;"
-    "box-shadow:0 1px 3px #0002}label{display:block;margin:.75rem 0 .25rem}"
-    "input{width:100%;box-sizing:border-box;padding:.4rem}button{margin-top:1rem;"
-    "padding:.45rem 1rem}#error{color:#b42318;min-height:1.5em}"
-)
+#: Assets the login and session-required pages use; served without a session (they are
+#: the same for everyone and reveal nothing).
+PUBLIC_ASSETS = frozenset({"login.js", "login.css"})
 
 
-def login_page(action: str) -> str:
-    """The built-in login form (Mode B): reads `returnTo`/`error` client-side, POSTs JSON."""
-    target = json.dumps(action).replace("<", "\\u003c")
+def login_page(action: str, assets: str) -> str:
+    """The built-in login form (Mode B). Its script (`login.js`) reads `returnTo`/`error`
+    client-side and POSTs JSON to the form's `action`; nothing is inline, so the console's
+    Content-Security-Policy (own assets only) holds on this page too."""
+    a, base = html.escape(action), html.escape(assets)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Sign in · durably console</title><style>{_STYLE}</style></head>
-<body><form id="login" method="post" action="{html.escape(action)}">
+<title>Sign in · durably console</title>
+<link rel="stylesheet" href="{base}/login.css">
+<script type="module" src="{base}/login.js"></script></head>
+<body><form id="login" method="post" action="{a}">
 <h1>durably console</h1><div id="error" role="alert"></div>
 <label for="username">Username</label>
 <input id="username" name="username" autocomplete="username" required>
 <label for="password">Password</label>
 <input id="password" name="password" type="password" autocomplete="current-password">
-<button type="submit">Sign in</button></form>
-<script>
-(function () {{
-  var form = document.getElementById("login"), err = document.getElementById("error");
-  var params = new URLSearchParams(location.search);
-  if (params.get("error")) err.textContent = params.get("error");
-  form.addEventListener("submit", function (e) {{
-    e.preventDefault();
-    fetch({target}, {{method: "POST", credentials: "same-origin",
-      headers: {{"Content-Type": "application/json"}},
-      body: JSON.stringify({{username: form.username.value, password: form.password.value,
-                            returnTo: params.get("returnTo") || undefined}})}})
-      .then(function (r) {{ return r.json().then(function (b) {{ return [r.ok, b]; }}); }})
-      .then(function (res) {{
-        if (res[0]) location.assign(res[1].redirectTo);
-        else err.textContent = res[1].message || "Sign-in failed.";
-      }}, function () {{ err.textContent = "Sign-in failed."; }});
-  }});
-}})();
-</script></body></html>
+<button type="submit">Sign in</button></form></body></html>
 """
 
 
-def session_required_page() -> str:
+def session_required_page(assets: str) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Session required · durably console</title>
-<style>{_STYLE}</style></head><body><section><h1>Session required</h1>
+<link rel="stylesheet" href="{html.escape(assets)}/login.css"></head><body><section>
+<h1>Session required</h1>
 <p>Sign in to the application that hosts this console, then reload this page.</p>
 </section></body></html>
 """

@@ -1,8 +1,9 @@
-"""JSON answers and the `{statusCode, message, error}` error shape (run-detail.md §12.3)."""
+"""JSON answers and the `{statusCode, message, error}` error shape of every 4xx/5xx."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -23,14 +24,17 @@ def json_response(
     )
 
 
-def error_response(status_code: int, message: str) -> Response:
+def error_response(
+    status_code: int, message: str, extra: Mapping[str, Any] | None = None
+) -> Response:
+    """`{statusCode, message, error}`, plus `extra` fields (e.g. validation `details`)."""
     try:
         phrase = HTTPStatus(status_code).phrase
     except ValueError:
         phrase = "Error"
-    return json_response(
-        {"statusCode": status_code, "message": message, "error": phrase}, status_code
-    )
+    body: dict[str, Any] = {"statusCode": status_code, "message": message, "error": phrase}
+    body.update(extra or {})
+    return json_response(body, status_code)
 
 
 def not_modified(etag: str) -> Response:

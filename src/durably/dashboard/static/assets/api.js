@@ -1,4 +1,4 @@
-// The JSON API client (run-detail.md §12.3): bases from the config block, errors as
+// The JSON API client: bases from the config block, errors as
 // `{statusCode, message}`, ETag revalidation, read-only detection.
 
 const cfgEl = document.getElementById("durable-config");
@@ -61,12 +61,14 @@ export async function get(path, params, etag, signal) {
 
 export const getJson = async (path, params, signal) => (await get(path, params, null, signal)).body;
 
+// Every change is a same-origin POST that says it is JSON, with or without a body: the
+// server refuses any other content type on a change (a form or a no-cors fetch from another
+// site cannot send this one without a CORS preflight, which the console never answers).
+const SEND_JSON = { Accept: "application/json", "Content-Type": "application/json" };
+
 export async function post(path, params, body) {
-  const init = { method: "POST", credentials: "same-origin", headers: { Accept: "application/json" } };
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
+  const init = { method: "POST", credentials: "same-origin", headers: { ...SEND_JSON } };
+  if (body !== undefined) init.body = JSON.stringify(body);
   const res = await fetch(url(path, params), init);
   if (!res.ok) await fail(res);
   const text = await res.text();
@@ -80,7 +82,7 @@ export async function probeReadOnly() {
   if (typeof config.readOnly === "boolean") return;
   try {
     const res = await fetch(url("runs/" + encodeURIComponent("__console_probe__") + "/continue"),
-      { method: "POST", credentials: "same-origin" });
+      { method: "POST", credentials: "same-origin", headers: { ...SEND_JSON } });
     setReadOnly(res.status === 403);
   } catch { /* offline: leave as is */ }
 }

@@ -1,6 +1,7 @@
 // Tiny DOM and formatting helpers shared by the console pages.
 
-/** h("tag.cls", {attrs}, ...children): build an element. `on*` attrs are listeners. */
+/** h("tag.cls", {attrs}, ...children): build an element. `on*` attrs are listeners,
+ *  `style` is an object of CSS properties. */
 export function h(tag, attrs, ...kids) {
   const [name, ...classes] = tag.split(".");
   const el = document.createElement(name || "div");
@@ -10,6 +11,8 @@ export function h(tag, attrs, ...kids) {
     if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else if (k === "testid") el.dataset.testid = v;
     else if (k === "text") el.textContent = v;
+    // style through the CSSOM: the CSP (own assets only) refuses style="" attributes
+    else if (k === "style") Object.assign(el.style, v);
     else if (k in el && k !== "list" && typeof v !== "string") el[k] = v;
     else el.setAttribute(k, v === true ? "" : v);
   }

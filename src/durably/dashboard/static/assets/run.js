@@ -216,7 +216,7 @@ export function runDetail(root, runId) {
       const counts = f.counts || {};
       const done = (counts.completed || 0) + (counts.failed || 0);
       const bar = h("div.bar", { testid: "fan-progress", title: `${num(done)} / ${num(total)} settled` },
-        FAN_ORDER.map((s) => counts[s] ? h("span.seg.s-" + s, { style: `width:${(100 * counts[s]) / Math.max(total, 1)}%` }) : null));
+        FAN_ORDER.map((s) => counts[s] ? h("span.seg.s-" + s, { style: { width: `${(100 * counts[s]) / Math.max(total, 1)}%` } }) : null));
       clear(node.row, h("td.mono", {}, `${f.firstSeq}–${f.lastSeq}`),
         h("td", { colspan: 6 },
           h("div.fanhead", {},
