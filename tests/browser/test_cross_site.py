@@ -24,6 +24,7 @@ from .conftest import csp_watch, serve
 from .test_console import FAST, TIMEOUT_MS, VIEWPORT, _wait_status
 
 TOKEN = "wh:planted-by-another-site"
+WAITED = "browser-go"
 
 
 class Recorder:
@@ -49,7 +50,8 @@ class Recorder:
 def attacker_page(console: str, run_id: str) -> str:
     cancel = f"{console}api/runs/{run_id}/cancel"
     webhook = f"{console}api/webhooks/{TOKEN}"
-    targets = json.dumps({"cancel": cancel, "webhook": webhook})
+    waited = f"{console}api/webhooks/{WAITED}"  # the token the run waits on: would complete it
+    targets = json.dumps({"cancel": cancel, "webhook": webhook, "waited": waited})
     return f"""<!doctype html><html><body>
 <iframe name="sink-a"></iframe><iframe name="sink-b"></iframe>
 <form id="cancel" method="post" action="{cancel}" target="sink-a">
@@ -67,6 +69,7 @@ noCors(t.cancel, {{headers: {{"Content-Type": "application/json"}}, body: "{{}}"
 noCors(t.webhook, {{headers: {{"Content-Type": "application/json"}},
   body: JSON.stringify({{ok: true, value: "FORGED"}})}});
 noCors(t.webhook, {{body: new URLSearchParams({{ok: "true"}})}});
+noCors(t.waited, {{headers: {{"Content-Type": "application/json"}}, body: '"FORGED"'}});
 let loaded = 0;
 for (const f of document.querySelectorAll("iframe")) f.addEventListener("load", () => loaded++);
 document.getElementById("cancel").submit();
@@ -84,7 +87,7 @@ async def test_another_origin_cannot_cancel_or_plant_a_signal(
         return await ctx.wait_for_signal(token)
 
     async with Engine(f"sqlite:///{tmp_path / 'xsite.db'}", **FAST) as engine:
-        await engine.start(patient, "browser-go", run_id="patient-1")
+        await engine.start(patient, WAITED, run_id="patient-1")
         await _wait_status(engine, "patient-1", "suspended")
         console = Recorder(create_app(engine))
         async with serve(console) as console_url:
@@ -110,15 +113,16 @@ async def test_another_origin_cannot_cancel_or_plant_a_signal(
 
         posts = [(m, p, s) for m, p, s in console.seen if m == "POST"]
         # every attempt reached the console (the browser sent it) and was refused
-        assert len(outcomes) == 4, outcomes
-        assert len(posts) == 6, console.seen
+        assert len(outcomes) == 5, outcomes
+        assert len(posts) == 7, console.seen
         assert all(status in (403, 415) for _, _, status in posts), posts
         run = await engine.get_run("patient-1")
         assert run is not None and run.status == "suspended", run
-        assert await engine.store.take_buffered_signal(TOKEN) is None
+        assert run.output is None
+        assert await engine.count_buffered_signals() == 0
 
         # the run still answers its real signal
-        await engine.signal("browser-go", "released")
+        await engine.signal(WAITED, "released")
         await _wait_status(engine, "patient-1", "completed")
 
 

@@ -276,7 +276,10 @@ async def test_control_endpoints(engine: Engine, uid: str) -> None:
         assert signalled is not None and signalled.output == {"ok": 1}
         res = await client.post(f"/api/webhooks/wh:{uid}-nobody", json={})
         assert res.status_code == 404
-        assert res.json()["message"] == f"no run is waiting on webhook wh:{uid}-nobody"
+        assert res.json()["message"] == (
+            f"no run is waiting on webhook wh:{uid}-nobody (nothing was stored)"
+        )
+        assert await engine.count_buffered_signals(prefix=f"wh:{uid}-nobody") == 0
 
         # bulk cancel: a bulk action does not page, so a page window is refused, not dropped
         for i in range(3):

@@ -41,7 +41,10 @@ TESTIDS = set(
     "fan-members fan-failed-only fan-member-rows fan-member-row fan-prev fan-next fan-range "
     "controls confirm-json confirm-token "
     # the workers panel
-    "workers worker-group worker-row".split()
+    "workers worker-group worker-row "
+    # the buffered-signals panel
+    "nav-signals signals signals-count signals-prefix signals-filter signal-row signal-purge "
+    "signals-purge-expired signals-purge-all no-signals".split()
 )
 CONTROLS = set("cancel cancel-compensate retry retry-input continue redispatch signal".split())
 
@@ -57,9 +60,15 @@ def _config(page: str) -> dict[str, str]:
 
 
 def test_the_console_is_more_than_a_stylesheet() -> None:
-    assert {"app.js", "api.js", "runs.js", "run.js", "workers.js", "console.css"} <= set(
-        ASSET_NAMES
-    )
+    assert {
+        "app.js",
+        "api.js",
+        "runs.js",
+        "run.js",
+        "workers.js",
+        "signals.js",
+        "console.css",
+    } <= set(ASSET_NAMES)
 
 
 async def test_shell_and_every_asset_are_served(engine: Engine) -> None:

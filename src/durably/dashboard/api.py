@@ -19,7 +19,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from durably._core.errors import InputValidationError
+from durably._core.errors import (
+    InputValidationError,
+    ReservedTokenError,
+    SignalBufferFullError,
+)
 from durably._engine.engine import Engine
 from durably._read import lists
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
@@ -76,6 +80,15 @@ async def _json_body(request: Request, default: Any = None) -> Any:
         raise BadRequest("The request body is not valid JSON.") from None
 
 
+def _prefix_param(params: MultiParams) -> str | None:
+    values = params.getlist("prefix")
+    if len(values) > 1:
+        raise BadRequest("Query parameter `prefix` is given more than once; give it once.")
+    if values and not values[0]:
+        raise BadRequest("Query parameter `prefix` is empty: omit it to list every token.")
+    return values[0] if values else None
+
+
 def _result(value: Any) -> Response:
     if value is None:
         return Response(status_code=200)
@@ -114,6 +127,8 @@ class DashboardApi:
             w("/runs/{run_id}/updates/{name:path}", self.update, "update"),
             w("/bulk/{action}", self.bulk, "bulk actions"),
             w("/webhooks/{token:path}", self.webhook, "signal (webhook delivery)"),
+            r("/signals/buffered", self.buffered_signals),
+            w("/signals/buffered/purge", self.purge_signals, "purge buffered signals"),
             r("/metrics", self.metrics),
             r("/workers", self.workers),
             r("/topology", self.topology),
@@ -125,6 +140,14 @@ class DashboardApi:
                 return await endpoint(request)
             except BadRequest as exc:
                 return error_response(400, str(exc))
+            except ReservedTokenError as exc:
+                # A token of the engine's own waits (a child's completion, a breakpoint, an
+                # update, …): forging one would complete a wait that did not happen.
+                return error_response(400, str(exc), {"token": exc.token, "kind": exc.kind})
+            except SignalBufferFullError as exc:
+                # The buffer's cap for the token or its namespace is reached; nothing was
+                # stored. 429: the sender may retry once the buffer drains.
+                return error_response(429, str(exc))
             except InputValidationError as exc:
                 # The input a client sent does not fit the workflow: the client's mistake,
                 # answered with what the validation found (not a 500).
@@ -309,13 +332,71 @@ class DashboardApi:
         return json_response({"matched": len(runs), "applied": applied})
 
     async def webhook(self, request: Request) -> Response:
+        """Deliver the body to the run waiting on `token` NOW; store nothing otherwise.
+
+        Decision: unlike `engine.signal`, the webhook never buffers. Anyone who can reach
+        the endpoint could otherwise plant a payload that a run started later would take
+        at once (and keep it around until it expires). A sender that is early gets 404
+        and retries, as webhook senders do."""
         _params(request, _NONE)
         token = request.path_params["token"]
+        if not token:
+            raise BadRequest("The webhook token is empty: POST <api>/webhooks/<token>.")
         body = await _json_body(request)
-        result = await self.engine.signal(token, body)
+        result = await self.engine.signal(token, body, buffer=False)
         if result is None:
-            return error_response(404, f"no run is waiting on webhook {token}")
+            return error_response(404, f"no run is waiting on webhook {token} (nothing was stored)")
         return _result(result)
+
+    async def buffered_signals(self, request: Request) -> Response:
+        """`GET signals/buffered?prefix=&limit=&offset=`: one page of buffered signals
+        (token, size, when buffered, when it expires — never the payload) and the total."""
+        params = _params(request, PAGE_PARAMS | {"prefix"})
+        limit, offset = page(params)
+        prefix = _prefix_param(params)
+        items = await self.engine.list_buffered_signals(prefix=prefix, limit=limit, offset=offset)
+        total = await self.engine.count_buffered_signals(prefix=prefix)
+        return json_response(
+            {
+                "items": [item.to_json() for item in items],
+                "total": total,
+                "limit": limit,
+                "offset": offset,
+            }
+        )
+
+    async def purge_signals(self, request: Request) -> Response:
+        """`POST signals/buffered/purge` with `{token?, prefix?, expiredOnly?, all?}`:
+        deletes what was chosen explicitly; `{purged: n}`. An empty choice is a 400, never
+        "everything" (the engine's own completion records are never deleted)."""
+        _params(request, _NONE)
+        body = await _json_body(request, {})
+        if not isinstance(body, dict):
+            raise BadRequest("Body must be a JSON object {token?, prefix?, expiredOnly?, all?}.")
+        unknown = set(body) - {"token", "prefix", "expiredOnly", "all"}
+        if unknown:
+            raise BadRequest(
+                f"Unknown purge field {', '.join(sorted(map(repr, unknown)))}: use token, "
+                "prefix, expiredOnly or all."
+            )
+        token, prefix = body.get("token"), body.get("prefix")
+        for name, value in (("token", token), ("prefix", prefix)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise BadRequest(f"`{name}` must be a non-empty string.")
+        expired_only, everything = body.get("expiredOnly", False), body.get("all", False)
+        if not isinstance(expired_only, bool) or not isinstance(everything, bool):
+            raise BadRequest("`expiredOnly` and `all` must be true or false.")
+        if token is None and prefix is None and not expired_only and not everything:
+            raise BadRequest(
+                "Say what to purge: {token}, {prefix}, {expiredOnly: true} or {all: true}."
+            )
+        try:
+            purged = await self.engine.purge_buffered_signals(
+                token=token, prefix=prefix, expired_only=expired_only, all=everything
+            )
+        except ValueError as exc:  # e.g. two scopes at once
+            raise BadRequest(str(exc)) from None
+        return json_response({"purged": purged})
 
     # ------------------------------------------------------------------ operations
 
