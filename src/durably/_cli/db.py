@@ -15,6 +15,7 @@ from durably._cli.common import (
     echo,
     print_json,
 )
+from durably._core.errors import SchemaVersionError, StoreConnectionError
 
 
 def add_parser(sub: Any) -> None:
@@ -26,7 +27,8 @@ def add_parser(sub: Any) -> None:
         help="apply pending schema migrations (or print them with --sql)",
         description=(
             "Bring the store's schema to the current version. Safe to run concurrently and "
-            "repeatedly. With --sql, print the SQL that would run and change nothing."
+            "repeatedly. With --sql, print the SQL that would run and change nothing. A "
+            "schema written by a newer durably is refused (exit 1): upgrade durably instead."
         ),
     )
     p.add_argument(
@@ -56,6 +58,9 @@ def upgrade(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         hint = " (pip install 'durably[postgres]')" if exc.name == "asyncpg" else ""
         raise CliError(f"cannot open {display_url(url)}: {exc}{hint}") from None
+    except (SchemaVersionError, StoreConnectionError) as exc:
+        # Both name the database and the remedy; the schema was left as it was.
+        raise CliError(str(exc)) from None
     except ValueError as exc:
         raise CliError(f"{display_url(url)}: {exc}", EXIT_USAGE) from None
     head = getattr(migrations, "HEAD", None)

@@ -20,9 +20,11 @@ from durably._cli.common import (
 )
 from durably._core.errors import (
     InputValidationError,
+    InvalidRunIdError,
     RunIdConflictError,
     WorkflowNotFoundError,
 )
+from durably._core.ids import given_run_id
 from durably._core.models import WorkflowRun
 from durably._engine.engine import Engine
 
@@ -59,6 +61,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     value = parse_json_arg(args.input, "--input")  # before importing APP: fail fast
+    try:
+        given_run_id(args.run_id)
+    except InvalidRunIdError as exc:
+        raise CliError(f"--run-id: {exc}", EXIT_USAGE) from None
     app = load_app(args.app)
     return asyncio.run(_start(app, args, value))
 

@@ -230,6 +230,55 @@ class SerializationError(DurablyError, TypeError):
     """A value that must be stored is not JSON-serializable."""
 
 
+class InvalidRunIdError(DurablyError, ValueError):
+    """A run id that breaks the id rule (empty, not printable, over 255 bytes of UTF-8, not a
+    str). `rule` names the broken rule: `"empty"`, `"not_printable"`, `"too_long"` or
+    `"not_a_string"`. Raised before any store call: nothing is created."""
+
+    def __init__(self, run_id: object, rule: str, message: str):
+        super().__init__(message)
+        self.run_id = run_id
+        self.rule = rule
+
+
+class SchemaVersionError(DurablyError):
+    """The SQL store's schema was written by a newer durably than this one.
+
+    Raised when the store is opened (and by `durably db upgrade`); nothing is changed. The
+    remedy is to upgrade durably: an older durably cannot know what a newer schema means,
+    and downgrading a schema would lose what the newer version stored."""
+
+    def __init__(self, found: int, supported: int, where: str):
+        super().__init__(
+            f"the durably schema of {where} is at version {found}, newer than this durably "
+            f"supports (version {supported}): it was written by a newer release of durably. "
+            "Upgrade durably (pip install -U durably) in every process that uses this store; "
+            "do not downgrade the schema or edit its tables — nothing was changed"
+        )
+        self.found = found
+        self.supported = supported
+        self.where = where
+
+
+class StoreConnectionError(DurablyError, ConnectionError):
+    """The store's database could not be reached: the message names the host and port and
+    what failed (refused, unknown host, no answer within the connect timeout, the server
+    refused the login). A `ConnectionError`, so `except OSError` keeps catching it."""
+
+    def __init__(self, message: str, *, host: str | None = None, port: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.host = host
+        self.port = port
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class StoreConnectTimeoutError(StoreConnectionError, TimeoutError):
+    """No connection within the connect timeout (also a `TimeoutError`)."""
+
+
 # ------------------------------------------------------------------ control flow signals
 # engine.md §3: derived from BaseException so `except Exception` in a body cannot swallow
 # them (api.md §4). They carry the CONTROL_FLOW_SIGNAL marker that

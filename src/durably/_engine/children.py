@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from durably._core.ids import validate_run_id
 from durably._core.models import (
     ChildWait,
     JSONValue,
@@ -127,6 +128,9 @@ async def create_children(
         tags = tuple(dict.fromkeys([*wf.tags, signals.parent_tag(parent.id)]))
         for child_id, input in members:
             try:
+                # A member id derived from a long parent id can break the id rule: that
+                # member fails to start, clearly, like one with an invalid input.
+                validate_run_id(child_id, what="fan member run id")
                 json_input = engine.prepare_input(wf, input)
             except Exception as exc:
                 failed[child_id] = str(exc)
@@ -167,6 +171,16 @@ async def create_children(
         message = f'child workflow "{name}" failed to start: {error}'
         engine.mailbox.post(parent.id, child_id, {"ok": False, "error": message})
     return existed
+
+
+def check_continuation_id(run_id: str) -> None:
+    """`ctx.continue_as_new` of run `run_id`: refuse now when the id of the next run
+    (`<id>~<n>`) would break the id rule. The run is completed before its continuation is
+    started, so a refusal at that start would lose the continuation; refused here, the run
+    fails with the reason instead."""
+    from durably._engine.driver import next_continuation_id
+
+    validate_run_id(next_continuation_id(run_id), what="continuation run id")
 
 
 # ------------------------------------------------------------------ batched completions

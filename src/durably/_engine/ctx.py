@@ -22,6 +22,7 @@ from durably._core.errors import (
     NonDeterminismError,
     SignalTimeoutError,
 )
+from durably._core.ids import given_run_id
 from durably._core.jsonutil import compact
 from durably._core.models import ChildWait, JSONValue, SignalWaiter, StepCheckpoint, ms_from_utc
 from durably._engine import children, fans, saga, unsupported
@@ -482,7 +483,7 @@ class WorkflowCtx:
     ) -> Any:
         ex = self._ex
         store = self._ex.store
-        child_id = child_id or f"{ex.run_id}.child.{seq}"
+        child_id = given_run_id(child_id, what="child run id") or f"{ex.run_id}.child.{seq}"
         codec = workflow.output_codec if isinstance(workflow, Workflow) else PLAIN
         token = f"child:{child_id}"
         name = f"signal:{token}"
@@ -539,7 +540,7 @@ class WorkflowCtx:
         cp = ex.snapshot.get(seq)
         if cp is not None and cp.status == "completed":
             return str(cp.output)
-        child_id = child_id or f"{ex.run_id}.child.{seq}"
+        child_id = given_run_id(child_id, what="child run id") or f"{ex.run_id}.child.{seq}"
         if await self._ex.store.get_run(child_id) is None:
             self._engine.start_child_soon(workflow, input, child_id, ex.run, version, priority)
         await ex.save(ex.instant(seq, f"spawn:{child_id}", "local", output=child_id))
@@ -652,6 +653,7 @@ class WorkflowCtx:
     def continue_as_new(self, input: Any = None) -> NoReturn:
         """Complete this run and start a fresh one (`<id>~1`) with `input` (§3.12)."""
         self._guard("continue_as_new")
+        children.check_continuation_id(self._ex.run_id)  # refuse here, not after completing
         raise ContinueAsNew(self._ex.workflow.input_codec.to_json(input))
 
     def upsert_search_attributes(

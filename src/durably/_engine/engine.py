@@ -21,6 +21,7 @@ from durably._core.errors import (
     SerializationError,
     WorkflowNotFoundError,
 )
+from durably._core.ids import given_run_id
 from durably._core.models import (
     JSONValue,
     RunQuery,
@@ -369,6 +370,7 @@ class Engine(ReadApi):
     ) -> RunHandle[O]:
         """Enqueue a run and return at once (engine.md §1.5). Idempotent by `run_id`."""
         unsupported.refuse_priority(priority, "Engine.start")
+        given_run_id(run_id)  # a bad id is refused before the store is even opened
         await self._ensure_open()
         wf = self._resolve(workflow, version)
         json_input = self.prepare_input(wf, input)
@@ -394,7 +396,7 @@ class Engine(ReadApi):
         priority: int | None = None,
         namespace: str | None = None,
     ) -> str:
-        rid = run_id or str(uuid.uuid4())
+        rid = given_run_id(run_id) or str(uuid.uuid4())  # every start, derived ids included
         merged = list(dict.fromkeys([*wf.tags, *(tags or ())]))
         merged = [t for t in merged if t != "durable:singleton:admitted"]
         now = now_utc()

@@ -6,6 +6,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from durably._core.ids import given_run_id
 from durably._core.models import (
     CHILD_EDGE_PREFIXES,
     HANDOFF_SEQ_BASE,
@@ -252,6 +253,7 @@ async def retry_with_input(
     engine: Engine, run_id: str, input: Any, new_run_id: str | None
 ) -> str | None:
     """engine.md §8.4: fix-and-replay as a NEW run `<runId>~retry~<8>`."""
+    given_run_id(new_run_id, what="new run id")  # "" is refused, not made a random id
     run = await engine.store.get_run(run_id)
     if run is None:
         return None

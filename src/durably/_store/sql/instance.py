@@ -22,6 +22,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from durably._store.sql import pg as _pg
+
 _LOCAL_HOLDS: set[tuple[int, str]] = set()
 
 
@@ -59,7 +61,7 @@ class _LocalHold:
 
 
 async def hold_pg(engine: AsyncEngine, key: str) -> _PgHold | None:
-    fairy = await engine.raw_connection()
+    fairy = await _pg.connecting(engine, engine.raw_connection())
     conn: Any = fairy.driver_connection
     fairy.detach()  # ours for the engine's life: the pool opens another one in its place
     try:

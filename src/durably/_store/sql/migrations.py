@@ -26,6 +26,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.schema import CreateTable
 
+from durably._core.errors import SchemaVersionError
 from durably._store.sql import dialect as _d
 from durably._store.sql import pg as _pg
 from durably._store.sql.connection import connector_for
@@ -204,6 +205,24 @@ def render(dialect_name: str, from_version: int = 0, to_version: int = HEAD) -> 
 # ------------------------------------------------------------------ applying
 
 
+def refuse_newer(found: int, where: str) -> None:
+    """A schema stamped with a version this code does not know was written by a newer
+    durably: refuse it before anything is changed.
+
+    An older durably cannot know what the newer migrations changed (a column it does not
+    fill, a table whose rows it would ignore), so it would work on the data as if it were
+    its own; and there is no way down — a downgrade would have to drop what the newer
+    version stored. The only safe remedy is to upgrade durably, which the error says."""
+    if found > HEAD:
+        raise SchemaVersionError(found, HEAD, where)
+
+
+def _describe(url: URL, schema: str | None) -> str:
+    """The database for a message: its URL without the password (and the schema)."""
+    shown = url.render_as_string(hide_password=True)
+    return f"{shown} (schema {schema})" if schema else shown
+
+
 async def _read_version(conn: AsyncConnection) -> int:
     has_table = await conn.run_sync(
         lambda sync_conn: sa.inspect(sync_conn).has_table(schema_version.name)
@@ -232,6 +251,7 @@ async def apply_on(
         await conn.exec_driver_sql(create)
     await conn.exec_driver_sql(_version_table_ddl(dialect.name))
     current = await _read_version(conn)
+    refuse_newer(current, _describe(conn.engine.url, schema))
     statements = render(dialect.name, current, to_version)
     # The version table DDL already ran above; execute the rest.
     for statement in statements[1:]:
@@ -299,6 +319,8 @@ async def upgrade(engine_or_url: AsyncEngine | str | URL, *, sql_only: bool = Fa
             version = await current_version(engine_or_url)
         except Exception:
             version = 0  # unreachable database: render the full script
+        url = engine_or_url.url if isinstance(engine_or_url, AsyncEngine) else engine_or_url
+        refuse_newer(version, _describe(_d.normalize_url(url), None))
         return render(name, version)
 
     async def body(engine: AsyncEngine) -> list[str]:
@@ -332,6 +354,7 @@ __all__ = [
     "apply_on",
     "current_version",
     "current_version_sync",
+    "refuse_newer",
     "render",
     "upgrade",
     "upgrade_sync",

@@ -30,20 +30,33 @@ flight when the server goes away fails with SQLAlchemy's `DBAPIError`
 (`connection_invalidated=True`); the pool is then invalidated and the next call reconnects.
 `pool_pre_ping=true` additionally catches silently dropped connections (a network partition),
 at the price of a round trip per call.
+
+Connect failures: a connection the store cannot open raises `StoreConnectionError` (a
+`ConnectionError`; `StoreConnectTimeoutError`, also a `TimeoutError`, for a timeout) whose
+message names host:port and what failed — refused, unknown host, no TCP connection or no
+answer to the PostgreSQL handshake within `connect_timeout`, or the server's own refusal
+(role, password, database, too many clients). asyncpg alone says little: a server that
+accepts TCP and never answers gives a `TimeoutError` with no text at all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
+import socket
 import weakref
+from collections.abc import Awaitable
+from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from durably._core.errors import StoreConnectionError, StoreConnectTimeoutError
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _TRUE = {"1", "true", "yes", "on"}
@@ -233,6 +246,157 @@ def install_liveness_check(engine: AsyncEngine) -> None:
         event.listen(target, "checkout", _check_alive)
 
 
+# ------------------------------------------------------------------ connect errors
+
+T = TypeVar("T")
+
+#: How long the diagnosis of a connect timeout waits for a bare TCP connection (seconds).
+_PROBE_S = 2.0
+
+
+def connect_target(engine: AsyncEngine) -> tuple[str, int]:
+    """The host (or socket directory) and port an engine connects to, as asyncpg defaults
+    them when the URL leaves them out."""
+    url = engine.url
+    host = url.host or url.query.get("host") or "localhost"
+    if isinstance(host, tuple | list):
+        host = ",".join(host)
+    return str(host), int(url.port or 5432)
+
+
+def _timeout_of(engine: AsyncEngine) -> tuple[float | None, str]:
+    """The connect timeout in seconds (None: unknown) and how to change it."""
+    opts = _OPTIONS.get(engine.sync_engine)
+    if opts is None:
+        return None, (
+            "the limit is the connect timeout of the engine you passed (asyncpg's `timeout` "
+            "connect argument, 60 s unless set)"
+        )
+    seconds = opts.connect_timeout if opts.connect_timeout is not None else None
+    seconds = DEFAULT_CONNECT_TIMEOUT_S if seconds is None else seconds
+    return seconds, (
+        f"the limit is the connect_timeout option ({seconds:g} s): raise it with "
+        "?connect_timeout=SECONDS in the store URL (or connect_timeout= of "
+        "SqlStateStore.from_url)"
+    )
+
+
+async def _tcp_answers(host: str, port: int, within: float) -> bool | None:
+    """Whether a bare TCP connection to host:port opens within `within` seconds (None: it
+    failed otherwise, or the target is a Unix socket). Only used to explain a timeout."""
+    if host.startswith("/") or "," in host:
+        return None
+    try:
+        async with asyncio.timeout(within):
+            _reader, writer = await asyncio.open_connection(host, port)
+    except TimeoutError:
+        return False
+    except OSError:
+        return None
+    writer.close()
+    with suppress(Exception):
+        await writer.wait_closed()
+    return True
+
+
+def _driver_error(error: BaseException) -> BaseException | None:
+    """The asyncpg exception behind `error` (SQLAlchemy wraps it once or twice), if any."""
+    seen: Any = error
+    for _ in range(4):
+        if seen is None:
+            return None
+        if type(seen).__module__.startswith("asyncpg"):
+            return seen  # type: ignore[no-any-return]
+        seen = seen.__cause__ or getattr(seen, "orig", None)
+    return None
+
+
+def _is_server_error(error: BaseException) -> bool:
+    """PostgreSQL itself answered with an error (bad role, password or database, too many
+    connections, starting up, ...), as opposed to a failure of the driver or the network."""
+    return any(cls.__name__ == "PostgresError" for cls in type(error).__mro__)
+
+
+async def explain_connect_error(
+    engine: AsyncEngine, error: BaseException
+) -> StoreConnectionError | None:
+    """A `StoreConnectionError` naming host:port and what failed, for an error raised while
+    opening a connection; None when `error` is not a connection failure (raise it as is).
+
+    The driver's own errors say little: a server that accepts TCP and never answers gives a
+    `TimeoutError` without any text, and a refused port does not say which store it was."""
+    if isinstance(error, StoreConnectionError):
+        return None
+    host, port = connect_target(engine)
+    where = f"{host}:{port}"
+    url = engine.url
+    if isinstance(error, TimeoutError):
+        seconds, how = _timeout_of(engine)
+        within = f" within {seconds:g} s" if seconds is not None else ""
+        probe = min(seconds, _PROBE_S) if seconds is not None else _PROBE_S
+        tcp = await _tcp_answers(host, port, probe)
+        if tcp is True:
+            what = (
+                f"the server accepted the TCP connection but did not answer the PostgreSQL "
+                f"handshake{within} (is PostgreSQL listening on that port, and is it not "
+                "overloaded?)"
+            )
+        elif tcp is False:
+            what = (
+                f"no TCP connection{within} (the host is down or unreachable, or a firewall "
+                "drops the packets)"
+            )
+        else:
+            what = f"connecting and the PostgreSQL handshake did not complete{within}"
+        return StoreConnectTimeoutError(
+            f"cannot connect to PostgreSQL at {where}: {what}; {how}", host=host, port=port
+        )
+    if isinstance(error, socket.gaierror):
+        return StoreConnectionError(
+            f"cannot connect to PostgreSQL at {where}: the host name {host!r} could not be "
+            f"resolved ({error.strerror or error}); check the host in the store URL",
+            host=host,
+            port=port,
+        )
+    if isinstance(error, ConnectionRefusedError):
+        return StoreConnectionError(
+            f"cannot connect to PostgreSQL at {where}: connection refused (nothing listens "
+            f"on port {port} of {host}: is PostgreSQL running, and is the port right?)",
+            host=host,
+            port=port,
+        )
+    driver = _driver_error(error)
+    if driver is not None and _is_server_error(driver):
+        return StoreConnectionError(
+            f"PostgreSQL at {where} refused the connection of user {url.username!r} to "
+            f"database {url.database!r}: {driver}",
+            host=host,
+            port=port,
+        )
+    failure = driver if driver is not None else error
+    if isinstance(failure, OSError) or driver is not None:
+        text = str(failure) or type(failure).__name__
+        return StoreConnectionError(
+            f"cannot connect to PostgreSQL at {where}: {text} ({type(failure).__name__}; "
+            "is it a PostgreSQL server, and do its SSL settings match the URL's?)",
+            host=host,
+            port=port,
+        )
+    return None
+
+
+async def connecting(engine: AsyncEngine, opening: Awaitable[T]) -> T:
+    """Await `opening` (a new connection of `engine`), turning a connection failure into a
+    `StoreConnectionError` that names host:port and what failed (`explain_connect_error`)."""
+    try:
+        return await opening
+    except Exception as error:
+        explained = await explain_connect_error(engine, error)
+        if explained is None:
+            raise
+        raise explained from error
+
+
 # ------------------------------------------------------------------ names
 
 
@@ -252,7 +416,10 @@ def schema_lock_key(schema: str | None) -> str:
 __all__ = [
     "OPTION_NAMES",
     "PgOptions",
+    "connect_target",
+    "connecting",
     "engine_options",
+    "explain_connect_error",
     "install_liveness_check",
     "merge_engine_options",
     "options_from",

@@ -20,6 +20,9 @@ directly:
 - Single statements are autocommitted; `tx=True` work runs in `conn.transaction()`.
 - Driver errors are raised as SQLAlchemy's (`IntegrityError`, `DBAPIError` with
   `connection_invalidated=True` when the connection died), like the SQLAlchemy path would.
+  A connection that cannot be opened raises `StoreConnectionError` naming host:port and what
+  failed (`pg.connecting`); asyncpg's text-less `TimeoutError` of an expired
+  `command_timeout` is replaced by one that names the server and the option.
 
 Migrations (`schema_transaction`) use the engine itself (`engine.begin()`).
 """
@@ -120,10 +123,13 @@ def _rowcount(status: str) -> int:
 class _Errors:
     """asyncpg exceptions → the SQLAlchemy exceptions the SQLAlchemy path raises."""
 
-    def __init__(self, dialect: Dialect) -> None:
-        self._dbapi: Any = dialect.loaded_dbapi
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._dbapi: Any = engine.dialect.loaded_dbapi
 
     def wrap(self, error: Exception, conn: Any, sql: str, args: Any) -> Exception:
+        if isinstance(error, TimeoutError) and not str(error):
+            return self._command_timeout()
         if isinstance(error, sa.exc.SQLAlchemyError | TimeoutError):
             return error
         dbapi = self._dbapi
@@ -144,6 +150,19 @@ class _Errors:
         )
         wrapped.__cause__ = error
         return wrapped
+
+    def _command_timeout(self) -> TimeoutError:
+        """asyncpg's `command_timeout` expired: it raises a TimeoutError without any text,
+        which says neither which server nor which limit."""
+        host, port = _pg.connect_target(self._engine)
+        opts = _pg.options_of(self._engine)
+        seconds = opts.command_timeout if opts is not None else None
+        limit = f"command_timeout ({seconds:g} s)" if seconds is not None else "command_timeout"
+        return TimeoutError(
+            f"PostgreSQL at {host}:{port} did not complete the statement within {limit}; "
+            "asyncpg cancelled it. Raise ?command_timeout=SECONDS in the store URL (or leave "
+            "it out) if statements may take longer, or look for what blocks the server"
+        )
 
 
 # ------------------------------------------------------------------ the pool
@@ -248,7 +267,7 @@ class PgPool:
         return True
 
     async def _open(self) -> Any:
-        fairy = await self._engine.raw_connection()
+        fairy = await _pg.connecting(self._engine, self._engine.raw_connection())
         conn: Any = fairy.driver_connection
         fairy.detach()  # ours until closed; the engine's pool opens another for itself
         self._born[id(conn)] = time.monotonic()
@@ -380,7 +399,7 @@ class PgConnector(Connector):
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._statements = PgStatements(engine.dialect)
-        self._errors = _Errors(engine.dialect)
+        self._errors = _Errors(engine)
         self.pool = PgPool(engine, **pool_limits(engine))
         self._groups: dict[str, deque[_Grouped]] = {}
         self._drainers: dict[str, asyncio.Task[None]] = {}
@@ -524,8 +543,14 @@ class PgConnector(Connector):
             raise self._errors.wrap(error, conn, sql, rows) from error
 
     async def schema_transaction(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        async with self._engine.begin() as conn:
-            return await fn(conn)
+        # Usually the store's first connection: connecting apart, so that a failure to
+        # connect is explained (host:port, what failed) while errors of `fn` stay as they are.
+        conn = await _pg.connecting(self._engine, self._engine.connect().start())
+        try:
+            async with conn.begin():
+                return await fn(conn)
+        finally:
+            await conn.close()
 
     async def close(self) -> None:
         """Wait for the grouped writes in flight, then close the connections."""
