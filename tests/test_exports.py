@@ -7,6 +7,7 @@ import durably
 EXPECTED_EXPORTS = [
     "AesGcmCodec",
     "AttributeFilter",
+    "BufferedSignalInfo",
     "Codec",
     "CodecStateStore",
     "ConcurrencyLimitError",
@@ -28,6 +29,7 @@ EXPECTED_EXPORTS = [
     "OnErrorRoute",
     "Rejected",
     "RemoteStepError",
+    "ReservedTokenError",
     "RetryPolicy",
     "RunDetail",
     "RunFailedError",
@@ -40,6 +42,7 @@ EXPECTED_EXPORTS = [
     "SchemaVersionError",
     "SerializationError",
     "Settled",
+    "SignalBufferFullError",
     "SignalTimeoutError",
     "SignalWaiter",
     "SingletonQueueFullError",

@@ -4,6 +4,7 @@ Write a workflow as plain async Python; every step is checkpointed in SQLite (th
 default) so a run survives crashes and restarts and resumes where it stopped.
 """
 
+from durably._core.buffered_signals import BufferedSignalInfo
 from durably._core.durations import parse_duration
 from durably._core.errors import (
     ConcurrencyLimitError,
@@ -15,11 +16,13 @@ from durably._core.errors import (
     NestedWorkflowCallError,
     NonDeterminismError,
     RemoteStepError,
+    ReservedTokenError,
     RunFailedError,
     RunIdConflictError,
     RunNotFoundError,
     SchemaVersionError,
     SerializationError,
+    SignalBufferFullError,
     SignalTimeoutError,
     SingletonQueueFullError,
     StepFailedError,
@@ -63,6 +66,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AesGcmCodec",
     "AttributeFilter",
+    "BufferedSignalInfo",
     "Codec",
     "CodecStateStore",
     "ConcurrencyLimitError",
@@ -84,6 +88,7 @@ __all__ = [
     "OnErrorRoute",
     "Rejected",
     "RemoteStepError",
+    "ReservedTokenError",
     "RetryPolicy",
     "RunDetail",
     "RunFailedError",
@@ -96,6 +101,7 @@ __all__ = [
     "SchemaVersionError",
     "SerializationError",
     "Settled",
+    "SignalBufferFullError",
     "SignalTimeoutError",
     "SignalWaiter",
     "SingletonQueueFullError",

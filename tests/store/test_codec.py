@@ -144,6 +144,8 @@ class BareStore:
         "list_checkpoints list_incomplete_runs list_pending_runs list_due_timers try_lock_run "
         "release_run_lock renew_run_lock put_signal_waiter take_signal_waiter "
         "list_signal_waiters remove_signal_waiter buffer_signal take_buffered_signal "
+        "buffer_signal_bounded list_buffered_signals count_buffered_signals "
+        "purge_buffered_signals "
         "buffer_event list_buffered_events remove_buffered_event list_runs"
     ).split()
 

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from durably._cli import dashboard, db, demo, runs, start, worker
+from durably._cli import dashboard, db, demo, runs, signals, start, worker
 from durably._cli.common import EXIT_FAILED, EXIT_USAGE, CliError
 
 
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_parser(sub)
     start.add_parser(sub)
     runs.add_parser(sub)
+    signals.add_parser(sub)
     db.add_parser(sub)
     dashboard.add_parser(sub)
     return parser

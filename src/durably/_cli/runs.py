@@ -22,6 +22,8 @@ from durably._cli.common import (
 )
 from durably._cli.fanview import fan_page_lines, summarized_timeline
 from durably._cli.render import run_detail, runs_table
+from durably._cli.signals import human_duration
+from durably._core.errors import ReservedTokenError, SignalBufferFullError
 from durably._core.models import RunResult, RunStatus, StepCheckpoint, WorkflowRun
 from durably._engine.engine import Engine
 
@@ -98,13 +100,28 @@ def add_parser(sub: Any) -> None:
     p.add_argument("run_id", metavar="RUN_ID")
     p.set_defaults(handler=_sync(_continue))
 
-    p = verbs.add_parser("signal", help="deliver a signal (ctx.wait_for_signal) by token")
+    p = verbs.add_parser(
+        "signal",
+        help="deliver a signal (ctx.wait_for_signal) by token",
+        description=(
+            "Deliver a signal to the run waiting on TOKEN. When no run waits on it yet, the "
+            "signal is buffered (bounded: it expires, and a full buffer refuses it) for the "
+            "next wait on that token; --no-buffer stores nothing instead. Tokens of the "
+            "engine's own waits (child:, bp:, update:, event:, …) are refused: use `runs "
+            "continue` for a breakpoint."
+        ),
+    )
     _target_options(p)
     p.add_argument("token", metavar="TOKEN")
     p.add_argument(
         "--payload",
         metavar="JSON",
         help="JSON payload (`@file` reads a file, `-` stdin); default null",
+    )
+    p.add_argument(
+        "--no-buffer",
+        action="store_true",
+        help="deliver only to a run waiting now; store nothing otherwise (exit 1)",
     )
     p.set_defaults(handler=_sync(_signal))
 
@@ -291,16 +308,24 @@ async def _continue(engine: Engine, args: argparse.Namespace) -> int:
 
 async def _signal(engine: Engine, args: argparse.Namespace) -> int:
     payload = parse_json_arg(args.payload, "--payload")
-    result = await engine.signal(args.token, payload)
+    try:
+        result = await engine.signal(args.token, payload, buffer=not args.no_buffer)
+    except (ReservedTokenError, SignalBufferFullError) as exc:
+        raise CliError(str(exc)) from None
+    if result is None and args.no_buffer:
+        raise CliError(
+            f"No run is waiting for {args.token!r}; nothing was delivered or stored (--no-buffer)."
+        )
     if args.json:
         print_json(
             {"token": args.token, "delivered": result is not None}
             | ({"run": result.to_json()} if result is not None else {})
         )
     elif result is None:
+        ttl = human_duration(engine.signal_buffer.ttl_ms)
         echo(
-            f"No run is waiting for {args.token!r} yet; the signal is buffered and the next "
-            "ctx.wait_for_signal on that token receives it."
+            f"No run is waiting for {args.token!r} yet; the signal is buffered for {ttl} and "
+            "the next ctx.wait_for_signal on that token receives it (`durably signals list`)."
         )
     else:
         echo(f"Signal {args.token!r} delivered to run {result.run_id} ({result.status}).")

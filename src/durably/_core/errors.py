@@ -217,6 +217,53 @@ class RunIdConflictError(DurablyError):
         self.requested_workflow = requested_workflow
 
 
+def _shown_token(token: str) -> str:
+    """A token for an error message: quoted, and cut short when a caller sent a huge one."""
+    return repr(token if len(token) <= 200 else token[:200] + "…")
+
+
+class ReservedTokenError(DurablyError, ValueError):
+    """An external signal addressed a token the engine mints for its own waits (a child's
+    completion, a breakpoint, an update, an event wait, …). Nothing was delivered or stored.
+
+    `.token` is the refused token, `.kind` the human name of its kind."""
+
+    def __init__(self, token: str, kind: str, hint: str | None = None):
+        how = f" ({hint})" if hint else ""
+        super().__init__(
+            f"cannot signal {_shown_token(token)}: it is a {kind} token, reserved for the "
+            f"engine's own waits; external signals cannot address it{how}"
+        )
+        self.token = token
+        self.kind = kind
+
+
+class SignalBufferFullError(DurablyError):
+    """A signal nobody waits on yet could not be buffered: the per-token or per-namespace
+    cap of buffered signals is reached. Nothing was stored.
+
+    `.token`, `.scope` (`"token"` or `"namespace"`), `.namespace`, `.cap` and `.option`
+    (the `Engine(...)` keyword that sets the cap)."""
+
+    def __init__(self, token: str, scope: str, namespace: str, cap: int, option: str):
+        where = (
+            "for this token"
+            if scope == "token"
+            else f"in its namespace {_shown_token(namespace)} (the text before the first ':')"
+        )
+        super().__init__(
+            f"signal {_shown_token(token)} refused: {cap} signals are already buffered {where}, "
+            f"the cap set by Engine({option}=…); nothing was stored. Buffered signals are taken "
+            f"when a run waits on their token, expire after the buffer TTL, and can be listed "
+            f"and purged with `durably signals list|purge`; raise the cap with {option}"
+        )
+        self.token = token
+        self.scope = scope
+        self.namespace = namespace
+        self.cap = cap
+        self.option = option
+
+
 class InputValidationError(DurablyError, ValueError):
     """The start input does not match the workflow's input annotation or validator."""
 

@@ -36,9 +36,10 @@ from durably._engine import driver, operator, poller, publish, routing, signals,
 from durably._engine.children import ChildMailbox
 from durably._engine.events import EngineEvent, EventBus, Listener, MetricsSnapshot
 from durably._engine.execution import Execution, ResidentSet
-from durably._engine.handle import RunHandle, UpdateResult, WaitUntil, is_settled
+from durably._engine.handle import RunHandle, WaitUntil, is_settled
 from durably._engine.read_api import ReadApi
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
+from durably._engine.signal_api import SIGNAL_BUFFER_DEFAULTS, SignalApi, buffer_policy
 from durably._engine.stores import open_store
 from durably._engine.transport import InProcessTransport
 from durably._engine.typed_io import validation_details
@@ -71,10 +72,13 @@ _TUNING_DEFAULTS: dict[str, Any] = {
     "fan_window": 1_000,  # in-process step-fan members in flight at once (fans.py)
     "fold_fans_over": 1_000,  # workflow fans this wide fold settled waves (§3.8.4)
     "instance_wait_ms": None,
+    # bounds of buffered external signals (signal_api.py): signal_buffer_ttl (24 h),
+    # signal_buffer_per_token (100), signal_buffer_per_namespace (10,000)
+    **SIGNAL_BUFFER_DEFAULTS,
 }
 
 
-class Engine(ReadApi):
+class Engine(ReadApi, SignalApi):
     """The durable workflow engine.
 
     `Engine()` uses the embedded SQLite default (`DURABLY_STORE`, else `sqlite:///durably.db`).
@@ -89,6 +93,12 @@ class Engine(ReadApi):
     longest-parked run is evicted and replayed when it wakes), `max_concurrent_runs` (runs
     this instance picks up from the shared backlog at once) and `claim_batch` (runs leased
     per pick-up statement).
+
+    Signals sent before any run waits on their token are buffered, bounded by
+    `signal_buffer_ttl` (a duration: seconds, a timedelta or a string such as "24h"; default
+    24 hours — an expired signal is never delivered and is purged), `signal_buffer_per_token`
+    (100) and `signal_buffer_per_namespace` (10,000; a namespace is the token's text before
+    its first ':'): over a cap a new signal is refused with `SignalBufferFullError`.
     """
 
     def __init__(
@@ -138,6 +148,7 @@ class Engine(ReadApi):
             int(wait) if wait is not None else self.drain_timeout_ms + 2 * self.lease_ms
         )
         self._step_threads = int(opts["step_threads"])
+        self.signal_buffer = buffer_policy(opts)  # ValueError naming a bad option
 
         if workflows is None:
             self._workflows = DEFAULT_REGISTRY
@@ -577,11 +588,7 @@ class Engine(ReadApi):
 
     # ================================================================== signals & events
 
-    async def signal(self, token: str, payload: Any = None) -> RunResult | None:
-        """engine.md §3.5: deliver to the waiting run, or buffer for a later wait.
-        Returns the waiting run's current state, or None when the payload was buffered."""
-        await self._ensure_open()
-        return await signals.signal(self, token, payload, want_result=True)
+    # `signal(token, payload, *, buffer=True)` and `update(...)`: signal_api.SignalApi.
 
     async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> None:
         await signals.deliver(self, waiter, payload)
@@ -615,22 +622,6 @@ class Engine(ReadApi):
     ) -> None:
         wf_name = workflow.name if isinstance(workflow, Workflow) else workflow
         self._update_validators[(wf_name, name)] = fn
-
-    async def update(self, run_id: str, name: str, arg: Any = None) -> UpdateResult:
-        """engine.md §3.13: validate, then deliver to `ctx.on_update(name)`."""
-        run = await self.store.get_run(run_id)
-        if run is None:
-            return UpdateResult(False, f"run {run_id} not found")
-        validator = self._update_validators.get((run.workflow, name))
-        if validator is not None:
-            try:
-                verdict = validator(arg)
-            except Exception as exc:
-                return UpdateResult(False, str(exc) or type(exc).__name__)
-            if isinstance(verdict, str) and verdict:
-                return UpdateResult(False, verdict)
-        result = await self.signal(f"update:{run_id}:{name}", arg)
-        return UpdateResult(True, None, result is not None)
 
     # ================================================================== reading
 

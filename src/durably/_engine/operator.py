@@ -18,6 +18,7 @@ from durably._core.models import (
     replace,
     utc_from_ms,
 )
+from durably._engine import signals
 from durably._engine.events import EngineEvent
 
 if TYPE_CHECKING:
@@ -267,10 +268,15 @@ async def retry_with_input(
 
 
 async def continue_run(engine: Engine, run_id: str) -> RunResult | None:
-    """engine.md §3.10: release the first pending breakpoint of the run."""
+    """engine.md §3.10: release the first pending breakpoint of the run.
+
+    `bp:` tokens are reserved for the engine (an external `Engine.signal` is refused), so the
+    release goes through the internal signal path, once the pending row is found."""
     for cp in await engine.store.list_checkpoints(run_id):
         if cp.status == "pending" and cp.name.startswith("breakpoint"):
-            return await engine.signal(f"bp:{run_id}:{cp.seq}", None)
+            return await signals.signal(
+                engine, f"bp:{run_id}:{cp.seq}", None, want_result=True, buffer="bounded"
+            )
     return None
 
 

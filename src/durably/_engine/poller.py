@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from durably._core.models import StepError, WorkflowRun, replace
-from durably._engine import operator
+from durably._engine import operator, signals
 from durably._engine.driver import settle_terminal, update_if_status
 from durably._engine.events import EngineEvent
 
@@ -37,6 +37,7 @@ async def poll_once(engine: Engine) -> None:
     await recover_incomplete(engine)
     await resume_due_timers(engine)
     await sweep_timeouts(engine)
+    await signals.sweep_expired_signals(engine)  # at most once a minute
 
 
 async def run_pending(engine: Engine) -> int:

@@ -1,10 +1,17 @@
 """Signals: delivery to waiting runs, buffering, re-drive and parent notification
-(engine.md §1.7, §1.8, §3.5)."""
+(engine.md §1.7, §1.8, §3.5).
+
+`signal()` here is the engine's INTERNAL path: it may address any token, the engine's own
+waiter namespaces included (child completions, breakpoints, updates). The public
+`Engine.signal` checks the token first (`check_external_token`) and always buffers bounded.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import logging
+from typing import TYPE_CHECKING, Any, Literal
 
+from durably._core.errors import ReservedTokenError, SignalBufferFullError
 from durably._core.models import (
     JSONValue,
     RunResult,
@@ -14,23 +21,64 @@ from durably._core.models import (
     delivered_signal,
     utc_from_ms,
 )
+from durably._core.tokens import reserved_token_hint, reserved_token_kind, token_namespace
 from durably._engine import driver
 from durably._engine.typed_io import PLAIN
 
 if TYPE_CHECKING:
     from durably._engine.engine import Engine
 
+log = logging.getLogger("durably")
+
+BufferMode = Literal["durable", "bounded", "none"]
+"""What a signal that finds no waiter does:
+
+- `"durable"`: buffered without expiry or cap — the engine's own completion records (a
+  child's completion before its parent joins: losing it would leave the parent waiting);
+- `"bounded"`: buffered with the engine's TTL and caps (`Engine(signal_buffer_*=…)`);
+  refused with `SignalBufferFullError` over a cap — every signal that came from outside;
+- `"none"`: nothing is stored (delivered only to a run waiting now).
+"""
+
+# How often a driving engine deletes expired buffered signals (poller.poll_once). Expired
+# rows are never delivered whenever they are deleted; this only bounds how long they occupy
+# the store.
+SWEEP_EVERY_MS = 60_000
+
+
+def check_external_token(token: object) -> str:
+    """The token of an external signal, or a clear error: a token is a non-empty string
+    outside the engine's own waiter namespaces (`durably._core.tokens`)."""
+    if not isinstance(token, str):
+        raise TypeError(f"a signal token must be a str, not {type(token).__name__}")
+    if not token:
+        raise ValueError("a signal token must not be empty")
+    kind = reserved_token_kind(token)
+    if kind is not None:
+        raise ReservedTokenError(token, kind, reserved_token_hint(token))
+    return token
+
 
 async def signal(
-    engine: Engine, token: str, payload: Any, *, want_result: bool = False
+    engine: Engine,
+    token: str,
+    payload: Any,
+    *,
+    want_result: bool = False,
+    buffer: BufferMode = "durable",
 ) -> RunResult | None:
-    """engine.md §3.5: take the waiter and deliver; else buffer, then re-take the waiter
-    (a wait that registered meanwhile) and hand it the buffered payload."""
+    """engine.md §3.5: take the waiter and deliver; else buffer (per `buffer`), then
+    re-take the waiter (a wait that registered meanwhile) and hand it the buffered payload."""
     store = engine.store
     payload = PLAIN.to_json(payload)
     waiter = await store.take_signal_waiter(token)
     if waiter is None:
-        await store.buffer_signal(token, payload)
+        if buffer == "none":
+            return None
+        if buffer == "bounded":
+            await buffer_bounded(engine, token, payload)
+        else:
+            await store.buffer_signal(token, payload)
         waiter = await store.take_signal_waiter(token)
         if waiter is None:
             return None
@@ -43,6 +91,54 @@ async def signal(
         return None
     run = await store.get_run(waiter.run_id)
     return RunResult(run.id, run.status, run.output, run.error) if run else None
+
+
+async def buffer_bounded(engine: Engine, token: str, payload: JSONValue) -> None:
+    """Buffer under the engine's TTL and caps (one store statement); over a cap nothing is
+    stored and `SignalBufferFullError` says which cap and how to raise it."""
+    policy = engine.signal_buffer
+    bounded = getattr(engine.store, "buffer_signal_bounded", None)
+    if bounded is None:
+        # A store written before the bounds existed: refuse rather than buffer unbounded.
+        raise NotImplementedError(
+            f"the store {type(engine.store).__name__} cannot bound buffered signals (it has no "
+            "buffer_signal_bounded); deliver with buffer=False, or use a durably store"
+        )
+    refused = await bounded(
+        token,
+        payload,
+        ttl_ms=policy.ttl_ms,
+        per_token=policy.per_token,
+        per_namespace=policy.per_namespace,
+    )
+    if refused is None:
+        return
+    if refused == "token":
+        cap, option = policy.per_token, "signal_buffer_per_token"
+    else:
+        cap, option = policy.per_namespace, "signal_buffer_per_namespace"
+    raise SignalBufferFullError(token, refused, token_namespace(token), cap, option)
+
+
+async def sweep_expired_signals(engine: Engine) -> int:
+    """Delete expired buffered signals, at most once per `SWEEP_EVERY_MS` (called by the
+    poll loop of a driving engine); the number deleted."""
+    policy = engine.signal_buffer
+    now = engine.clock()
+    if now < policy.next_sweep_ms:
+        return 0
+    policy.next_sweep_ms = now + SWEEP_EVERY_MS
+    purge = getattr(engine.store, "purge_buffered_signals", None)
+    if purge is None:
+        return 0  # a store without bounded buffering has nothing that expires
+    try:
+        removed = int(await purge(expired_only=True))
+    except Exception:
+        log.exception("purging expired buffered signals failed; retrying at the next sweep")
+        return 0
+    if removed:
+        log.info("purged %d expired buffered signal(s)", removed)
+    return removed
 
 
 async def deliver(engine: Engine, waiter: SignalWaiter, payload: JSONValue) -> None:

@@ -6,7 +6,8 @@ encodes on every write and decodes on every read of:
 
 - run `input`/`output` (create, update when the key is in the patch, every run read);
 - checkpoint `input`/`output` (every checkpoint write and read, bulk ones included);
-- buffered signal payloads and buffered event payloads.
+- buffered signal payloads (`buffer_signal`, `buffer_signal_bounded`, `take_buffered_signal`)
+  and buffered event payloads.
 
 Everything else is searchable metadata and passes through untouched: ids, statuses, names,
 tags, search attributes, namespace, origin, timestamps, `error` (a structured error stays
@@ -32,6 +33,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from durably._core.aggregates import CheckpointQuery
+from durably._core.buffered_signals import BufferedSignalInfo, BufferScope
 from durably._core.models import (
     BufferedEvent,
     BufferedSignal,
@@ -356,6 +358,41 @@ class CodecStateStore:
         if hit is None or hit.payload is None:
             return hit
         return BufferedSignal(payload=self._dec(hit.payload))
+
+    async def buffer_signal_bounded(
+        self, token: str, payload: JSONValue, *, ttl_ms: int, per_token: int, per_namespace: int
+    ) -> BufferScope | None:
+        refused: BufferScope | None = await self._inner.buffer_signal_bounded(
+            token,
+            self._enc(payload),
+            ttl_ms=ttl_ms,
+            per_token=per_token,
+            per_namespace=per_namespace,
+        )
+        return refused
+
+    # Operator access to the buffer reads and deletes no payload (a listing reports the
+    # size of the stored, i.e. encoded, form): passed through.
+
+    async def list_buffered_signals(
+        self, *, prefix: str | None, limit: int, offset: int
+    ) -> list[BufferedSignalInfo]:
+        rows: list[BufferedSignalInfo] = await self._inner.list_buffered_signals(
+            prefix=prefix, limit=limit, offset=offset
+        )
+        return rows
+
+    async def count_buffered_signals(self, *, prefix: str | None = None) -> int:
+        return int(await self._inner.count_buffered_signals(prefix=prefix))
+
+    async def purge_buffered_signals(
+        self, *, token: str | None = None, prefix: str | None = None, expired_only: bool = False
+    ) -> int:
+        return int(
+            await self._inner.purge_buffered_signals(
+                token=token, prefix=prefix, expired_only=expired_only
+            )
+        )
 
     async def buffer_event(self, event: BufferedEvent) -> None:
         if event.payload is not None:

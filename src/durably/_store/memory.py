@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -31,7 +30,6 @@ from durably._core.models import (
     AttributeFilter,
     AttributeValue,
     BufferedEvent,
-    BufferedSignal,
     ChildWait,
     JSONValue,
     RunPatch,
@@ -49,6 +47,7 @@ from durably._core.models import (
 )
 from durably._store.memory_aggregates import MemoryCheckpointAggregates
 from durably._store.memory_facets import MemoryRunFacets
+from durably._store.memory_signals import MemorySignalBuffer
 from durably._store.protocol import BULK_CHUNK, WakeHandler
 from durably._store.query import (
     DEFAULT_NAMESPACE,
@@ -214,7 +213,7 @@ def _norm_patch_value(run_id: str, key: str, value: Any) -> Any:
 # ------------------------------------------------------------------ the store
 
 
-class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets):
+class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySignalBuffer):
     """The reference StateStore (store.md §12).
 
     Test hooks: `last_attribute_candidates`, `last_checkpoint_rows_read`,
@@ -227,8 +226,8 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets):
         # run_id -> seq -> row (store.md §12 "runId:seq key", grouped by run for cheap scans)
         self._checkpoints: dict[str, dict[int, StepCheckpoint]] = {}
         self._waiters: dict[str, SignalWaiter] = {}
-        # token -> FIFO of payloads (store.md §3.7)
-        self._signals: dict[str, deque[JSONValue]] = {}
+        # buffered signals: token -> FIFO of rows (store.md §3.7; memory_signals.py)
+        self._init_signal_buffer()
         self._events: dict[str, BufferedEvent] = {}
         # attribute index: key -> run_id -> typed value (store.md §7.4)
         self._attr_index: dict[str, dict[str, AttributeValue]] = {}
@@ -694,22 +693,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets):
             del self._waiters[waiter.token]
 
     # ------------------------------------------------------------------ buffers (§3.7–3.8)
-
-    async def buffer_signal(self, token: str, payload: JSONValue) -> None:
-        self._tick()
-        stored = _to_json(payload)
-        self._signals.setdefault(token, deque()).append(stored)
-
-    async def take_buffered_signal(self, token: str) -> BufferedSignal | None:
-        """Removes and returns the OLDEST payload for `token`; a NULL payload is still a hit."""
-        self._tick()
-        queue = self._signals.get(token)
-        if not queue:
-            return None
-        payload = queue.popleft()
-        if not queue:
-            del self._signals[token]
-        return BufferedSignal(payload=payload)
+    # Buffered signals: memory_signals.MemorySignalBuffer.
 
     async def buffer_event(self, event: BufferedEvent) -> None:
         self._tick()

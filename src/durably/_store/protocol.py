@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from durably._core.buffered_signals import BufferedSignalInfo, BufferScope
 from durably._core.models import (
     BufferedEvent,
     BufferedSignal,
@@ -35,7 +36,34 @@ class StateStoreUnavailable(RuntimeError):
 
 @runtime_checkable
 class StateStore(Protocol):
-    """Required store methods. All are coroutines; reads return fresh copies."""
+    """Required store methods. All are coroutines; reads return fresh copies.
+
+    Buffered signals (durably's bounds on store.md §3.7). Every row records its token, its
+    namespace (`durably._core.tokens.token_namespace`), when it was buffered and when it
+    expires, all in epoch ms of the STORE's clock (so expiry is judged by one clock, whatever
+    clock an engine was given):
+
+    - `buffer_signal(token, payload)`: the engine's own completion records (a child's
+      completion before its parent joins): no expiry, no cap, never purged.
+    - `buffer_signal_bounded(token, payload, ttl_ms=, per_token=, per_namespace=)`: a signal
+      from outside, expiring `ttl_ms` after now. Stored only while fewer than `per_token`
+      unexpired rows hold the token AND fewer than `per_namespace` unexpired rows share its
+      namespace — checked and inserted in ONE statement. Returns None when stored, else the
+      scope whose cap refused it (`"token"` checked first) with nothing stored. Concurrency:
+      exact on the memory store and SQLite (one writer at a time); on PostgreSQL each
+      statement counts the rows committed before it started, so N signals buffering the same
+      token or namespace at the same instant can exceed a cap by at most N - 1.
+    - `take_buffered_signal(token)`: the oldest UNEXPIRED row of the token; an expired row is
+      never returned (it waits for a purge).
+    - `list_buffered_signals(prefix=, limit=, offset=)`: `BufferedSignalInfo` rows (token,
+      payload size, times — never the payload), tokens starting with `prefix` (exact,
+      case-sensitive; None = all), oldest first, expired ones included.
+    - `count_buffered_signals(prefix=None)`: how many rows `list_buffered_signals` pages over.
+    - `purge_buffered_signals(token=, prefix=, expired_only=)`: delete the rows of `token`
+      (exact) or of tokens starting with `prefix` (neither: every row), only the expired ones
+      with `expired_only`; rows without expiry (the engine's own) are never deleted. Returns
+      the number deleted.
+    """
 
     # --- runs (store.md §3.1)
     async def create_run(self, run: WorkflowRun) -> None: ...
@@ -73,6 +101,16 @@ class StateStore(Protocol):
     # --- buffered signals and events (store.md §3.7–3.8)
     async def buffer_signal(self, token: str, payload: JSONValue) -> None: ...
     async def take_buffered_signal(self, token: str) -> BufferedSignal | None: ...
+    async def buffer_signal_bounded(
+        self, token: str, payload: JSONValue, *, ttl_ms: int, per_token: int, per_namespace: int
+    ) -> BufferScope | None: ...
+    async def list_buffered_signals(
+        self, *, prefix: str | None, limit: int, offset: int
+    ) -> list[BufferedSignalInfo]: ...
+    async def count_buffered_signals(self, *, prefix: str | None = None) -> int: ...
+    async def purge_buffered_signals(
+        self, *, token: str | None = None, prefix: str | None = None, expired_only: bool = False
+    ) -> int: ...
     async def buffer_event(self, event: BufferedEvent) -> None: ...
     async def list_buffered_events(self, name: str, limit: int) -> list[BufferedEvent]: ...
     async def remove_buffered_event(self, event_id: str) -> bool: ...

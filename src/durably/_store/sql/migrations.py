@@ -167,9 +167,21 @@ def _v2(dialect_name: str) -> list[str]:
     ]
 
 
+def _v3(dialect_name: str) -> list[str]:
+    # The bounds of the signal buffer: namespace (the token's text before its first ':'),
+    # buffered_at and expires_at (epoch ms). Rows already buffered are stamped now; those
+    # that came from outside the engine (every namespace but `child`, the engine's own
+    # completion records) get the default 24-hour TTL from the upgrade, so a signal planted
+    # before this version does not stay forever.
+    from durably._store.sql.signal_buffer import migration_v3
+
+    return migration_v3(dialect_name)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema (store.md §5.2)", _v1),
     Migration(2, "pick-up order index for claim_pending_runs", _v2),
+    Migration(3, "signal buffer bounds: namespace, buffered_at, expires_at", _v3),
 )
 HEAD: int = MIGRATIONS[-1].version
 

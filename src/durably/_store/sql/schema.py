@@ -146,9 +146,21 @@ buffered_signals = Table(
     identity_pk_column("id"),
     Column("token", Text, nullable=False),
     Column("payload", Text),  # JSON
+    # durably (migration 3): the bounds of the signal buffer. `namespace` = the token's text
+    # before its first ':' (the per-namespace cap counts by it); times are epoch ms of the
+    # store's clock; `expires_at` NULL = the engine's own completion record (never expires).
+    Column("namespace", Text),
+    Column("buffered_at", BigInteger),
+    Column("expires_at", BigInteger),
     sqlite_autoincrement=True,
 )
 Index("durable_buffered_signals_token_idx", buffered_signals.c.token, buffered_signals.c.id)
+Index(
+    "durable_buffered_signals_namespace_idx",
+    buffered_signals.c.namespace,
+    buffered_signals.c.expires_at,
+)
+Index("durable_buffered_signals_expires_at_idx", buffered_signals.c.expires_at)
 
 # ------------------------------------------------------------------ durable_buffered_events
 

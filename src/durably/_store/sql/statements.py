@@ -20,12 +20,12 @@ from durably._store.sql.schema import (
     RUN_COLUMNS,
     attributes,
     buffered_events,
-    buffered_signals,
     checkpoints,
     runs,
     tags,
     waiters,
 )
+from durably._store.sql.signal_buffer import SignalBufferStatements
 
 WAITER_COLUMNS = (waiters.c.token, waiters.c.run_id, waiters.c.seq, waiters.c.parallel_group)
 EVENT_COLUMNS = (
@@ -166,14 +166,15 @@ class Statements:
             w.token == bp("token"), w.run_id == bp("run_id"), w.seq == bp("seq")
         )
 
-        # buffered signals and events
-        bs, be = buffered_signals.c, buffered_events.c
-        self.buffer_signal = sa.insert(buffered_signals)
-        self.take_signal = d.take_oldest_signal(buffered_signals) if d.supports_returning else None
-        self.oldest_signal = (
-            sa.select(bs.id, bs.payload).where(bs.token == bp("token")).order_by(bs.id).limit(1)
-        )
-        self.delete_signal = sa.delete(buffered_signals).where(bs.id == bp("id"))
+        # buffered signals (bounded; built by sql/signal_buffer.py) and events
+        sb = SignalBufferStatements(d)
+        self.buffer_signal = sb.insert
+        self.buffer_signal_bounded = sb.insert_bounded
+        self.count_token_signals = sb.count_token_live
+        self.oldest_signal = sb.oldest
+        self.delete_signal = sb.delete_by_id
+        self.take_signal = sb.take
+        be = buffered_events.c
         self.buffer_event = sa.insert(buffered_events)
         self.list_events = (
             sa.select(*EVENT_COLUMNS)

@@ -26,8 +26,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from durably._core.models import (
     BufferedEvent,
-    BufferedSignal,
-    JSONValue,
     RunPatch,
     RunQuery,
     RunStatus,
@@ -54,6 +52,7 @@ from durably._store.sql.schema import (
     checkpoints,
     runs,
 )
+from durably._store.sql.signal_buffer import SqlSignalBuffer
 from durably._store.sql.statements import CP_KEYS, Statements
 from durably._store.sql.wakebus import PgWakeBus
 
@@ -70,7 +69,7 @@ def _cas_params(row: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets):
+class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuffer):
     """The SQL StateStore (store.md §3, §5–§8) for SQLite (aiosqlite) and PostgreSQL (asyncpg).
 
     Construct with an `AsyncEngine` (`owns_engine=True` makes `close()` dispose it) or with
@@ -649,26 +648,7 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets):
 
     # ------------------------------------------------------------------ buffers (§3.7–3.8)
 
-    async def buffer_signal(self, token: str, payload: JSONValue) -> None:
-        params = {"token": token, "payload": _rows.json_or_null(payload)}
-        await self._write(self._q.buffer_signal, params)
-
-    async def take_buffered_signal(self, token: str) -> BufferedSignal | None:
-        """Remove and return the OLDEST payload for `token` (a NULL payload is still a hit)."""
-        params = {"token": token}
-        if self._q.take_signal is not None:
-            row = await self._write_first(self._q.take_signal, params)
-            return BufferedSignal(payload=_rows.json_from_sql(row[0])) if row is not None else None
-
-        async def work(s: Session) -> BufferedSignal | None:
-            found = await self._fetch(s, self._q.oldest_signal, params)
-            if not found:
-                return None
-            signal_id, payload = found[0]
-            await self._run(s, self._q.delete_signal, {"id": signal_id})
-            return BufferedSignal(payload=_rows.json_from_sql(payload))
-
-        return await self._cx.write(work, tx=True)
+    # Buffered signals: signal_buffer.SqlSignalBuffer.
 
     async def buffer_event(self, event: BufferedEvent) -> None:
         params = {

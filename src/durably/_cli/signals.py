@@ -1,0 +1,205 @@
+"""`durably signals list|purge` — the signal buffer, on a `drive=False` engine.
+
+A signal sent before any run waits on its token is buffered (bounded: it expires after the
+engine's `signal_buffer_ttl`, and per-token / per-namespace caps refuse new ones). These
+commands let an operator see what is buffered — token, size, age, expiry, never the payload —
+and delete it. The engine's own completion records (a child's completion waiting for its
+parent to join) are listed with no expiry and are never purged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from datetime import datetime
+from typing import Any
+
+from durably._cli.common import EXIT_OK, EXIT_USAGE, CliError, control_engine, echo, print_json
+from durably._cli.render import relative_time, table
+from durably._core.buffered_signals import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, BufferedSignalInfo
+from durably._core.models import now_utc
+from durably._engine.engine import Engine
+
+
+def human_duration(ms: int) -> str:
+    """`86400000` → `24h`, `5400000` → `90m`, `1500` → `1.5s` (the largest exact unit)."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms >= size and ms % size == 0 and not (unit == "d" and ms < 3 * size):
+            return f"{ms // size}{unit}"
+    if ms >= 1000:
+        return f"{ms / 1000:g}s"
+    return f"{ms}ms"
+
+
+def approx_duration(ms: int) -> str:
+    """A rough reading for a time left: `86397000` → `24h`, `150000` → `3m`, `800` → `1s`."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)):
+        if ms >= (2 * size if unit == "d" else size):
+            return f"{round(ms / size)}{unit}"
+    return f"{max(1, round(ms / 1000))}s"
+
+
+def _target_options(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--store",
+        metavar="URL",
+        help="store URL (default: $DURABLY_STORE, else sqlite:///durably.db)",
+    )
+    where.add_argument(
+        "--app", metavar="APP", help="module:attribute naming an Engine; uses its store"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _bounded_int(low: int, high: int | None) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            span = f"between {low} and {high}" if high is not None else f">= {low}"
+            raise argparse.ArgumentTypeError(f"expected a number {span}, got {value}")
+        return value
+
+    return parse
+
+
+def add_parser(sub: Any) -> None:
+    signals = sub.add_parser(
+        "signals",
+        help="list and purge buffered signals (signals no run waits on yet)",
+        description=(
+            "Signals sent before any run waits on their token are buffered for the next wait "
+            "on that token, for the engine's signal_buffer_ttl at most. List them (token, "
+            "size, age, expiry — never the payload) or delete them. The engine's own "
+            "completion records (no expiry) are listed but never purged."
+        ),
+    )
+    verbs = signals.add_subparsers(dest="verb", metavar="ACTION")
+    signals.set_defaults(handler=lambda _args: _usage(signals))
+
+    p = verbs.add_parser("list", help="buffered signals, oldest first")
+    _target_options(p)
+    p.add_argument("--prefix", metavar="P", help="only tokens starting with P")
+    p.add_argument(
+        "--limit",
+        type=_bounded_int(1, MAX_LIST_LIMIT),
+        default=DEFAULT_LIST_LIMIT,
+        metavar="N",
+        help=f"at most N ({DEFAULT_LIST_LIMIT}; up to {MAX_LIST_LIMIT})",
+    )
+    p.add_argument(
+        "--offset", type=_bounded_int(0, 2**31 - 1), default=0, metavar="N", help="skip N (0)"
+    )
+    p.set_defaults(handler=_sync(_list))
+
+    p = verbs.add_parser(
+        "purge",
+        help="delete buffered signals (say which: --token, --prefix, --expired or --all)",
+    )
+    _target_options(p)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--token", metavar="T", help="the signals buffered on exactly T")
+    which.add_argument("--prefix", metavar="P", help="the signals of tokens starting with P")
+    which.add_argument("--expired", action="store_true", help="every expired signal")
+    which.add_argument("--all", action="store_true", help="every buffered signal")
+    p.set_defaults(handler=_sync(_purge))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return EXIT_OK
+
+
+def _sync(action: Any) -> Any:
+    def handler(args: argparse.Namespace) -> int:
+        async def go() -> int:
+            async with control_engine(args.store, args.app) as engine:
+                code: int = await action(engine, args)
+                return code
+
+        return asyncio.run(go())
+
+    return handler
+
+
+def _non_empty(value: str | None, option: str) -> str | None:
+    if value is not None and not value:
+        raise CliError(f"{option} must not be empty", EXIT_USAGE)
+    return value
+
+
+def _expiry(info: BufferedSignalInfo, now: datetime) -> str:
+    if info.expires_at is None:
+        return "never (engine)"
+    if info.expires_at <= now:
+        return "expired"
+    return "in " + approx_duration(round((info.expires_at - now).total_seconds() * 1000))
+
+
+async def _list(engine: Engine, args: argparse.Namespace) -> int:
+    prefix = _non_empty(args.prefix, "--prefix")
+    rows = await engine.list_buffered_signals(prefix=prefix, limit=args.limit, offset=args.offset)
+    total = await engine.count_buffered_signals(prefix=prefix)
+    if args.json:
+        print_json(
+            {
+                "total": total,
+                "offset": args.offset,
+                "limit": args.limit,
+                "signals": [row.to_json() for row in rows],
+            }
+        )
+        return EXIT_OK
+    if not rows:
+        echo("No buffered signals." if total == 0 else f"No buffered signals past {args.offset}.")
+        return EXIT_OK
+    now = now_utc()
+    lines = table(
+        ["TOKEN", "BYTES", "BUFFERED", "EXPIRES"],
+        [
+            [
+                row.token,
+                str(row.size_bytes),
+                relative_time(row.buffered_at, now) if row.buffered_at else "",
+                _expiry(row, now),
+            ]
+            for row in rows
+        ],
+        right=(1,),
+    )
+    for line in lines:
+        echo(line)
+    shown = f"{args.offset + 1}–{args.offset + len(rows)}"
+    echo(f"{shown} of {total} buffered signal(s); payloads are never shown.")
+    return EXIT_OK
+
+
+async def _purge(engine: Engine, args: argparse.Namespace) -> int:
+    token = _non_empty(args.token, "--token")
+    prefix = _non_empty(args.prefix, "--prefix")
+    removed = await engine.purge_buffered_signals(
+        token=token, prefix=prefix, expired_only=args.expired, all=args.all
+    )
+    if args.json:
+        print_json({"purged": removed})
+        return EXIT_OK
+    what = (
+        f"on {token!r}"
+        if token is not None
+        else f"of tokens starting with {prefix!r}"
+        if prefix is not None
+        else "expired"
+        if args.expired
+        else "in total"
+    )
+    echo(
+        f"Purged {removed} buffered signal(s) {what} (the engine's own completion records "
+        "are kept)."
+    )
+    return EXIT_OK
+
+
+__all__ = ["add_parser", "human_duration"]

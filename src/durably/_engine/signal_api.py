@@ -1,0 +1,226 @@
+"""The Engine's public signal methods: `signal`, `update`, and operator access to the signal
+buffer (`list_buffered_signals`, `count_buffered_signals`, `purge_buffered_signals`).
+
+`SignalApi` is mixed into `Engine`. Every signal that enters here came from outside the
+engine, so:
+
+- its token must not belong to one of the engine's own waiter namespaces (a child's
+  completion, a breakpoint, an update, an event wait, …: `durably._core.tokens`) —
+  `ReservedTokenError`, nothing delivered or stored. The engine reaches those waits through
+  `signals.signal`, its internal path, after checking that the thing really happened
+  (`update` validates first, `continue_run` finds the pending breakpoint, a child's completion
+  is announced when the child settles);
+- when no run waits on the token yet it is buffered BOUNDED (`SignalBufferPolicy`: a TTL and a
+  cap per token and per namespace), or not at all with `buffer=False`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from durably._core.buffered_signals import (
+    DEFAULT_LIST_LIMIT,
+    DEFAULT_SIGNAL_BUFFER_PER_NAMESPACE,
+    DEFAULT_SIGNAL_BUFFER_PER_TOKEN,
+    DEFAULT_SIGNAL_BUFFER_TTL_MS,
+    MAX_LIST_LIMIT,
+    BufferedSignalInfo,
+)
+from durably._core.durations import to_ms
+from durably._core.models import RunResult
+from durably._engine import signals
+from durably._engine.handle import UpdateResult
+
+if TYPE_CHECKING:
+    from durably._store.protocol import StateStore
+
+__all__ = ["SIGNAL_BUFFER_DEFAULTS", "SignalApi", "SignalBufferPolicy", "buffer_policy"]
+
+# The `Engine(...)` keywords of the signal buffer and their defaults (merged into the
+# engine's tuning defaults).
+SIGNAL_BUFFER_DEFAULTS: dict[str, Any] = {
+    "signal_buffer_ttl": DEFAULT_SIGNAL_BUFFER_TTL_MS / 1000.0,  # seconds, like any duration
+    "signal_buffer_per_token": DEFAULT_SIGNAL_BUFFER_PER_TOKEN,
+    "signal_buffer_per_namespace": DEFAULT_SIGNAL_BUFFER_PER_NAMESPACE,
+}
+
+# Largest offset accepted by the listing (a 32-bit integer in every store's SQL).
+_MAX_OFFSET = 2**31 - 1
+
+
+@dataclass(slots=True)
+class SignalBufferPolicy:
+    """The bounds an engine puts on buffered external signals, and its sweep schedule."""
+
+    ttl_ms: int
+    per_token: int
+    per_namespace: int
+    next_sweep_ms: int = 0  # engine clock; signals.sweep_expired_signals
+
+
+def _cap(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"Engine({name}=…) must be a whole number >= 1, not {value!r}")
+    if value < 1:
+        raise ValueError(f"Engine({name}=…) must be >= 1, not {value}")
+    return value
+
+
+def buffer_policy(options: Mapping[str, Any]) -> SignalBufferPolicy:
+    """The policy from the engine's options, or a ValueError naming the bad option."""
+    ttl = options["signal_buffer_ttl"]
+    try:
+        if ttl is None:
+            raise ValueError("a duration is required")
+        ttl_ms = to_ms(ttl)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"Engine(signal_buffer_ttl={ttl!r}): {exc} (a number of seconds, a timedelta, "
+            'or a string such as "24h")'
+        ) from None
+    if ttl_ms < 1:
+        raise ValueError(f"Engine(signal_buffer_ttl={ttl!r}) must be a positive duration")
+    return SignalBufferPolicy(
+        ttl_ms=ttl_ms,
+        per_token=_cap("signal_buffer_per_token", options["signal_buffer_per_token"]),
+        per_namespace=_cap("signal_buffer_per_namespace", options["signal_buffer_per_namespace"]),
+    )
+
+
+def _whole(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, not {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low:,} and {high:,}, not {value:,}")
+    return value
+
+
+def _prefix(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError(
+            f"prefix must be a non-empty string, not {value!r} (omit it to cover every token)"
+        )
+    return value
+
+
+class SignalApi:
+    """Mixed into `Engine` (which provides what is declared here)."""
+
+    if TYPE_CHECKING:
+        store: StateStore
+        signal_buffer: SignalBufferPolicy
+        _update_validators: dict[tuple[str, str], Callable[[Any], Any]]
+
+        async def _ensure_open(self) -> None: ...
+
+    async def signal(
+        self, token: str, payload: Any = None, *, buffer: bool = True
+    ) -> RunResult | None:
+        """engine.md §3.5: deliver `payload` to the run waiting on `token` and return that
+        run's current state.
+
+        No run waits on it yet: with `buffer=True` the payload is buffered (bounded by the
+        engine's `signal_buffer_*` options) and the next wait on the token receives it;
+        returns None. With `buffer=False` nothing is stored; returns None.
+
+        Raises `ReservedTokenError` for a token of the engine's own waits (use `update`,
+        `continue_run`, `publish_event` for those), `SignalBufferFullError` when the buffer's
+        cap for the token or its namespace is reached (nothing stored).
+        """
+        signals.check_external_token(token)
+        if not isinstance(buffer, bool):
+            raise TypeError(f"buffer must be True or False, not {buffer!r}")
+        await self._ensure_open()
+        return await signals.signal(
+            self,  # type: ignore[arg-type]
+            token,
+            payload,
+            want_result=True,
+            buffer="bounded" if buffer else "none",
+        )
+
+    async def update(self, run_id: str, name: str, arg: Any = None) -> UpdateResult:
+        """engine.md §3.13: validate, then deliver to `ctx.on_update(name)`. An update sent
+        before the run waits for it is buffered like any external signal (bounded;
+        `SignalBufferFullError` over a cap)."""
+        run = await self.store.get_run(run_id)
+        if run is None:
+            return UpdateResult(False, f"run {run_id} not found")
+        validator = self._update_validators.get((run.workflow, name))
+        if validator is not None:
+            try:
+                verdict = validator(arg)
+            except Exception as exc:
+                return UpdateResult(False, str(exc) or type(exc).__name__)
+            if isinstance(verdict, str) and verdict:
+                return UpdateResult(False, verdict)
+        await self._ensure_open()
+        result = await signals.signal(
+            self,  # type: ignore[arg-type]
+            f"update:{run_id}:{name}",
+            arg,
+            want_result=True,
+            buffer="bounded",
+        )
+        return UpdateResult(True, None, result is not None)
+
+    # ------------------------------------------------------------------ operators
+
+    async def list_buffered_signals(
+        self, *, prefix: str | None = None, limit: int = DEFAULT_LIST_LIMIT, offset: int = 0
+    ) -> list[BufferedSignalInfo]:
+        """Buffered signals, oldest first: token, payload size, when buffered, when it expires
+        (None: an engine-owned completion record that never expires) — never the payload.
+        `prefix` keeps tokens starting with it (exact, case-sensitive); `limit` 1..1,000."""
+        prefix = _prefix(prefix)
+        limit = _whole("limit", limit, 1, MAX_LIST_LIMIT)
+        offset = _whole("offset", offset, 0, _MAX_OFFSET)
+        await self._ensure_open()
+        return await self.store.list_buffered_signals(prefix=prefix, limit=limit, offset=offset)
+
+    async def count_buffered_signals(self, *, prefix: str | None = None) -> int:
+        """How many signals are buffered (tokens starting with `prefix` when given)."""
+        prefix = _prefix(prefix)
+        await self._ensure_open()
+        return await self.store.count_buffered_signals(prefix=prefix)
+
+    async def purge_buffered_signals(
+        self,
+        *,
+        token: str | None = None,
+        prefix: str | None = None,
+        expired_only: bool = False,
+        all: bool = False,
+    ) -> int:
+        """Delete buffered signals; returns how many were deleted.
+
+        Say what to delete: `token=` (exactly that token), `prefix=` (tokens starting with
+        it), `all=True` (every one), optionally narrowed with `expired_only=True`;
+        `expired_only=True` alone deletes every expired one. Decision: the engine's own
+        completion records (a child's completion waiting for its parent to join; listed
+        without an expiry) are never deleted — a parent joining later would wait forever.
+        """
+        # `all` is the parameter here (the builtin is shadowed on purpose: it reads best).
+        if not isinstance(expired_only, bool) or not isinstance(all, bool):
+            raise TypeError("expired_only and all must be True or False")
+        scopes = [name for name, value in (("token", token), ("prefix", prefix)) if value]
+        if token is not None and (not isinstance(token, str) or not token):
+            raise ValueError(f"token must be a non-empty string, not {token!r}")
+        prefix = _prefix(prefix)
+        if all:
+            scopes.append("all")
+        if len(scopes) > 1:
+            raise ValueError(f"choose one of token=, prefix= or all=True, not {scopes}")
+        if not scopes and not expired_only:
+            raise ValueError(
+                "purge_buffered_signals needs an explicit choice: token=…, prefix=…, "
+                "expired_only=True, or all=True to delete every buffered signal"
+            )
+        await self._ensure_open()
+        return await self.store.purge_buffered_signals(
+            token=token, prefix=prefix, expired_only=expired_only
+        )

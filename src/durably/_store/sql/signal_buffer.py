@@ -1,0 +1,310 @@
+"""Buffered signals of the SQL store (store.md §3.7 with durably's bounds; the contract is
+written on `durably._store.protocol.StateStore`).
+
+- `buffer_signal_bounded` is ONE statement: `INSERT … SELECT … WHERE (live rows of the
+  token) < :per_token AND (live rows of the namespace) < :per_ns`, each count reading at
+  most cap rows of an index. SQLite runs one writer at a time, so the caps are exact there.
+  On PostgreSQL (READ COMMITTED) each statement counts the rows committed before it started:
+  N signals buffered on one token or namespace at the same instant can exceed a cap by at
+  most N - 1 — bounded by the number of concurrent senders, never unbounded growth.
+- Expiry is judged by the store's clock (`:now` binds), like every other time it writes.
+- Listing returns the payload's size in bytes, never the payload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy import bindparam
+
+from durably._core.buffered_signals import BufferedSignalInfo, BufferScope
+from durably._core.models import BufferedSignal, JSONValue, utc_from_ms
+from durably._core.tokens import token_namespace
+from durably._store.sql import rows as _rows
+from durably._store.sql.schema import buffered_signals
+
+if TYPE_CHECKING:
+    from durably._store.sql.connection import Connector, Session
+    from durably._store.sql.dialect import SqlDialect
+    from durably._store.sql.statements import Statements
+
+_bs = buffered_signals.c
+_TABLE = buffered_signals.name
+_NAMESPACE_CHILD = "child"  # the engine's own completion records keep no expiry
+_MIGRATION_TTL_MS = 24 * 3_600_000
+
+
+# ------------------------------------------------------------------ migration 3 (frozen)
+
+
+def migration_v3(dialect_name: str) -> list[str]:
+    """DDL of migration 3 (frozen: a published migration never changes).
+
+    PostgreSQL adds the columns (`IF NOT EXISTS`). SQLite cannot add a column
+    conditionally, and a database made by `metadata.create_all` already has them, so the
+    table is rebuilt instead (copy, drop, rename) — the same statements work on both shapes.
+    "Now" is one instant for the whole migration (SQLite: per statement; PostgreSQL: the
+    transaction's start), so every old row gets exactly the same TTL.
+    """
+    ttl = _MIGRATION_TTL_MS
+    if dialect_name == "sqlite":
+        now_ms = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+        namespace = (
+            "CASE WHEN instr(token, ':') > 0 THEN substr(token, 1, instr(token, ':') - 1) "
+            "ELSE token END"
+        )
+        new = f"{_TABLE}__v3"
+        return [
+            f"DROP TABLE IF EXISTS {new}",
+            f"CREATE TABLE {new} ("
+            " id INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,"
+            " token TEXT NOT NULL, payload TEXT, namespace TEXT,"
+            " buffered_at BIGINT, expires_at BIGINT)",
+            f"INSERT INTO {new} (id, token, payload, namespace, buffered_at, expires_at)"
+            f" SELECT id, token, payload, {namespace}, {now_ms},"
+            f" CASE WHEN ({namespace}) = '{_NAMESPACE_CHILD}' THEN NULL"
+            f" ELSE {now_ms} + {ttl} END"
+            f" FROM {_TABLE} ORDER BY id",
+            f"DROP TABLE {_TABLE}",
+            f"ALTER TABLE {new} RENAME TO {_TABLE}",
+            f"CREATE INDEX IF NOT EXISTS {_TABLE}_token_idx ON {_TABLE} (token, id)",
+            *_v3_indexes(),
+        ]
+    now_ms = "CAST(EXTRACT(EPOCH FROM transaction_timestamp()) * 1000 AS BIGINT)"
+    return [
+        f"ALTER TABLE {_TABLE} ADD COLUMN IF NOT EXISTS namespace TEXT",
+        f"ALTER TABLE {_TABLE} ADD COLUMN IF NOT EXISTS buffered_at BIGINT",
+        f"ALTER TABLE {_TABLE} ADD COLUMN IF NOT EXISTS expires_at BIGINT",
+        f"UPDATE {_TABLE} SET namespace = split_part(token, ':', 1) WHERE namespace IS NULL",
+        f"UPDATE {_TABLE} SET buffered_at = {now_ms} WHERE buffered_at IS NULL",
+        f"UPDATE {_TABLE} SET expires_at = {now_ms} + {ttl}"
+        f" WHERE expires_at IS NULL AND namespace <> '{_NAMESPACE_CHILD}'",
+        *_v3_indexes(),
+    ]
+
+
+def _v3_indexes() -> list[str]:
+    return [
+        f"CREATE INDEX IF NOT EXISTS {_TABLE}_namespace_idx ON {_TABLE} (namespace, expires_at)",
+        f"CREATE INDEX IF NOT EXISTS {_TABLE}_expires_at_idx ON {_TABLE} (expires_at)",
+    ]
+
+
+# ------------------------------------------------------------------ statements
+
+
+def _live(now: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+    return sa.or_(_bs.expires_at.is_(None), _bs.expires_at > now)
+
+
+def _live_count_below(
+    column: sa.ColumnElement[str], value: str, cap: str
+) -> sa.ColumnElement[bool]:
+    """`(SELECT count(*) FROM (SELECT 1 … WHERE column = :value AND live LIMIT :cap)) < :cap`:
+    reads at most `cap` index entries however many rows are buffered."""
+    now = bindparam("now", type_=sa.BigInteger)
+    limit = bindparam(cap, type_=sa.Integer)
+    rows = (
+        sa.select(sa.literal(1).label("one"))
+        .select_from(buffered_signals)
+        .where(column == bindparam(value, type_=sa.Text), _live(now))
+        .limit(limit)
+        .subquery()
+    )
+    counted = sa.select(sa.func.count()).select_from(rows).scalar_subquery()
+    return counted < limit
+
+
+class SignalBufferStatements:
+    """Builds the prebuilt statements of the signal buffer; `Statements` keeps them (as
+    `buffer_signal`, `buffer_signal_bounded`, `count_token_signals`, `oldest_signal`,
+    `delete_signal`, `take_signal`) and registers them with the connector, so SQLite runs
+    each in one call and PostgreSQL prepares it once."""
+
+    def __init__(self, dialect: SqlDialect) -> None:
+        now = bindparam("now", type_=sa.BigInteger)
+        columns = ["token", "payload", "namespace", "buffered_at", "expires_at"]
+        self.insert = sa.insert(buffered_signals)
+        values = sa.select(
+            sa.cast(bindparam("token", type_=sa.Text), sa.Text),
+            sa.cast(bindparam("payload", type_=sa.Text), sa.Text),
+            sa.cast(bindparam("namespace", type_=sa.Text), sa.Text),
+            sa.cast(bindparam("now", type_=sa.BigInteger), sa.BigInteger),
+            sa.cast(bindparam("expires_at", type_=sa.BigInteger), sa.BigInteger),
+        ).where(
+            _live_count_below(_bs.token, "token", "per_token"),
+            _live_count_below(_bs.namespace, "namespace", "per_ns"),
+        )
+        self.insert_bounded = sa.insert(buffered_signals).from_select(columns, values)
+        self.count_token_live = (
+            sa.select(sa.func.count())
+            .select_from(buffered_signals)
+            .where(_bs.token == bindparam("token", type_=sa.Text), _live(now))
+        )
+        oldest = (
+            sa.select(_bs.id)
+            .where(_bs.token == bindparam("token", type_=sa.Text), _live(now))
+            .order_by(_bs.id)
+            .limit(1)
+        )
+        # Without RETURNING (SQLite < 3.35): read the oldest live row, then delete it by id.
+        self.oldest = (
+            sa.select(_bs.id, _bs.payload)
+            .where(_bs.token == bindparam("token", type_=sa.Text), _live(now))
+            .order_by(_bs.id)
+            .limit(1)
+        )
+        self.delete_by_id = sa.delete(buffered_signals).where(_bs.id == bindparam("id"))
+        if dialect.supports_returning:
+            if not dialect.is_sqlite:
+                # Two concurrent takers get two different rows instead of one of them
+                # finding nothing.
+                oldest = oldest.with_for_update(skip_locked=True)
+            self.take: sa.Executable | None = (
+                sa.delete(buffered_signals)
+                .where(_bs.id == oldest.scalar_subquery())
+                .returning(_bs.payload)
+            )
+        else:
+            self.take = None
+
+
+def _size_bytes(dialect: SqlDialect) -> sa.ColumnElement[Any]:
+    if dialect.is_sqlite:
+        return sa.func.coalesce(sa.func.length(sa.cast(_bs.payload, sa.LargeBinary)), 0)
+    return sa.func.coalesce(sa.func.octet_length(_bs.payload), 0)
+
+
+def _prefix_where(dialect: SqlDialect, prefix: str | None) -> list[sa.ColumnElement[bool]]:
+    """Tokens starting with `prefix` (exact, case-sensitive: `substr`, never LIKE)."""
+    if prefix is None or prefix == "":
+        return []
+    return [dialect.literal_prefix_predicate(_bs.token, prefix)]
+
+
+# ------------------------------------------------------------------ the mixin
+
+
+class SqlSignalBuffer:
+    """Mixed into `SqlStateStore` (which provides what is declared here)."""
+
+    if TYPE_CHECKING:
+        dialect: SqlDialect
+        statement_count: int
+        _cx: Connector
+        _clock: Callable[[], datetime]
+        _q: Statements
+
+        async def _write(self, stmt: sa.Executable, params: Any = None) -> int: ...
+        async def _write_first(
+            self, stmt: sa.Executable, params: Any = None
+        ) -> Sequence[Any] | None: ...
+        async def _fetch(
+            self, s: Session, stmt: sa.Executable, params: Any = None
+        ) -> Sequence[Sequence[Any]]: ...
+        async def _run(self, s: Session, stmt: sa.Executable, params: Any = None) -> int: ...
+        async def _read_all(
+            self, stmt: sa.Executable, params: Any = None, *, point: bool = False
+        ) -> Sequence[Sequence[Any]]: ...
+        async def _read_scalar(
+            self, stmt: sa.Executable, params: Any = None, *, point: bool = False
+        ) -> int: ...
+
+    def _now_ms(self) -> int:
+        return _rows.ms(self._clock())
+
+    async def buffer_signal(self, token: str, payload: JSONValue) -> None:
+        params = {
+            "token": token,
+            "payload": _rows.json_or_null(payload),
+            "namespace": token_namespace(token),
+            "buffered_at": self._now_ms(),
+            "expires_at": None,
+        }
+        await self._write(self._q.buffer_signal, params)
+
+    async def buffer_signal_bounded(
+        self, token: str, payload: JSONValue, *, ttl_ms: int, per_token: int, per_namespace: int
+    ) -> BufferScope | None:
+        now = self._now_ms()
+        params = {
+            "token": token,
+            "payload": _rows.json_or_null(payload),
+            "namespace": token_namespace(token),
+            "now": now,
+            "expires_at": now + int(ttl_ms),
+            "per_token": int(per_token),
+            "per_ns": int(per_namespace),
+        }
+        if await self._write(self._q.buffer_signal_bounded, params) == 1:
+            return None
+        # Refused (the cold path): say which cap. The token's own count decides; a row taken
+        # between the two statements can only make this answer "namespace" too eagerly.
+        live = await self._read_scalar(
+            self._q.count_token_signals, {"token": token, "now": now}, point=True
+        )
+        return "token" if live >= per_token else "namespace"
+
+    async def take_buffered_signal(self, token: str) -> BufferedSignal | None:
+        """Remove and return the OLDEST unexpired payload for `token` (a NULL payload is
+        still a hit); an expired row is never returned."""
+        params = {"token": token, "now": self._now_ms()}
+        if self._q.take_signal is not None:
+            row = await self._write_first(self._q.take_signal, params)
+            return BufferedSignal(payload=_rows.json_from_sql(row[0])) if row is not None else None
+
+        async def work(s: Session) -> BufferedSignal | None:
+            found = await self._fetch(s, self._q.oldest_signal, params)
+            if not found:
+                return None
+            signal_id, payload = found[0]
+            await self._run(s, self._q.delete_signal, {"id": signal_id})
+            return BufferedSignal(payload=_rows.json_from_sql(payload))
+
+        return await self._cx.write(work, tx=True)
+
+    async def list_buffered_signals(
+        self, *, prefix: str | None, limit: int, offset: int
+    ) -> list[BufferedSignalInfo]:
+        stmt = (
+            sa.select(_bs.token, _size_bytes(self.dialect), _bs.buffered_at, _bs.expires_at)
+            .where(*_prefix_where(self.dialect, prefix))
+            .order_by(_bs.id)
+            .limit(max(int(limit), 0))
+            .offset(max(int(offset), 0))
+        )
+        return [
+            BufferedSignalInfo(
+                token=str(token),
+                size_bytes=int(size or 0),
+                buffered_at=utc_from_ms(int(buffered_at)) if buffered_at is not None else None,
+                expires_at=utc_from_ms(int(expires_at)) if expires_at is not None else None,
+            )
+            for token, size, buffered_at, expires_at in await self._read_all(stmt)
+        ]
+
+    async def count_buffered_signals(self, *, prefix: str | None = None) -> int:
+        stmt = (
+            sa.select(sa.func.count())
+            .select_from(buffered_signals)
+            .where(*_prefix_where(self.dialect, prefix))
+        )
+        return await self._read_scalar(stmt)
+
+    async def purge_buffered_signals(
+        self, *, token: str | None = None, prefix: str | None = None, expired_only: bool = False
+    ) -> int:
+        where: list[sa.ColumnElement[bool]] = [_bs.expires_at.is_not(None)]
+        if token is not None:
+            where.append(_bs.token == token)
+        else:
+            where.extend(_prefix_where(self.dialect, prefix))
+        if expired_only:
+            where.append(_bs.expires_at <= self._now_ms())
+        return await self._write(sa.delete(buffered_signals).where(*where))
+
+
+__all__ = ["SignalBufferStatements", "SqlSignalBuffer", "migration_v3"]
