@@ -1,7 +1,7 @@
-"""`WorkflowCtx`: the primitives a workflow body calls (engine.md §3, api.md §3).
+"""`WorkflowCtx`: the primitives a workflow body calls.
 
 Every primitive is a plain method that claims its checkpoint position(s) synchronously and
-returns a coroutine (engine.md §2.2: "claim the position before the first await"), so
+returns a coroutine (the position is claimed before the first await), so
 `asyncio.gather(ctx.step(a, 1), ctx.step(b, 2))` numbers the calls in issue order no matter
 which completes first.
 """
@@ -43,7 +43,8 @@ def event_token_prefix(name: str) -> str:
 
 
 def event_token(name: str, match: Mapping[str, Any] | None, run_id: str, seq: int) -> str:
-    """engine.md §3.6: `event:<b64 name>:<b64 JSON(match or {})>:<runId>#<seq>`."""
+    """The waiter token of `wait_for_event`:
+    `event:<b64 name>:<b64 JSON(match or {})>:<runId>#<seq>`."""
     return f"{event_token_prefix(name)}{_b64(compact(dict(match or {})))}:{run_id}#{seq}"
 
 
@@ -58,7 +59,7 @@ def match_of_token(token: str) -> dict[str, Any]:
 
 
 def event_matches(payload: Any, match: Mapping[str, Any] | None) -> bool:
-    """engine.md §3.6: every match key's compact JSON equals the payload key's."""
+    """An event matches when every match key's compact JSON equals the payload key's."""
     if not match:
         return True
     if not isinstance(payload, dict):
@@ -187,7 +188,7 @@ class WorkflowCtx:
         priority: int | None = None,
         compensate: Any = None,
     ) -> Coroutine[Any, Any, Any]:
-        """Run a step through the engine's transport and checkpoint its result (§3.1).
+        """Run a step through the engine's transport and checkpoint its result.
 
         `queue` and `priority` are refused (NotImplementedError) until flow-control queues
         exist; the check comes before the position is claimed, so a body that catches the
@@ -262,7 +263,7 @@ class WorkflowCtx:
         )
 
     def side_effect(self, fn: Callable[[], Awaitable[O] | O]) -> Coroutine[Any, Any, O]:
-        """Run `fn()` once and replay its recorded value (§3.3)."""
+        """Run `fn()` once and replay its recorded value."""
         seq = self._claim("side_effect")
         return self._ex.run_local(
             seq, "sideEffect", fn, pass_logger=False, policy=RetryPolicy(), track_start=False
@@ -286,7 +287,7 @@ class WorkflowCtx:
     # ------------------------------------------------------------------ timers
 
     def sleep(self, duration: Duration) -> Coroutine[Any, Any, None]:
-        """A durable sleep: survives restarts; the deadline is computed once (§3.4)."""
+        """A durable sleep: survives restarts; the deadline is computed once."""
         seq = self._claim("sleep")
         ms = to_ms(duration)
         return self._sleep(seq, lambda: self._ex.now() + ms)
@@ -312,7 +313,7 @@ class WorkflowCtx:
     def wait_for_signal(
         self, token: str, *, timeout: Duration | None = None
     ) -> Coroutine[Any, Any, Any]:
-        """Wait for `engine.signal(token, payload)`; returns the payload (§3.5)."""
+        """Wait for `engine.signal(token, payload)`; returns the payload."""
         timeout_ms = to_ms_or_none(timeout)
         if timeout_ms is None:
             seq = self._claim("wait_for_signal")
@@ -323,7 +324,7 @@ class WorkflowCtx:
         )
 
     def on_update(self, name: str, *, timeout: Duration | None = None) -> Coroutine[Any, Any, Any]:
-        """Wait for `engine.update(run_id, name, arg)`; returns the argument (§3.13)."""
+        """Wait for `engine.update(run_id, name, arg)`; returns the argument."""
         return self.wait_for_signal(f"update:{self.run_id}:{name}", timeout=timeout)
 
     async def _deadline(self, seq: int, name: str, timeout_ms: int) -> int:
@@ -356,7 +357,8 @@ class WorkflowCtx:
         hit = await store.take_buffered_signal(token)
         if hit is None and (deadline is None or ex.now() < deadline):
             await store.put_signal_waiter(waiter)
-            # check-then-register-then-recheck (engine.md §3.5)
+            # Check, register, then check again: a signal buffered between the first
+            # check and the waiter's insert would otherwise never be delivered.
             hit = await store.take_buffered_signal(token)
             if hit is not None:
                 await store.remove_signal_waiter(waiter)
@@ -385,7 +387,7 @@ class WorkflowCtx:
         match: Mapping[str, Any] | None = None,
         timeout: Duration | None = None,
     ) -> Coroutine[Any, Any, Any]:
-        """Wait for `engine.publish_event(name, payload)` whose payload matches (§3.6)."""
+        """Wait for `engine.publish_event(name, payload)` whose payload matches."""
         timeout_ms = to_ms_or_none(timeout)
         if timeout_ms is None:
             seq = self._claim("wait_for_event")
@@ -443,7 +445,7 @@ class WorkflowCtx:
         raise SignalTimeoutError(timeout_token, timeout_ms)
 
     def set_event(self, key: str, value: JSONValue) -> Coroutine[Any, Any, None]:
-        """Publish a value readable with `engine.get_event(run_id, key)` (§3.13)."""
+        """Publish a value readable with `engine.get_event(run_id, key)`."""
         seq = self._claim("set_event")
         return self._set_event(seq, key, PLAIN.to_json(value))
 
@@ -467,7 +469,7 @@ class WorkflowCtx:
         version: str | None = None,
         priority: int | None = None,
     ) -> Coroutine[Any, Any, O]:
-        """Start a child workflow and wait for its output; FatalError if it failed (§3.7)."""
+        """Start a child workflow and wait for its output; FatalError if it failed."""
         unsupported.refuse_priority(priority, "ctx.child")
         seq = self._claim("child")
         return self._child(seq, workflow, input, id, version, priority)
@@ -498,7 +500,8 @@ class WorkflowCtx:
         await children.register_waits(store, [ChildWait(waiter, placeholder)])
         if placeholder is not None:
             ex.snapshot.setdefault(seq, placeholder)
-        hit = await store.take_buffered_signal(token)  # lost-wake guard (§3.7)
+        # Lost-wake guard: the child may have completed before our waiter existed.
+        hit = await store.take_buffered_signal(token)
         if hit is not None:
             await store.remove_signal_waiter(waiter)
             await ex.save(ex.instant(seq, name, "signal", output=hit.payload))
@@ -555,7 +558,7 @@ class WorkflowCtx:
         concurrency: int | None = None,
         **step_opts: Any,
     ) -> Coroutine[Any, Any, list[O]]:
-        """Fan out one workflow or step over `inputs`; outputs in input order (§3.8)."""
+        """Fan out one workflow or step over `inputs`; outputs in input order."""
         if mode not in ("wait_all", "fail_fast"):
             raise ValueError(f'ctx.all: mode must be "wait_all" or "fail_fast", not {mode!r}')
         return self._fan("all", target, list(inputs), mode, concurrency, step_opts, False)
@@ -568,7 +571,7 @@ class WorkflowCtx:
         concurrency: int | None = None,
         **step_opts: Any,
     ) -> Coroutine[Any, Any, list[Settled[O]]]:
-        """Like `all` in wait_all mode, but returns `Fulfilled`/`Rejected` items (§3.9)."""
+        """Like `all` in wait_all mode, but returns `Fulfilled`/`Rejected` items."""
         return self._fan(
             "all_settled", target, list(inputs), "wait_all", concurrency, step_opts, True
         )
@@ -586,14 +589,14 @@ class WorkflowCtx:
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"ctx.{primitive}: concurrency must be >= 1, not {concurrency}")
         is_step = isinstance(target, Step) or (
-            # Decision (engine.md §3.8, two forms): a name is a workflow fan when a workflow is
+            # Decision: a name is a workflow fan when a workflow is
             # registered under it, else a step fan by step name.
             isinstance(target, str) and self._engine.registration(target) is None
         )
         if not isinstance(target, Workflow | Step | str):
             raise TypeError(f"ctx.{primitive}() takes a workflow or a step, not {target!r}")
         if not is_step and step_opts:
-            # Decision (engine.md §3.8): AllOptions = {mode, concurrency} only for workflow fans.
+            # Decision: a workflow fan takes only mode and concurrency, no step options.
             raise TypeError(f"ctx.{primitive}: step options {sorted(step_opts)} on a workflow fan")
         unknown = sorted(set(step_opts) - _STEP_FAN_OPTIONS)
         if unknown:
@@ -601,7 +604,7 @@ class WorkflowCtx:
         unsupported.refuse_priority(step_opts.get("priority"), f"ctx.{primitive}")
         self._guard(primitive)
         if not inputs:
-            return _empty()  # engine.md §3.8: [] with no seqs claimed, no side effects
+            return _empty()  # [] with no seqs claimed, no side effects
         first = self._claim(primitive, len(inputs))  # N contiguous seqs, synchronously
         if is_step:
             assert not isinstance(target, Workflow)
@@ -614,7 +617,7 @@ class WorkflowCtx:
     # ------------------------------------------------------------------ operator hooks
 
     def breakpoint(self, label: str | None = None) -> Coroutine[Any, Any, None]:
-        """Pause until an operator calls `engine.continue_run(run_id)` (§3.10)."""
+        """Pause until an operator calls `engine.continue_run(run_id)`."""
         seq = self._claim("breakpoint")
         return self._breakpoint(seq, label)
 
@@ -632,7 +635,7 @@ class WorkflowCtx:
         await ex.wait(seq, None)
 
     def patched(self, patch_id: str) -> Coroutine[Any, Any, bool]:
-        """True for runs that reach this point on new code, False for older runs (§3.11)."""
+        """True for runs that reach this point on new code, False for older runs."""
         seq = self._claim("patched")
         ex = self._ex
         name = f"patch:{patch_id}"
@@ -651,7 +654,7 @@ class WorkflowCtx:
         return True
 
     def continue_as_new(self, input: Any = None) -> NoReturn:
-        """Complete this run and start a fresh one (`<id>~1`) with `input` (§3.12)."""
+        """Complete this run and start a fresh one (`<id>~1`) with `input`."""
         self._guard("continue_as_new")
         children.check_continuation_id(self._ex.run_id)  # refuse here, not after completing
         raise ContinueAsNew(self._ex.workflow.input_codec.to_json(input))
@@ -659,7 +662,7 @@ class WorkflowCtx:
     def upsert_search_attributes(
         self, attrs: Mapping[str, str | int | float | bool]
     ) -> Coroutine[Any, Any, None]:
-        """Merge typed, queryable attributes into the run (§3.14)."""
+        """Merge typed, queryable attributes into the run."""
         seq = self._claim("upsert_search_attributes")
         return self._upsert(seq, dict(attrs))
 
@@ -725,10 +728,11 @@ def _step_fan(
 
 
 def _unwrap(child_id: str, completion: Any, codec: ValueCodec) -> Any:
-    """engine.md §3.7 `unwrapCompletion`."""
+    """A child's Completion as the child's output; FatalError (with the child's code and
+    details) when it failed."""
     if isinstance(completion, dict) and completion.get("ok") is True:
         value = completion.get("value")
-        # a child that continued-as-new resolves None at that run (engine.md §3.12)
+        # a child that continued-as-new resolves None at that run
         return None if value is None else codec.from_json(value)
     error = completion.get("error") if isinstance(completion, dict) else completion
     code = completion.get("code") if isinstance(completion, dict) else None

@@ -1,4 +1,4 @@
-"""`durably.Engine`: start runs, drive them, signal them, observe them (api.md §2)."""
+"""`durably.Engine`: start runs, drive them, signal them, observe them."""
 
 from __future__ import annotations
 
@@ -53,7 +53,6 @@ I = TypeVar("I")
 O = TypeVar("O")
 
 _TUNING_DEFAULTS: dict[str, Any] = {
-    # engine.md §A.2 defaults
     "lease_ms": 30_000,
     "timer_poll_ms": 1_000,
     "reconcile_ms": 300_000,
@@ -61,7 +60,7 @@ _TUNING_DEFAULTS: dict[str, Any] = {
     "drain_timeout_ms": 10_000,
     "event_scan_limit": 50,
     "track_step_start": True,
-    "compensation_retries": 1,  # engine.md §7.2 local undo tries
+    "compensation_retries": 1,  # tries of each local compensation (saga undo)
     # durably
     "always_replay": False,
     "step_threads": 256,  # started lazily; a blocking sync step holds one while it blocks
@@ -70,7 +69,7 @@ _TUNING_DEFAULTS: dict[str, Any] = {
     "max_concurrent_runs": 1_000,
     "claim_batch": 16,
     "fan_window": 1_000,  # in-process step-fan members in flight at once (fans.py)
-    "fold_fans_over": 1_000,  # workflow fans this wide fold settled waves (§3.8.4)
+    "fold_fans_over": 1_000,  # workflow fans this wide fold settled waves
     "instance_wait_ms": None,
     # bounds of buffered external signals (signal_api.py): signal_buffer_ttl (24 h),
     # signal_buffer_per_token (100), signal_buffer_per_namespace (10,000)
@@ -85,7 +84,7 @@ class Engine(ReadApi, SignalApi):
     Use it as `async with Engine(...) as engine:` so pollers, recovery and drain run; calls
     made before that open it lazily.
 
-    Tuning keywords (engine.md §A.2): `lease_ms`, `timer_poll_ms`, `reconcile_ms`,
+    Tuning keywords: `lease_ms`, `timer_poll_ms`, `reconcile_ms`,
     `max_recovery_attempts`, `drain_timeout_ms`, `event_scan_limit`, `track_step_start`,
     plus durably's `always_replay` (test mode: evict after every step and replay),
     `step_threads` (size of the engine's own thread pool for sync user code),
@@ -122,7 +121,7 @@ class Engine(ReadApi, SignalApi):
             )
         opts = {**_TUNING_DEFAULTS, **tuning}
         self.store, self._owns_store = open_store(store)
-        self.store = wrap_store(self.store, codec)  # store.md §11 (unchanged for None)
+        self.store = wrap_store(self.store, codec)  # encrypts payloads at rest (unchanged for None)
         self.namespace = namespace
         self.drive_runs = drive
         self._explicit_instance = instance_id is not None
@@ -223,7 +222,7 @@ class Engine(ReadApi, SignalApi):
                     asyncio.create_task(poller.lease_loop(self), name="durably-leases"),
                 ]
             self._opened = True
-        routing.warn_unserved(self)  # engine.md §6.2: boot-time warning, never raises
+        routing.warn_unserved(self)  # boot-time warning, never raises
 
     async def _take_instance(self) -> None:
         """A restart with the same instance_id: once the previous incarnation is provably
@@ -290,7 +289,7 @@ class Engine(ReadApi, SignalApi):
             await close()
 
     async def drain(self, timeout: float | None = None) -> None:
-        """engine.md §9.7: stop taking work, evict parked runs, wait for turns to finish."""
+        """Stop taking work, evict parked runs, wait for turns to finish (or `timeout`)."""
         await poller.drain(self, self.drain_timeout_ms / 1000.0 if timeout is None else timeout)
 
     async def _ensure_open(self) -> None:
@@ -318,7 +317,7 @@ class Engine(ReadApi, SignalApi):
         return list(self._workflows.workflows.values())
 
     async def unserved_on_error_routes(self) -> list[dict[str, Any]]:
-        """engine.md §6.2: `{workflow, route}` whose handler is not registered here."""
+        """The onError routes `{workflow, route}` whose handler is not registered here."""
         return routing.unserved_on_error_routes(self)
 
     def registry_step(self, name: str) -> Step[Any, Any] | None:
@@ -379,7 +378,7 @@ class Engine(ReadApi, SignalApi):
         version: str | None = None,
         namespace: str | None = None,
     ) -> RunHandle[O]:
-        """Enqueue a run and return at once (engine.md §1.5). Idempotent by `run_id`."""
+        """Enqueue a run and return at once. Idempotent by `run_id`."""
         unsupported.refuse_priority(priority, "Engine.start")
         given_run_id(run_id)  # a bad id is refused before the store is even opened
         await self._ensure_open()
@@ -430,7 +429,7 @@ class Engine(ReadApi, SignalApi):
         except SerializationError:
             raise
         except Exception:
-            # engine.md §1.5 step 4: a run with this id exists — the start is idempotent
+            # A run with this id exists — the start is idempotent
             # (same workflow) or a conflict (another workflow).
             existing = await self.store.get_run(rid)
             if existing is None:
@@ -491,7 +490,8 @@ class Engine(ReadApi, SignalApi):
         version: str | None,
         priority: int | None,
     ) -> None:
-        """engine.md §3.7 deferred child start; a failed start fails the awaiting parent."""
+        """Start a child run after the current turn; a failed start fails the awaiting
+        parent (delivered as a failed child completion)."""
 
         async def start_child() -> None:
             name = workflow.name if isinstance(workflow, Workflow) else workflow
@@ -530,7 +530,7 @@ class Engine(ReadApi, SignalApi):
     def dispatch(
         self, run_id: str, *, nudge: bool = False, claimed: WorkflowRun | None = None
     ) -> None:
-        """engine.md §1.6 default dispatcher: a deferred `run_one` on this instance.
+        """The default dispatcher: a deferred `run_one` on this instance.
 
         With `nudge`, a run whose lease another process holds gets its wakeAt set to now.
         `claimed` is a run this instance already leased (batch pick-up): it is driven as is.
@@ -576,7 +576,8 @@ class Engine(ReadApi, SignalApi):
             self._idle.set()
 
     def fallback_wake_at(self) -> int | None:
-        """engine.md §1.8/§9.4: the reconcile safety-net wake for event-waiting suspends."""
+        """The reconcile safety-net wake for event-waiting suspends (signal, event, child,
+        handoff): a lost wake is re-driven by the timer poller. None when disabled."""
         return self.clock() + self.reconcile_ms if self.reconcile_ms > 0 else None
 
     @property
@@ -605,13 +606,13 @@ class Engine(ReadApi, SignalApi):
     async def publish_event(
         self, name: str, payload: Any = None, *, id: str | None = None, buffer: bool = True
     ) -> int:
-        """engine.md §3.6: signal matching waiters, start `on_event` workflows, else buffer.
+        """Signal matching waiters, start `on_event` workflows, else buffer.
         Returns the number of runs touched."""
         await self._ensure_open()
         return await publish.publish_event(self, name, payload, id=id, buffer=buffer)
 
     async def get_event(self, run_id: str, key: str) -> Any:
-        """engine.md §3.13: the latest value `ctx.set_event(key, …)` recorded, or None."""
+        """The latest value `ctx.set_event(key, …)` recorded, or None."""
         return await publish.get_event(self, run_id, key)
 
     def latest_workflows(self) -> list[Workflow[Any, Any]]:
@@ -637,7 +638,7 @@ class Engine(ReadApi, SignalApi):
     async def wait_for_run(
         self, run_id: str, timeout: float | None = None, until: WaitUntil = "settled"
     ) -> WorkflowRun:
-        """engine.md §1.9: resolve when the run is settled (or terminal)."""
+        """Resolve when the run is settled (or terminal)."""
         await self._ensure_open()
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
@@ -697,7 +698,7 @@ class Engine(ReadApi, SignalApi):
     # ================================================================== observing
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Receive every EngineEvent (engine.md §12); returns the unsubscribe function."""
+        """Receive every EngineEvent; returns the unsubscribe function."""
         return self.events.subscribe(listener)
 
     def metrics(self) -> MetricsSnapshot:
@@ -757,7 +758,7 @@ class Engine(ReadApi, SignalApi):
         return await operator.get_run_children(self, run_id)
 
     async def resume(self, run_id: str) -> None:
-        """Explicit re-drive of a run on this instance (engine.md §1.7)."""
+        """Explicit re-drive of a run on this instance."""
         run = await self.store.get_run(run_id)
         if run is None:
             raise RunNotFoundError(f"run {run_id} not found")

@@ -1,10 +1,10 @@
-"""Fans: `ctx.all` / `ctx.all_settled` (engine.md §3.8–3.9, §2.5; api.md §3).
+"""Fans: `ctx.all` / `ctx.all_settled`.
 
-A first, correct implementation (not yet scale-optimized, issue #4 item 1): one row per
-member, the single-child protocol per workflow-fan member, `Execution.run_step` per
-step-fan member. No folded `fan:` records yet (engine.md §3.8.4 makes folding optional).
+A workflow-fan member is a child run started with the single-child protocol; a step-fan
+member is an `Execution.run_step`. Each member has its own seq; a fully successful wave of
+a workflow fan is folded into one `fan:` row (see `_fold_wave`).
 
-Decisions (engine.md §3.8.2, in-process transport): a step-fan member is an ordinary
+Decisions (in-process transport): a step-fan member is an ordinary
 `run_step` at its own seq — like `ctx.step`, one row per attempt (no `pending` row before
 execution: the dispatching process is the executing one), every row tagged with the group.
 """
@@ -37,7 +37,7 @@ O = TypeVar("O")
 FanMode = Literal["wait_all", "fail_fast"]
 
 
-# ------------------------------------------------------------------ Settled (§3.9)
+# ------------------------------------------------------------------ Settled (all_settled items)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +79,7 @@ class Rejected(Settled[Any]):
     status: ClassVar[str] = "rejected"
 
     def to_json(self) -> dict[str, Any]:
-        # engine.md §3.9: `code`/`details` keys omitted when absent.
+        # `code`/`details` keys are omitted when absent.
         out: dict[str, Any] = {"status": "rejected", "id": self.id, "error": self.error}
         if self.code is not None:
             out["code"] = self.code
@@ -92,14 +92,14 @@ class Rejected(Settled[Any]):
 
 
 def fan_group(first_seq: int, total: int, fail_fast: bool) -> str:
-    """engine.md §2.5 extended encoding `all:<firstSeq>:<total>[:ff]`: a reader (the join
+    """The parallel-group tag `all:<firstSeq>:<total>[:ff]` on every member row: a reader (the join
     barrier, summaries) knows the fan's seq range and mode without the body."""
     return f"all:{first_seq}:{total}" + (":ff" if fail_fast else "")
 
 
 def _waves(n: int, concurrency: int | None) -> list[range]:
-    # engine.md §3.8.1 launch window: all N, or waves [k*c, (k+1)*c); wave k+1 launches
-    # only once every member of wave k settled (same rule for step fans, §3.8.2).
+    # Launch window: all N, or waves [k*c, (k+1)*c); wave k+1 launches only once every
+    # member of wave k settled (same rule for workflow and step fans).
     if concurrency is None or concurrency >= n:
         return [range(n)]
     return [range(k, min(n, k + concurrency)) for k in range(0, n, concurrency)]
@@ -138,12 +138,12 @@ def _failure(index: int, id: str, o: _Outcome) -> GatherItemFailure:
     return GatherItemFailure(index, id, o.error, o.code, o.details)
 
 
-# ------------------------------------------------------------------ workflow fan (§3.8.1)
+# ------------------------------------------------------------------ workflow fan
 
 
 def _completion_outcome(completion: Any, codec: ValueCodec) -> _Outcome:
-    """engine.md §3.7 `unwrapCompletion`, without raising: a child's code/details reach the
-    GatherItemFailure / Rejected item (§4 edge cases)."""
+    """A child's Completion as an outcome, like `ctx._unwrap` but without raising: a failed
+    child's code/details are kept for the GatherItemFailure / Rejected item."""
     if isinstance(completion, dict) and completion.get("ok") is True:
         value = completion.get("value")
         return _Outcome(True, None if value is None else codec.from_json(value))
@@ -176,7 +176,7 @@ async def workflow_fan(
     if concurrency is None:
         ids = [f"{ex.run_id}.all.{first}.{i}" for i in range(n)]
     else:
-        # engine.md §3.8.1 (0.79, inferred): `.w<k>.<i>`, k = i // concurrency, i = input index.
+        # Windowed member ids: `.w<k>.<i>`, k = i // concurrency (the wave), i = input index.
         ids = [f"{ex.run_id}.all.{first}.w{i // concurrency}.{i}" for i in range(n)]
     # Each member's raw Completion once it settled. Kept as JSON (dicts of plain values,
     # which the garbage collector does not track), and the member's row is dropped from the
@@ -206,7 +206,7 @@ async def workflow_fan(
     bad: list[int] = []
 
     def first_failure() -> int | None:
-        # engine.md §3.8.1 failFast: scanning in INPUT order, the first completed member
+        # failFast: scanning in INPUT order, the first completed member
         # whose Completion is ok:false (members of later waves have no rows). Incremental:
         # each member is looked at until it has an outcome, so O(N) over the whole fan.
         for i in list(unresolved):
@@ -219,7 +219,7 @@ async def workflow_fan(
 
     async def stop(index: int) -> None:
         o = _completion_outcome(completions[index], codec)
-        # Decision (engine.md §3.8.1 failFast): remove our own waiters of the members not
+        # Decision (failFast): remove our own waiters of the members not
         # yet completed BEFORE cancelling them, so their `cancelled` completions are
         # buffered instead of landing at fan seqs; a replay then finds the same first
         # failure. The cancel is a deferred plain cancel, errors swallowed, idempotent.
@@ -253,11 +253,11 @@ async def workflow_fan(
                 await stop(failure)
             if outstanding:
                 if not ex.resident:
-                    # Classic mode: suspend once for the whole block (§3.8.1); the lost-wake
+                    # Classic mode: suspend once for the whole wave; the lost-wake
                     # guard of the suspend settle re-reads the awaited rows.
                     ex.waiting_seqs.update(first + i for i in outstanding)
                     raise WorkflowSuspended(None)
-                # Resident: park once for the wave (engine.md §3.8.1 "all settled"); failFast
+                # Resident: park once until the whole wave settled; failFast
                 # (decision) wakes on the first failure observed — the first failed member in
                 # INPUT order among those settled then, what a replay scan also finds.
                 await _await_members(ex, first, ids, outstanding, record, fail_fast)
@@ -282,7 +282,7 @@ def _completion_ok(completion: Any) -> bool:
 
 
 def _folded(cp: StepCheckpoint) -> tuple[int, list[Any]] | None:
-    """A folded `fan:` row (engine.md §3.8.4): (first input index, completions)."""
+    """A folded `fan:` row: (first input index, completions)."""
     if not cp.name.startswith("fan:") or not isinstance(cp.output, dict):
         return None
     completions = cp.output.get("completions")
@@ -294,7 +294,7 @@ def _folded(cp: StepCheckpoint) -> tuple[int, list[Any]] | None:
 async def _fold_wave(
     ex: Execution, first: int, wave: range, prefix: str, group: str, completions: list[Any]
 ) -> None:
-    """engine.md §3.8.4: a settled wave of a wide workflow fan becomes ONE `fan:` row at the
+    """A settled wave of a wide workflow fan becomes ONE `fan:` row at the
     wave's first seq (the other seqs hold no row), so the run keeps O(waves) rows instead of
     O(N). Decision: only waves whose members ALL succeeded fold — a failed member keeps its
     own row, so `requeue` can re-arm it in place and a failed-only page can list it. The
@@ -325,8 +325,8 @@ async def _launch_members(
     indices: list[int],
     group: str,
 ) -> None:
-    """The single-child protocol of engine.md §3.7 for the not-completed members of a wave,
-    in bulk (issue #4): waiters and `running` placeholders in one `register_child_waits`
+    """The single-child protocol (as in `ctx.child`) for the not-completed members of a wave,
+    in bulk: waiters and `running` placeholders in one `register_child_waits`
     transaction (waiter FIRST, so no completion can miss it), then every absent child created
     with multi-row inserts (children.create_children)."""
     # In chunks: each chunk's rows are built, written and dropped before the next, so a
@@ -368,8 +368,8 @@ async def _launch_chunk(
     # announcement was lost (children.recover_completions).
     waiting = {ids[i]: first + i for i in indices if i not in placeholders}
     await children.recover_completions(ex, waiting)
-    # Lost-wake guard (engine.md §3.7), needed only where the child existed before this
-    # launch wrote the member's waiter: its completion may have been buffered.
+    # Lost-wake guard, needed only where the child existed before this launch wrote the
+    # member's waiter: its completion may have been buffered, so it is re-read here.
     fresh_members = {ids[i]: i for i in placeholders}
     for child_id in existed:
         i = fresh_members.get(child_id, -1)
@@ -443,7 +443,7 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-# ------------------------------------------------------------------ step fan (§3.8.2)
+# ------------------------------------------------------------------ step fan
 
 
 async def step_fan(
@@ -461,7 +461,7 @@ async def step_fan(
     n = len(inputs)
     fail_fast = mode == "fail_fast" and not settled
     group = fan_group(first, n, fail_fast)
-    ids = [f"{ex.run_id}:{first + i}" for i in range(n)]  # member id = stepId (§3.8.2)
+    ids = [f"{ex.run_id}:{first + i}" for i in range(n)]  # member id = its step id
     outcomes: list[_Outcome | None] = [None] * n
     for wave in _waves(n, concurrency):
         await _step_wave(
@@ -530,7 +530,7 @@ async def _step_wave(
                 failed = _Outcome(False, error=se.message, code=se.code, details=se.details)
                 outcomes[i] = failed
                 if fail_fast:
-                    # engine.md §3.8.2 failFast: raise with the first member failed
+                    # failFast: raise with the first member failed
                     # for good; decision: siblings still in flight are cancelled
                     # (their late results are ignored anyway).
                     raise GatherError([_failure(i, ids[i], failed)], total=len(ids))
@@ -545,7 +545,7 @@ async def _step_wave(
         # Decision: every in-flight member of the wave settles before the turn ends (so
         # its checkpoint lands); then the most severe signal propagates: store
         # failure / eviction / NonDeterminism first, then ReplayNow, then a suspension
-        # at the earliest wakeAt among members (§3.8.2).
+        # at the earliest wakeAt among members.
         raise _pick(flow)
 
 

@@ -1,9 +1,9 @@
-"""onError routing: a failed run handed to a handler workflow by error code (engine.md §6).
+"""onError routing: a failed run handed to a handler workflow by error code.
 
-Only routes of LOCALLY registered workflows apply (engine.md §6.3 item 1). Routes announced
-by remote workers for convention-served workflows (§6.3 item 2, `announcedRoutes` and the
-`run.unrouted` disagreement report) need remote worker groups, which this engine does not
-have yet: a run without a local registration is never routed.
+Only routes of LOCALLY registered workflows apply. Routes announced by remote workers for
+workflows they serve without a local registration (and the `run.unrouted` report when
+those workers disagree) need remote worker groups, which this engine does not have yet: a
+run without a local registration is never routed.
 """
 
 from __future__ import annotations
@@ -35,22 +35,23 @@ RETIRED_PREFIX = "handoff:retired:"
 
 
 def on_error_run_id(run_id: str, attempt: int) -> str:
-    """engine.md §6.1 `onErrorRunId`: `<runId>.onError.<attempt>` (attempt 1-based)."""
+    """The handler run's id: `<runId>.onError.<attempt>` (attempt 1-based)."""
     return f"{run_id}.onError.{attempt}"
 
 
 def handoff_name(handler_id: str) -> str:
-    """engine.md §6.4 step 4: the name the child wake writes, so it overwrites the row."""
+    """The handoff row's name: the name the child wake writes, so it overwrites the row."""
     return f"{HANDOFF_PREFIX}{handler_id}"
 
 
 def retired_handoff_name(handler_id: str) -> str:
-    """engine.md §6.4 step 4 / §6.6: a distinct non-child name, never followed."""
+    """A retried run's old handoff row is renamed to this distinct non-child name: kept for
+    the timeline, never followed."""
     return f"{RETIRED_PREFIX}{handler_id}"
 
 
 def route_for(routes: Sequence[OnErrorRoute], error: StepError) -> OnErrorRoute | None:
-    """engine.md §6.2 `routeFor`: exact code, else the catch-all; never `non_determinism`
+    """The route for a failure: exact code, else the catch-all; never `non_determinism`
     (a broken deploy is never routed, even by an explicit or catch-all route)."""
     if not routes or error.code == "non_determinism":
         return None
@@ -64,12 +65,12 @@ def route_for(routes: Sequence[OnErrorRoute], error: StepError) -> OnErrorRoute 
 
 
 def handoff_checkpoints(cps: Sequence[StepCheckpoint]) -> list[StepCheckpoint]:
-    """engine.md §6.4 helpers: rows at `seq >= HANDOFF_SEQ_BASE`, live or retired."""
+    """The handoff rows: `seq >= HANDOFF_SEQ_BASE`, live or retired."""
     return [cp for cp in cps if cp.seq >= HANDOFF_SEQ_BASE]
 
 
 def handoff_handler_id(run_id: str, cp: StepCheckpoint) -> str | None:
-    """The handler id a LIVE handoff row names, else None (engine.md §6.4 helpers)."""
+    """The handler id a LIVE handoff row names, else None."""
     if cp.seq < HANDOFF_SEQ_BASE or not cp.name.startswith(HANDOFF_PREFIX):
         return None
     handler_id = cp.name[len(HANDOFF_PREFIX) :]
@@ -79,14 +80,14 @@ def handoff_handler_id(run_id: str, cp: StepCheckpoint) -> str | None:
 
 
 def live_handoff(run_id: str, cps: Sequence[StepCheckpoint]) -> StepCheckpoint | None:
-    """engine.md §6.4 `liveHandoff`: the highest-seq unretired handoff row, else None."""
+    """The highest-seq unretired handoff row, else None."""
     live = [cp for cp in handoff_checkpoints(cps) if handoff_handler_id(run_id, cp)]
     return max(live, key=lambda cp: cp.seq) if live else None
 
 
 def routes_of(engine: Engine, run: WorkflowRun) -> tuple[OnErrorRoute, ...]:
-    """engine.md §6.3 item 1: the local registration of `workflow@version` (or latest).
-    Item 2 (routes announced by remote workers) is out of scope: no remote worker groups."""
+    """The routes of the local registration of `workflow@version` (or latest). Routes
+    announced by remote workers are not used: there are no remote worker groups yet."""
     wf = engine.registration(run.workflow, run.workflow_version) or engine.registration(
         run.workflow
     )
@@ -94,25 +95,26 @@ def routes_of(engine: Engine, run: WorkflowRun) -> tuple[OnErrorRoute, ...]:
 
 
 def on_error_input(run: WorkflowRun, error: StepError) -> dict[str, Any]:
-    """engine.md §6.1 `OnErrorInput` as JSON, camelCase per api.md's naming rule."""
+    """The handler's input (`OnErrorInput`: the failed run's id, workflow, input and
+    error) as camelCase JSON."""
     return OnErrorInput(
         run_id=run.id, workflow=run.workflow, input=run.input, error=error
     ).to_json()
 
 
 async def route_failure(engine: Engine, run: WorkflowRun, error: StepError) -> bool:
-    """engine.md §6.4 `routeFailure`: hand the failure to its handler; True when routed
+    """Hand the failure to its handler; True when routed
     (the run is then `suspended`, its lease released), False when it fails as usual."""
     route = route_for(routes_of(engine, run), error)
     if route is None:
         return False
     store = engine.store
-    # §6.4 step 3: attempt = 1 + handoff rows (live or retired); seq = BASE + attempt - 1.
+    # attempt = 1 + handoff rows (live or retired); seq = BASE + attempt - 1.
     attempt = 1 + len(handoff_checkpoints(await store.list_checkpoints(run.id)))
     handler_id = on_error_run_id(run.id, attempt)
     seq = HANDOFF_SEQ_BASE + attempt - 1
     handler_input = on_error_input(run, error)
-    # §6.4 step 4: the waiter first, then the placeholder the child wake overwrites.
+    # The waiter first, then the placeholder the child wake overwrites.
     await store.put_signal_waiter(SignalWaiter(token=f"child:{handler_id}", run_id=run.id, seq=seq))
     at = utc_from_ms(engine.clock())
     await store.save_checkpoint(
@@ -135,8 +137,8 @@ async def route_failure(engine: Engine, run: WorkflowRun, error: StepError) -> b
     ex = engine.executions.get(run.id)
     if ex is not None:
         ex.resident = False
-    # §6.4 step 5: `suspended`, reconcile fallback wake, `error` keeps the original failure
-    # (inferred), lease released. No `run.failed`, no parent notification yet.
+    # `suspended`, reconcile fallback wake, `error` keeps the original failure,
+    # lease released. No `run.failed`, no parent notification yet.
     patch: RunPatch = {
         "status": "suspended",
         "error": error,
@@ -157,19 +159,19 @@ async def route_failure(engine: Engine, run: WorkflowRun, error: StepError) -> b
             workflow=run.workflow,
             namespace=run.namespace,
             error=error,
-            name=route.workflow,  # §6.4 step 5: the handler workflow (field inferred)
+            name=route.workflow,  # the handler workflow
         )
     )
     engine.wakes.announce_soon("settled", run.id)
-    # §6.4 step 6: deferred start, tagged as the run's child; a failed start is delivered
-    # as a failed child completion (§3.7).
+    # Deferred start, tagged as the run's child; a failed start is delivered as a failed
+    # child completion, as for any child.
     engine.start_child_soon(route.workflow, handler_input, handler_id, run, None, run.priority)
     return True
 
 
 async def follow_handoff(engine: Engine, run: WorkflowRun, cps: Sequence[StepCheckpoint]) -> bool:
-    """engine.md §6.5 `followHandoff`, at the start of every turn of a routed run, before
-    the body. True when the turn was consumed (settled or suspended again)."""
+    """Follow a live handoff at the start of every turn of a routed run, instead of the
+    body. True when the turn was consumed (settled or suspended again)."""
     cp = live_handoff(run.id, cps)
     if cp is None:
         return False
@@ -185,7 +187,7 @@ async def follow_handoff(engine: Engine, run: WorkflowRun, cps: Sequence[StepChe
                 code=completion.get("code"),
                 details=completion.get("details"),
             )
-            # §6.5: this failure settle does NOT route again.
+            # The handler's failure is final: this settle does NOT route again.
             await driver.settle_failed(engine, run, failure, route=False)
         return True
     handler = await engine.store.get_run(handler_id)
@@ -193,14 +195,14 @@ async def follow_handoff(engine: Engine, run: WorkflowRun, cps: Sequence[StepChe
         await driver.settle_completed(engine, run, handler.output)
         return True
     if handler is not None and handler.status in ("failed", "dead", "cancelled"):
-        # §6.5: failed/dead → its error; cancelled → failed with its error (inferred).
+        # failed/dead → its error; cancelled → failed with its error.
         failure = handler.error or StepError(
             message=f"onError handler {handler_id} {handler.status}"
         )
         await driver.settle_failed(engine, run, failure, route=False)
         return True
     if handler is None:
-        # §6.5 / §6 edge case: the turn that handed off crashed before the deferred start.
+        # The turn that handed off crashed before the deferred start: start it now.
         start = cp.input if isinstance(cp.input, dict) else {}
         workflow = start.get("workflow")
         if isinstance(workflow, str):
@@ -220,7 +222,7 @@ async def follow_handoff(engine: Engine, run: WorkflowRun, cps: Sequence[StepChe
 
 
 def unserved_on_error_routes(engine: Engine) -> list[dict[str, Any]]:
-    """engine.md §6.2 `unservedOnErrorRoutes`: `{workflow, route}` for every route of a
+    """`{workflow, route}` for every route of a
     locally registered workflow whose handler is not registered on this engine. (The
     "served by a live worker group" half needs remote workers: not checked yet.)"""
     unserved: list[dict[str, Any]] = []
@@ -232,7 +234,7 @@ def unserved_on_error_routes(engine: Engine) -> list[dict[str, Any]]:
 
 
 def warn_unserved(engine: Engine) -> None:
-    """engine.md §6.2: a boot-time warning; never raises."""
+    """Log a boot-time warning for unserved routes; never raises."""
     try:
         unserved = unserved_on_error_routes(engine)
     except Exception:
