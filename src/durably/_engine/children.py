@@ -1,5 +1,4 @@
-"""Children at scale: bulk starts and batched completion delivery (engine.md §1.8, §3.7–3.8,
-§10.3–10.4; issue #4).
+"""Children at scale: bulk starts and batched completion delivery.
 
 * `register_waits` / `create_children`: a fan wave registers every member's waiter and
   placeholder, then creates every child run, with multi-row statements (O(N / chunk) round
@@ -8,12 +7,12 @@
 * `ChildMailbox`: a finished child's completion is queued per parent; one drain per parent
   delivers the queued completions with ONE `deliver_signals` transaction per batch, then wakes
   the parent at most once per batch. A parent that is not resident here is re-driven only when
-  the fan's join barrier (§10.4) opens: no member of the fan is still `running` (a failed
+  the fan's join barrier opens: no member of the fan is still `running` (a failed
   completion always opens it). So a parent waiting on N children costs O(N) store work in
   total, never O(N²), and one replay per settled wave at most.
 
 Every bulk store method is optional (`SupportsBulkFans`); without it these fall back to the
-per-row methods (store.md §4) with the same results.
+per-row methods with the same results.
 """
 
 from __future__ import annotations
@@ -110,8 +109,8 @@ async def create_children(
     members: Sequence[tuple[str, Any]],
     parent: WorkflowRun,
 ) -> list[str]:
-    """Create the child runs `(child_id, input)` that do not exist yet (engine.md §3.7 "start
-    the child if absent", in bulk). A member that cannot start (unknown workflow, invalid
+    """Create the child runs `(child_id, input)` that do not exist yet (only if absent, so a
+    replayed launch is idempotent). A member that cannot start (unknown workflow, invalid
     input, its id held by another workflow) gets its failed Completion delivered to the
     parent like any child result. Returns the ids that existed before this call."""
     from durably._engine import signals
@@ -234,7 +233,7 @@ class ChildMailbox:
         delivered = {cp.name[len("signal:") :] for cp in written}
         for token, completion in batch:
             if token not in delivered:
-                # No waiter: buffer it for a wait registered later (engine.md §3.5).
+                # No waiter: buffer it for a wait registered later.
                 await signals.signal(engine, token, completion)
         by_run: dict[str, list[StepCheckpoint]] = {}
         for cp in written:
@@ -244,7 +243,7 @@ class ChildMailbox:
 
 
 async def wake_parent(engine: Engine, run_id: str, cps: list[StepCheckpoint]) -> None:
-    """At most one wake per batch (engine.md §10.3 step 8), behind the join barrier."""
+    """At most one wake of the parent per delivered batch, behind the join barrier."""
     from durably._engine import signals
 
     execution = engine.executions.get(run_id)
@@ -258,7 +257,7 @@ async def wake_parent(engine: Engine, run_id: str, cps: list[StepCheckpoint]) ->
 
 
 async def _barrier_closed(engine: Engine, run_id: str, cps: list[StepCheckpoint]) -> bool:
-    """engine.md §10.4 for child fans: closed iff every delivered completion is ok and some
+    """The join barrier of child fans: closed iff every delivered completion is ok and some
     member of each touched fan is still `running` (one count per fan per batch). A barrier
     that cannot be read counts as open (a spare wake replays harmlessly; a lost one would
     strand the run)."""
@@ -284,8 +283,8 @@ async def _barrier_closed(engine: Engine, run_id: str, cps: list[StepCheckpoint]
 
 
 def fan_span(group: str | None) -> tuple[int, int] | None:
-    """The seq range `(first, last)` of a fan group `all:<first>:<total>[:ff]` (engine.md
-    §2.5); None for the plain legacy form (its size is unknown)."""
+    """The seq range `(first, last)` of a fan group `all:<first>:<total>[:ff]`;
+    None for the plain legacy form (its size is unknown)."""
     if not group or not group.startswith("all:"):
         return None
     parts = group.split(":")

@@ -1,4 +1,4 @@
-"""Driving runs: lease → one turn (resident or replay) → settle (engine.md §1.6–1.8)."""
+"""Driving runs: lease → one turn (resident or replay) → settle."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ _LIVE = LIVE_RUN_STATUSES
 
 async def update_if_live(engine: Engine, run_id: str, patch: RunPatch) -> bool:
     """Write a settle patch unless the run was settled meanwhile (never resurrect a run
-    another process cancelled; engine.md §1.8 "never resurrect")."""
+    another process cancelled)."""
     return await update_if_status(engine, run_id, patch, _LIVE)
 
 
@@ -59,7 +59,7 @@ async def update_if_status(
 
 
 async def run_one(engine: Engine, run_id: str) -> bool:
-    """engine.md §1.6 `runOne`: lease the run, then execute one turn on this instance.
+    """Lease the run, then execute one turn on this instance.
 
     Returns False when the lease could not be taken (another instance holds it).
     """
@@ -98,7 +98,7 @@ async def drive(engine: Engine, run: WorkflowRun) -> None:
         return
     if prepared is None:
         return
-    # engine.md §6.5: a routed run follows its handoff; the body is NOT run again.
+    # A routed run follows its handoff; the body is NOT run again.
     if routing.live_handoff(run.id, prepared[2]) is not None:
         try:
             await routing.follow_handoff(engine, prepared[0], prepared[2])
@@ -129,7 +129,8 @@ async def _prepare_turn(
         return None
     workflow = engine.registration(run.workflow, run.workflow_version)
     if workflow is None:
-        # engine.md §1.7 step 4: keep the prior version deployed so in-flight runs drain.
+        # Not registered here: the run waits (the prior version must stay deployed so
+        # in-flight runs drain).
         log.error(
             "run %s needs workflow %s@%s, which is not registered on this engine — keep the "
             "prior version deployed so in-flight runs can drain",
@@ -194,7 +195,7 @@ async def _turn(engine: Engine, ex: Execution) -> None:
         return
     except WorkflowSuspended as suspended:
         await ex.close()
-        if ex.cancel_requested:  # engine.md §1.7 step 6: cancel-requested wins
+        if ex.cancel_requested:  # cancel-requested wins over any outcome
             await saga.compensate_and_cancel(engine, ex)
             return
         await _settle_suspended(engine, ex, suspended.wake_at)
@@ -218,8 +219,8 @@ async def _turn(engine: Engine, ex: Execution) -> None:
         if ex.cancel_requested:
             await saga.compensate_and_cancel(engine, ex)
             return
-        # engine.md §1.7 step 6 / §7.2: unwind the saga BEFORE settle(failed) and its
-        # onError routing (§6.4); the run fails with the ORIGINAL error.
+        # Unwind the saga BEFORE settle(failed) and its onError routing; the run fails
+        # with the ORIGINAL error.
         if ex.compensations and not await saga.unwind(ex):
             await _release_quietly(engine, ex.run_id)  # store failed: recovery re-drives
             return
@@ -299,8 +300,8 @@ async def settle_completed(engine: Engine, run: WorkflowRun, output: Any) -> Non
 async def settle_failed(
     engine: Engine, run: WorkflowRun, error: StepError, *, route: bool = True
 ) -> None:
-    # engine.md §1.8 `failed`: routeFailure (§6.4) first; a failure settled by
-    # followHandoff (§6.5) passes route=False and is never routed again.
+    # onError routing first; a failure settled by follow_handoff passes route=False and
+    # is never routed again.
     if route and await routing.route_failure(engine, run, error):
         return
     await settle_terminal(
@@ -322,7 +323,8 @@ def completion_of_failure(error: StepError) -> dict[str, Any]:
 
 
 async def _settle_suspended(engine: Engine, ex: Execution, wake_at: int | None) -> None:
-    """engine.md §1.8 `suspended`, plus the lost-wake guard of §9.8 for signal waits."""
+    """Settle `suspended` (the reconcile fallback wake when there is no natural one),
+    unless the run was settled meanwhile; then the lost-wake guard below."""
     natural = wake_at if wake_at is not None else engine.fallback_wake_at()
     patch: RunPatch = {
         "status": "suspended",
@@ -358,7 +360,7 @@ async def _settle_suspended(engine: Engine, ex: Execution, wake_at: int | None) 
 
 
 async def _settle_continued(engine: Engine, ex: Execution, new_input: Any) -> None:
-    """engine.md §1.7 ContinueAsNew: complete (no output) and start `<id>~N` unpinned."""
+    """ContinueAsNew: complete (no output) and start `<id>~N` unpinned (newest version)."""
     run = ex.run
     completed = await settle_terminal(
         engine,

@@ -1,12 +1,12 @@
 """One run executing on this engine instance: its snapshot, parking and step execution.
 
-Two ways to wait (engine.md §1.7 vs durably's resident mode):
+Two ways to wait:
 
 * **Resident** (default): a body that waits (sleep, signal, child, retry backoff) stays alive
   in memory. The run is written `suspended` with its `wakeAt` (so a crash leaves a durable,
   recoverable state) while this instance keeps the lease, and the parked coroutine is woken
   in place by an in-memory timer or by a delivery on this instance. A run that stays on its
-  instance is therefore never replayed (issue #2 "no replay on the hot path").
+  instance is therefore never replayed: no replay on the hot path.
 * **Classic** (after eviction, and in `always_replay` test mode): a wait raises
   `WorkflowSuspended`, the turn ends, and a later turn replays the body from its checkpoints.
 
@@ -57,11 +57,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably")
 
-# engine.md §3 nested-call guard: (owning execution, step name) while a step body runs.
+# Nested-call guard: (owning execution, step name) while an in-process step body runs; a
+# primitive of the SAME run called inside it raises NestedWorkflowCallError.
 STEP_SCOPE: contextvars.ContextVar[tuple[Execution, str] | None] = contextvars.ContextVar(
     "durably_step_scope", default=None
 )
-# The ctx of the workflow body running on this async path (engine.md §3 "ambient ctx").
+# The ctx of the workflow body running on this async path ("ambient ctx"): inside a body,
+# `MyWorkflow.start()/execute()` become child starts.
 AMBIENT_CTX: contextvars.ContextVar[Any] = contextvars.ContextVar("durably_ctx", default=None)
 
 
@@ -83,7 +85,7 @@ class _Parked:
 
 
 class StepLogger:
-    """The `log` handed to a local step body (engine.md §3.15), collecting StepEvents."""
+    """The `log` handed to a local step body, collecting StepEvents."""
 
     def __init__(self, clock: Callable[[], int]):
         self._clock = clock
@@ -140,8 +142,8 @@ class Execution:
         # Fans waiting here (fans.py): told of every delivered checkpoint in O(1), so a fan
         # of N members parks once instead of N times (deliver() walks `parked`).
         self.fan_watches: list[Callable[[StepCheckpoint], None]] = []
-        self.compensations: list[Any] = []  # the saga stack (engine.md §7.1; saga.py)
-        # engine.md §1.7 step 1 / §7.3: a `cancelling` run is cancel-requested; its turn
+        self.compensations: list[Any] = []  # the saga stack (saga.py)
+        # A `cancelling` run is cancel-requested; its turn
         # must reach an exit (never park resident) so the unwind can run there.
         self.cancel_requested = run.status == "cancelling"
         if self.cancel_requested:
@@ -179,7 +181,7 @@ class Execution:
         wake_at: int | None = None,
         parallel_group: str | None = None,
     ) -> StepCheckpoint:
-        """An "instant" checkpoint (engine.md §2.1): all timestamps now, attempts 1."""
+        """An "instant" checkpoint: all timestamps now, attempts 1."""
         now = self.now()
         return self._step_row(
             seq,
@@ -213,7 +215,8 @@ class Execution:
         bus.emit(EngineEvent(type=type_, run_id=self.run_id, workflow=self.run.workflow, **fields))
 
     def expect_name(self, seq: int, cp: StepCheckpoint | None, name: str) -> None:
-        # engine.md §2.4: a recorded checkpoint with another name at this position.
+        # Replay must make the same calls in the same order: a recorded checkpoint with
+        # another name at this position means the code changed under the run.
         if cp is not None and cp.name != name:
             raise NonDeterminismError(self.run_id, seq, name, cp.name)
 
@@ -282,7 +285,7 @@ class Execution:
         self.run = replace(self.run, status="suspended", wake_at=wake_at)
         await self._write_status({"status": "suspended", "wake_at": wake_at})
         self.emit("run.suspended", namespace=self.run.namespace)
-        # `suspended` settles `wait_for_run` (engine.md §1.9) in other processes too
+        # `suspended` settles `wait_for_run` in other processes too
         self.engine.wakes.announce_soon("settled", self.run_id)
 
     async def mark_running(self) -> None:
@@ -369,7 +372,7 @@ class Execution:
         timeout_ms: int | None,
         parallel_group: str | None = None,
     ) -> Any:
-        """ctx.step through the in-process transport (engine.md §3.1, §5.2).
+        """ctx.step through the in-process transport, with durable retries.
 
         durably: the in-process transport writes ONE checkpoint per attempt (the result),
         not a `pending` row before it: the dispatching process is the executing process, so
@@ -389,7 +392,7 @@ class Execution:
                 raise RemoteStepError(err)
             wake = cp.wake_at
             if wake is None:
-                # engine.md §5.2: stamp the retry deadline once, so it is crash-stable.
+                # Stamp the retry deadline once, so it is crash-stable.
                 wake = self.now() + policy.delay_ms(max(1, cp.attempts))
                 cp = replace(cp, wake_at=wake)
                 await self.save(cp)
@@ -523,7 +526,7 @@ class Execution:
         track_start: bool,
         codec: ValueCodec = PLAIN,
     ) -> Any:
-        """ctx.local_step / side_effect / now (engine.md §3.2–3.3): in-process, local retry."""
+        """ctx.local_step / side_effect / now: in-process, local retry."""
         cp = self.snapshot.get(seq)
         self.expect_name(seq, cp, name)
         if cp is not None and cp.status == "completed":
@@ -577,7 +580,7 @@ class Execution:
                     raise StepFailedError(error) from exc
                 delay = policy.delay_ms(attempt)
                 if delay:
-                    await asyncio.sleep(delay / 1000.0)  # engine.md §5.3: not durable
+                    await asyncio.sleep(delay / 1000.0)  # local retry backoff: not durable
                 attempt += 1
                 continue
             finally:

@@ -1,4 +1,4 @@
-"""`RunHandle` (api.md §2) and the settled/terminal predicates of `wait_for_run` (§1.9)."""
+"""`RunHandle` and the settled/terminal predicates of `wait_for_run`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ WaitUntil = Literal["settled", "terminal"]
 
 
 def is_settled(run: WorkflowRun, until: WaitUntil) -> bool:
-    """engine.md §1.9: `settled` = not pending/running/cancelling and not awaiting a remote
+    """`settled` = not pending/running/cancelling and not awaiting a remote
     decision (blocked and plain suspended count); `terminal` = completed/failed/cancelled/dead."""
     if until == "terminal":
         return run.is_terminal
@@ -45,7 +45,7 @@ class RunHandle(Generic[O]):
             raise RunFailedError(run.id, run.status, run.error)
         workflow = self._workflow or self._engine.registration(run.workflow, run.workflow_version)
         if workflow is None or run.output is None:
-            # a continued-as-new run completes without output (engine.md §3.12)
+            # a continued-as-new run completes without output
             value: O = run.output
             return value
         decoded: O = workflow.output_codec.from_json(run.output)
@@ -64,7 +64,7 @@ class RunHandle(Generic[O]):
 
 @dataclass(frozen=True, slots=True)
 class UpdateResult:
-    """engine.md §3.13 `update`: accepted, or the reason it was rejected."""
+    """The answer to `Engine.update`: accepted, or the reason it was rejected."""
 
     accepted: bool
     reason: str | None = None

@@ -1,4 +1,4 @@
-"""Operator actions: cancel, retry, continue, redispatch, delete (engine.md §8)."""
+"""Operator actions: cancel, retry, continue, redispatch, delete."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("durably")
 
 CANCELLED = StepError(message="cancelled")
-# engine.md §A.3 #5 (adopted by durably): a parent awaiting a cancelled child is told, so
+# Decision: a parent awaiting a cancelled child is told, so
 # it fails loudly instead of waiting forever.
 CANCELLED_COMPLETION = {"ok": False, "error": "cancelled", "code": "cancelled"}
 
@@ -37,7 +37,8 @@ def _result(run: WorkflowRun) -> RunResult:
 
 
 async def cancel(engine: Engine, run_id: str, *, compensate: bool = False) -> RunResult | None:
-    """engine.md §8.1. Terminal (and, 0.79, failed) runs are returned untouched."""
+    """Cancel a run (plain, or compensating for a suspended/running one). Terminal and
+    failed runs are returned untouched, with no cascade; `cancelling` is idempotent."""
     run = await engine.store.get_run(run_id)
     if run is None:
         return None
@@ -54,7 +55,7 @@ async def cancel(engine: Engine, run_id: str, *, compensate: bool = False) -> Ru
 
 
 async def _compensating_cancel(engine: Engine, run: WorkflowRun) -> RunResult | None:
-    """engine.md §7.3: write `cancelling`, wake the run so its turn reaches an exit and
+    """Write `cancelling`, wake the run so its turn reaches an exit and
     unwinds (saga.compensate_and_cancel), cascade compensating cancel to the children."""
     from durably._engine.driver import update_if_status
 
@@ -134,7 +135,7 @@ def _current_task() -> Any:
 
 
 async def get_run_children(engine: Engine, run_id: str) -> list[str]:
-    """engine.md §8.2: live `child:` waiters of the run ∪ ids its child-edge rows name."""
+    """A run's children: live `child:` waiters of the run ∪ ids its child-edge rows name."""
     ids: dict[str, None] = {}
     for waiter in await engine.store.list_signal_waiters("child:"):
         if waiter.run_id == run_id:
@@ -165,7 +166,8 @@ async def get_run_children(engine: Engine, run_id: str) -> list[str]:
 async def requeue(
     engine: Engine, run_id: str, _visited: set[str] | None = None
 ) -> RunResult | None:
-    """engine.md §8.3 (console "retry"): reset failure state, then re-enqueue."""
+    """Retry (console "retry"): reset failure state so replay re-executes the failed parts
+    (failed children are requeued too), then re-enqueue."""
     visited = _visited if _visited is not None else set()
     if run_id in visited:
         return None
@@ -231,7 +233,7 @@ async def requeue(
 
 
 async def _retire_handoff(engine: Engine, run_id: str, cps: list[Any]) -> None:
-    """engine.md §8.3 / §6.6: rename the live handoff row to its retired name (kept for the
+    """Rename the live handoff row to its retired name (kept for the
     timeline, status unchanged, never followed) — first, before anything else is reset."""
     from durably._engine import routing
 
@@ -253,7 +255,8 @@ _ENGINE_MINTED = ("singleton:", "concurrency:", "version:undeclared", "durable:"
 async def retry_with_input(
     engine: Engine, run_id: str, input: Any, new_run_id: str | None
 ) -> str | None:
-    """engine.md §8.4: fix-and-replay as a NEW run `<runId>~retry~<8>`."""
+    """Fix-and-replay as a NEW run `<runId>~retry~<8>`; its success is also delivered to
+    the origin's parent."""
     given_run_id(new_run_id, what="new run id")  # "" is refused, not made a random id
     run = await engine.store.get_run(run_id)
     if run is None:
@@ -268,7 +271,7 @@ async def retry_with_input(
 
 
 async def continue_run(engine: Engine, run_id: str) -> RunResult | None:
-    """engine.md §3.10: release the first pending breakpoint of the run.
+    """Release the first pending breakpoint of the run.
 
     `bp:` tokens are reserved for the engine (an external `Engine.signal` is refused), so the
     release goes through the internal signal path, once the pending row is found."""
@@ -281,7 +284,7 @@ async def continue_run(engine: Engine, run_id: str) -> RunResult | None:
 
 
 async def redispatch_pending(engine: Engine, run_id: str) -> dict[str, Any] | None:
-    """engine.md §8.6: re-send every dispatched-but-unsettled step of the run.
+    """Re-send every dispatched-but-unsettled step of the run.
 
     With the in-process transport an unsettled remote row is re-executed by re-driving the
     run: its turn finds the `pending` row and runs that step again (at-least-once).
@@ -305,7 +308,7 @@ async def redispatch_pending(engine: Engine, run_id: str) -> dict[str, Any] | No
 
 
 async def delete_run(engine: Engine, run_id: str) -> int:
-    """engine.md §8.2: delete the run and its children depth-first; the number deleted."""
+    """Delete the run and its children depth-first; the number deleted."""
     run = await engine.store.get_run(run_id)
     if run is None:
         return 0

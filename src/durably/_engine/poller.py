@@ -1,4 +1,4 @@
-"""Background work of a driving engine: pick-up, recovery, timers, leases, drain (§9)."""
+"""Background work of a driving engine: pick-up, recovery, timers, leases, drain."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ log = logging.getLogger("durably")
 
 
 async def poll_loop(engine: Engine) -> None:
-    """engine.md §1.6: every `timer_poll_ms`, never overlapping: pending → recovery →
+    """Every `timer_poll_ms`, never overlapping: pending → recovery →
     due timers → execution timeouts. The first pass runs at once (boot recovery)."""
     while True:
         try:
@@ -41,7 +41,7 @@ async def poll_once(engine: Engine) -> None:
 
 
 async def run_pending(engine: Engine) -> int:
-    """engine.md §1.6 `runPending`: oldest pending runs first, each under a lease.
+    """Pick up pending runs, oldest first, each under a lease.
 
     With `claim_pending_runs` (durably) the lease is taken in batches by one statement
     (`FOR UPDATE SKIP LOCKED` on PostgreSQL), so engines sharing a database split the
@@ -123,7 +123,8 @@ async def recover_orphaned_suspended(engine: Engine) -> int:
 
 
 async def recover_incomplete(engine: Engine) -> int:
-    """engine.md §9.2: re-enqueue `running`/`cancelling` runs whose owner's lease lapsed."""
+    """Re-enqueue `running`/`cancelling` runs whose owner's lease lapsed (the owner
+    crashed), counting a recovery attempt; past `max_recovery_attempts` a run is dead."""
     if engine.draining:
         return 0
     store = engine.store
@@ -146,7 +147,7 @@ async def recover_incomplete(engine: Engine) -> int:
         attempts = (run.recovery_attempts or 0) + 1
         cap = engine.max_recovery_attempts
         if cap is not None and attempts > cap:
-            # engine.md §5.6: dead-letter a poison pill.
+            # Dead-letter a poison pill: a run that keeps crashing its owner.
             error = StepError(
                 message=f"run exceeded maxRecoveryAttempts ({cap}) — moved to dead-letter",
                 code="max_recovery_attempts",
@@ -204,7 +205,7 @@ async def _lease_fresh(engine: Engine, run_id: str, now: int) -> WorkflowRun | N
 
 
 async def resume_due_timers(engine: Engine) -> int:
-    """engine.md §9.3: re-drive suspended runs whose wakeAt is due."""
+    """Re-drive suspended runs whose wakeAt is due."""
     if engine.draining:
         return 0
     due = await engine.store.list_due_timers(
@@ -225,7 +226,7 @@ async def resume_due_timers(engine: Engine) -> int:
 
 
 async def sweep_timeouts(engine: Engine) -> int:
-    """engine.md §8.7: cancel runs older than their workflow's `execution_timeout`."""
+    """Cancel runs older than their workflow's `execution_timeout`."""
     swept = 0
     now = engine.clock()
     seen: set[str] = set()
@@ -248,7 +249,7 @@ async def sweep_timeouts(engine: Engine) -> int:
 
 async def lease_loop(engine: Engine) -> None:
     """Renew the leases of every run this instance drives: ONE statement per interval
-    (durably `renew_run_locks`), falling back to one renewal per run (engine.md §9.1)."""
+    (durably `renew_run_locks`), falling back to one renewal per run."""
     interval = max(50, engine.lease_ms // 2) / 1000.0
     while True:
         await asyncio.sleep(interval)
@@ -294,7 +295,7 @@ async def renew_leases(engine: Engine) -> None:
 
 
 async def drain(engine: Engine, timeout: float) -> None:
-    """engine.md §9.7: stop taking work; parked runs are evicted (they are durably
+    """Stop taking work; parked runs are evicted (they are durably
     suspended and their leases released so another instance can take them at once); turns
     still executing get `timeout` seconds, then are cancelled and their leases released."""
     engine.draining = True

@@ -1,4 +1,5 @@
-"""Named events: publish to waiting runs, start `on_event` workflows, buffer (§3.6, §3.13)."""
+"""Named events: publish to waiting runs, start `on_event` workflows, buffer; and the
+values runs record with `ctx.set_event`."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ log = logging.getLogger("durably")
 async def publish_event(
     engine: Engine, name: str, payload: Any = None, *, id: str | None = None, buffer: bool = True
 ) -> int:
-    """engine.md §3.6: signal matching waiters, start `on_event` workflows, else buffer."""
+    """Signal matching waiters, start `on_event` workflows, else buffer."""
     payload = PLAIN.to_json(payload)
     touched = 0
     for waiter in await engine.store.list_signal_waiters(event_token_prefix(name)):

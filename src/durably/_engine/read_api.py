@@ -1,4 +1,4 @@
-"""The Engine's public read methods for the console (api.md §2, run-detail.md §7, §9–§11).
+"""The Engine's public read methods for the console: run detail, fan pages, facets.
 
 `ReadApi` is mixed into `Engine`: `get_run_detail` and `get_fan_members` answer through the
 store-backed gateway functions (`durably._read.gateway`), so an aggregating store (every
@@ -46,7 +46,7 @@ class ReadApi:
         summarize_fans_over: int | None = None,
         if_none_match: str | None = None,
     ) -> RunDetail | None:
-        """The run with its timeline and children (run-detail.md §7.2); None when unknown.
+        """The run with its timeline and children; None when unknown.
 
         `summarize_fans_over=None` (default): the full timeline, no etag, `if_none_match`
         ignored. An integer `n >= 0`: every fan wider than `n` members (or declared wider)
@@ -71,7 +71,7 @@ class ReadApi:
         failed_only: bool = False,
         if_none_match: str | None = None,
     ) -> FanPage | None:
-        """One page of a fan's member rows in seq order (run-detail.md §9.5, §10.4); None
+        """One page of a fan's member rows in seq order; None
         when the run is unknown, `{items: [], total: 0}` for an unknown group.
 
         `limit` is clamped to 1..1000 and a negative `offset` reads as 0; `failed_only`
@@ -86,7 +86,7 @@ class ReadApi:
         return await store_fan_members(self.store, run_id, group, query)
 
     async def run_facets(self, **query: Any) -> list[RunFacetRow]:
-        """Run counts by (status, origin) over the WHOLE filtered set (run-detail.md §4): the
+        """Run counts by (status, origin) over the WHOLE filtered set: the
         status/origin filters and the page of `query` are dropped, so the console's chips
         keep their counts while the list is paged. One `GROUP BY` on the SQL store."""
         return await lists.run_facets(self.store, lists.as_run_query(**query))
@@ -97,13 +97,13 @@ class ReadApi:
         options: RunValueFacetOptions | Mapping[str, Any] | None = None,
         **query: Any,
     ) -> list[RunValueFacetRow]:
-        """The values that fill a filter picker (run-detail.md §5): `axis` is a run column
+        """The values that fill a filter picker: `axis` is a run column
         (`"workflow"`, `"tag"`, …) or a search attribute, counted over the filtered runs;
         `[]` when the store cannot enumerate them (the picker falls back to free text)."""
         return await lists.run_value_facets(self.store, axis, lists.as_run_query(**query), options)
 
     async def waiting_for(self, run_ids: Iterable[str]) -> dict[str, RunWaiting]:
-        """What each suspended run waits for (run-detail.md §3): a signal, an event, a child,
+        """What each suspended run waits for: a signal, an event, a child,
         a timer; one waiter read for the whole list."""
         return await lists.waiting_for(self.store, run_ids)
 

@@ -1,4 +1,4 @@
-"""`@durably.step` / `@durably.workflow` and the registry (api.md §1, engine.md §1.4)."""
+"""`@durably.step` / `@durably.workflow` and the registry."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ BackoffKind = Literal["fixed", "exponential", "exp"]
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How a step is retried (engine.md §5.1).
+    """How a step is retried.
 
     `retries` is the MAXIMUM NUMBER OF ATTEMPTS (1 = a single try; `retries=3` is three
     attempts, not four). `backoff` is `"fixed"` or `"exponential"`; `backoff_ms` the base
@@ -45,7 +45,7 @@ class RetryPolicy:
         return max(1, self.retries)
 
     def delay_ms(self, attempt: int) -> int:
-        """engine.md §5.1 `backoffDelay(attempt)`: delay after attempt `attempt` failed."""
+        """The delay after attempt `attempt` failed."""
         base = self.backoff_ms or 0
         if base <= 0:
             return 0
@@ -236,7 +236,7 @@ def step(
 
 @dataclass(frozen=True, slots=True)
 class OnErrorRoute:
-    """Route a failed run to a handler workflow by error code (engine.md §6.1)."""
+    """Route a failed run to a handler workflow by error code (`code=None`: catch-all)."""
 
     workflow: str
     code: str | None = None
@@ -244,7 +244,7 @@ class OnErrorRoute:
 
 @dataclass(frozen=True, slots=True)
 class OnErrorInput:
-    """What an onError handler workflow receives (engine.md §6.1).
+    """What an onError handler workflow receives.
 
     `error` is the failed run's error as the same typed `StepError` that `run.error`
     holds (`message`, `code`, `details`, `retryable`, `stack`), so a handler reads
@@ -259,7 +259,7 @@ class OnErrorInput:
     error: StepError
 
     def to_json(self) -> dict[str, Any]:
-        """The handler's stored input, camelCase per api.md's naming rule."""
+        """The handler's stored input, with camelCase keys like every stored shape."""
         return {
             "runId": self.run_id,
             "workflow": self.workflow,
@@ -283,7 +283,7 @@ class OnErrorInput:
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
         # A handler annotating its input with OnErrorInput receives it rebuilt from the
-        # camelCase JSON (engine.md §6.1); unannotated handlers receive the plain dict.
+        # camelCase JSON; unannotated handlers receive the plain dict.
         from pydantic_core import core_schema
 
         return core_schema.no_info_plain_validator_function(
@@ -303,7 +303,7 @@ def _step_error(value: Any) -> StepError:
 
 
 def assert_routes(workflow: str, routes: Sequence[OnErrorRoute]) -> tuple[OnErrorRoute, ...]:
-    """engine.md §6.2: two routes for one code, or two catch-alls, are rejected."""
+    """Two routes for one code, or two catch-alls, are rejected."""
     seen: set[str | None] = set()
     for route in routes:
         if not route.workflow:
@@ -436,7 +436,7 @@ def _natural_key(version: str) -> tuple[Any, ...]:
 
 
 def is_newer_version(a: str, b: str) -> bool:
-    """engine.md §1.4 `isNewerVersion`: numeric when both parse, else natural order."""
+    """Whether version `a` is newer than `b`: numeric when both parse, else natural order."""
     try:
         return float(a) > float(b)
     except ValueError:

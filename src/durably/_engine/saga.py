@@ -1,9 +1,9 @@
-"""Compensation (sagas, engine.md §7): the per-turn undo stack and its unwind.
+"""Compensation (sagas): the per-turn undo stack and its unwind.
 
 The stack lives on the turn's Execution and is rebuilt by replay: `ctx.step(...,
 compensate=)` and `ctx.local_step(..., compensate=)` push an entry when the step RESOLVES
 (live or replayed), so the stack is in completion order and only finished steps are ever
-undone (§3.1 step 2, §7.1).
+undone.
 """
 
 from __future__ import annotations
@@ -43,12 +43,12 @@ def stack_of(ex: Execution) -> list[Compensation]:
 
 
 def push_local(ex: Execution, name: str, fn: Callable[[], Any]) -> None:
-    # engine.md §7.1: `{name, fn}`, pushed on completion and on replay.
+    # `{name, fn}`, pushed on completion and on replay.
     stack_of(ex).append(Compensation(name=name, fn=fn))
 
 
 def push_step(ex: Execution, name: str, undo: Any, input: JSONValue, output: JSONValue) -> None:
-    # engine.md §7.1: `{name, dispatch: {def: undoDef, args: {input, output}}}`; the undo
+    # `{name, dispatch: {def: undoDef, args: {input, output}}}`; the undo
     # receives ONE argument, the StepUndo envelope `{input, output}`.
     if isinstance(undo, Step):
         step: Step[Any, Any] | None = undo
@@ -80,7 +80,7 @@ async def with_local_undo(
 
 
 async def unwind(ex: Execution) -> bool:
-    """engine.md §7.2: run the undos last → first at seqs -1, -2, …. Never raises for an
+    """Run the undos last → first at seqs -1, -2, …. Never raises for an
     undo's failure; returns False only when the store failed (the turn must then end
     unsettled and recovery re-drives it — the unwind resumes where it stopped)."""
     stack = stack_of(ex)
@@ -100,12 +100,12 @@ async def _undo(ex: Execution, seq: int, entry: Compensation) -> None:
     cp = ex.snapshot.get(seq)
     if cp is None:
         cp = await ex.store.get_checkpoint(ex.run_id, seq)
-    # engine.md §7.2: an undo already resolved (completed or exhausted-failed) is skipped,
+    # An undo already resolved (completed or exhausted-failed) is skipped,
     # so a replay of a failed, compensated run (or a crash mid-unwind) undoes nothing twice.
     if cp is not None and cp.status in ("completed", "failed"):
         return
     if entry.fn is not None:
-        # engine.md §7.2 local entry: `compensation_retries` tries back to back.
+        # Local entry: `compensation_retries` tries back to back.
         tries = max(1, ex.engine.compensation_retries)
         kind: CheckpointKind = "local"
         json_input: JSONValue = None
@@ -162,7 +162,7 @@ async def _undo(ex: Execution, seq: int, entry: Compensation) -> None:
                 )
             )
             ex.emit("step.failed", seq=seq, name=name, kind=kind, error=error, attempt=attempt)
-            return  # reported and skipped (§7 edge cases)
+            return  # reported and skipped: an undo's failure never stops the unwind
         wait = policy.delay_ms(attempt) if policy is not None else 0
         if wait:
             await asyncio.sleep(wait / 1000.0)
@@ -183,7 +183,7 @@ async def _attempt(ex: Execution, entry: Compensation) -> tuple[JSONValue, StepE
 
 
 async def compensate_and_cancel(engine: Any, ex: Execution) -> None:
-    """engine.md §7.3 `compensateAndCancel`, at whatever exit a cancel-requested turn
+    """Compensating cancel, at whatever exit a cancel-requested turn
     reaches: unwind, then `cancelling` → `cancelled` with `{message: 'cancelled'}` and
     `run.failed`. durably: undos run in-process, so the unwind never waits on one."""
     from durably._engine.driver import release_quietly, settle_terminal

@@ -120,7 +120,7 @@ class SignalApi:
     async def signal(
         self, token: str, payload: Any = None, *, buffer: bool = True
     ) -> RunResult | None:
-        """engine.md §3.5: deliver `payload` to the run waiting on `token` and return that
+        """Deliver `payload` to the run waiting on `token` and return that
         run's current state.
 
         No run waits on it yet: with `buffer=True` the payload is buffered (bounded by the
@@ -144,7 +144,7 @@ class SignalApi:
         )
 
     async def update(self, run_id: str, name: str, arg: Any = None) -> UpdateResult:
-        """engine.md §3.13: validate, then deliver to `ctx.on_update(name)`. An update sent
+        """Validate, then deliver to `ctx.on_update(name)`. An update sent
         before the run waits for it is buffered like any external signal (bounded;
         `SignalBufferFullError` over a cap)."""
         run = await self.store.get_run(run_id)

@@ -1,5 +1,4 @@
-"""Signals: delivery to waiting runs, buffering, re-drive and parent notification
-(engine.md §1.7, §1.8, §3.5).
+"""Signals: delivery to waiting runs, buffering, re-drive and parent notification.
 
 `signal()` here is the engine's INTERNAL path: it may address any token, the engine's own
 waiter namespaces included (child completions, breakpoints, updates). The public
@@ -67,7 +66,7 @@ async def signal(
     want_result: bool = False,
     buffer: BufferMode = "durable",
 ) -> RunResult | None:
-    """engine.md §3.5: take the waiter and deliver; else buffer (per `buffer`), then
+    """Take the waiter and deliver; else buffer (per `buffer`), then
     re-take the waiter (a wait that registered meanwhile) and hand it the buffered payload."""
     store = engine.store
     payload = PLAIN.to_json(payload)
@@ -149,7 +148,7 @@ async def deliver(engine: Engine, waiter: SignalWaiter, payload: JSONValue) -> N
 
 
 async def redrive(engine: Engine, run_id: str, cp: StepCheckpoint | None = None) -> None:
-    """Wake a run after something it waits for happened (engine.md §1.7 `_redrive`)."""
+    """Wake a run after something it waits for happened."""
     execution = engine.executions.get(run_id)
     if execution is not None:
         if execution.resident:
@@ -167,7 +166,7 @@ async def redrive(engine: Engine, run_id: str, cp: StepCheckpoint | None = None)
 
 async def nudge(engine: Engine, run_id: str) -> None:
     """The run is driven elsewhere (another process holds its lease, or this engine does
-    not drive): make it due now, so the holder's timer poll wakes it (engine.md §9.4),
+    not drive): make it due now, so the holder's timer poll wakes it,
     and announce it on the wake bus so that happens within milliseconds."""
     if await driver.update_if_live(engine, run_id, {"wake_at": engine.clock()}):
         await engine.wakes.announce("ready", run_id)
@@ -186,7 +185,7 @@ def may_have_parent(run: WorkflowRun) -> bool:
 
 
 def notify_parent(engine: Engine, run: WorkflowRun | str, completion: dict[str, Any]) -> None:
-    """engine.md §1.8: deferred `signal('child:<runId>', completion)`.
+    """Tell a finished run's parent: deferred `signal('child:<runId>', completion)`.
 
     durably: only runs that can have a parent are announced — runs started by a parent
     (tagged `durable:parent:<id>`), retries of runs (`~retry~`), or a bare id (a child

@@ -1,7 +1,7 @@
-"""The in-process transport: steps run in the engine's own process (api.md §2).
+"""The in-process transport: steps run in the engine's own process.
 
 `Engine(transport=None)` uses it. Remote transports (Redis/BullMQ, SQL tables) that hand
-steps to `durable-worker` processes plug in at this seam (wire.md).
+steps to `durable-worker` processes would plug in at this seam.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class InProcessTransport:
 
         Async handlers run on the loop; sync handlers on the engine's own thread pool,
         never the loop's default executor. Handlers run outside the ambient workflow ctx
-        (engine.md §3), inside the nested-call guard scope.
+        (a workflow started in a step is a top-level run), inside the nested-call guard scope.
         """
         if step is None:
             return None, StepError(message=f"no handler for {name}", retryable=False)

@@ -1,4 +1,4 @@
-"""Typed inputs and outputs (api.md §1 "Typed inputs and outputs").
+"""Typed inputs and outputs of steps and workflows.
 
 A parameter or return annotated with a pydantic model, a dataclass, a TypedDict (or any type
 pydantic can validate) gets a `TypeAdapter`: values are validated on the way in, the store
@@ -60,7 +60,7 @@ class ValueCodec:
                     f"value of type {type(value).__name__} cannot be serialized as "
                     f"{self.annotation!r}: {exc}"
                 ) from exc
-        # Hot path (W4: one per step input and output): a plain scalar is already its own
+        # Hot path (one call per step input and output): a plain scalar is already its own
         # JSON form, so the round trip below would only cost two C calls and two objects.
         kind = type(value)
         if kind is int or kind is str or kind is bool or value is None:

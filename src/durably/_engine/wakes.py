@@ -1,4 +1,4 @@
-"""Wake-ups between engines sharing one store (issue #3; `WakeBus` in _store/protocol.py).
+"""Wake-ups between engines sharing one store (`WakeBus` in _store/protocol.py).
 
 On PostgreSQL the store's bus is LISTEN/NOTIFY; engines sharing an in-memory store object
 share an in-process bus; SQLite has none (polling only). Messages are hints: every engine
