@@ -1,18 +1,19 @@
-"""ETags of the read side (run-detail.md §11; durably format, upstream states only inputs).
+"""ETags of the read side: a run detail's and a fan page's, so the console's polls can be
+answered not-modified without reading the timeline.
 
 - `run_detail_etag(run, stats, over)` → `W/"rd-<40 hex>"`
 - `fan_page_etag(group, stats, query)` → `W/"fp-<40 hex>"`
-- `etag_matches(if_none_match, etag)` — weak comparison (RFC 9110 §13.1.2, §8.8.3).
+- `etag_matches(if_none_match, etag)` — weak comparison (RFC 9110 sections 13.1.2 and 8.8.3).
 
 The tags are SHA-256 over canonical JSON (sorted keys, no spaces, no ASCII escaping,
 datetimes as `toISOString`). A stats list enters as the SORTED list of its buckets'
 canonical strings, so the store's bucket order never moves a tag.
 
-A `CheckpointStat` (store.md §3.2) is read duck-typed, so this module does not depend on
-the store package: an object with snake_case attributes (`group`, `status`, `name_kind`,
-`count`, `min_seq`, … `sum_attempts`) or a mapping with the camelCase keys. Its canonical
-form is always the full 13-field camelCase object (absent fields as `null`), whatever
-`to_json` of the store's class omits.
+A `CheckpointStat` (one bucket of `checkpoint_stats`) is read duck-typed, so this module
+does not depend on the store package: an object with snake_case attributes (`group`,
+`status`, `name_kind`, `count`, `min_seq`, … `sum_attempts`) or a mapping with the
+camelCase keys. Its canonical form is always the full 13-field camelCase object (absent
+fields as `null`), whatever `to_json` of the store's class omits.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ __all__ = [
 ETAG_VERSION = 1
 """The `v` input of both tags: bump it when the canonical form changes."""
 
-# (camelCase key, snake_case attribute) of every CheckpointStat field (store.md §3.2).
+# (camelCase key, snake_case attribute) of every CheckpointStat field.
 STAT_FIELDS: tuple[tuple[str, str], ...] = (
     ("group", "group"),
     ("status", "status"),
@@ -71,7 +72,7 @@ def _default(value: object) -> Any:
 
 
 def canonical_json(value: Any) -> str:
-    """run-detail.md §11.1 canonical JSON."""
+    """Canonical JSON: sorted keys, no spaces, no ASCII escaping."""
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default
     )
@@ -94,7 +95,7 @@ def _stat_group(stat: object) -> Any:
 
 
 def canonical_stats(stats: Iterable[object]) -> list[str]:
-    """The sorted canonical strings of the buckets (§11.1): order-independent."""
+    """The sorted canonical strings of the buckets: order-independent."""
     return sorted(canonical_json(_stat_json(b)) for b in stats)
 
 
@@ -112,7 +113,7 @@ def _tag(prefix: str, value: Any) -> str:
 
 
 def run_detail_etag(run: WorkflowRun, stats: Iterable[object], over: int) -> str:
-    """`W/"rd-…"` over the run row, the run's checkpoint buckets and the threshold (§11.1)."""
+    """`W/"rd-…"` over the run row, the run's checkpoint buckets and the threshold."""
     return _tag(
         "rd",
         {"v": ETAG_VERSION, "run": _run_wire(run), "stats": canonical_stats(stats), "over": over},
@@ -124,7 +125,7 @@ def fan_page_etag(
     stats: Iterable[object],
     query: FanPageQuery | Mapping[str, Any] | None,
 ) -> str:
-    """`W/"fp-…"` over the group's buckets and the clamped page shape (§11.1). Buckets of
+    """`W/"fp-…"` over the group's buckets and the clamped page shape. Buckets of
     other groups in `stats` are ignored; `ifNoneMatch` is not an input, and two queries
     that clamp to the same bounds share a tag."""
     q = FanPageQuery.coerce(query)
@@ -142,7 +143,7 @@ def fan_page_etag(
     )
 
 
-# ---------------------------------------------------------------- comparison (§11.2)
+# ---------------------------------------------------------------- comparison
 
 _OWS = " \t"
 
@@ -160,10 +161,10 @@ def _parse_one(text: str, i: int) -> tuple[str, int] | None:
 
 
 def parse_entity_tags(value: str) -> list[str]:
-    """The opaque parts of a comma-separated `If-None-Match` list (RFC 9110 §8.8.3), up to
+    """The opaque parts of a comma-separated `If-None-Match` list (RFC 9110 section 8.8.3), up to
     the first malformed element (elements parsed before it still count). Optional
     whitespace around commas and empty list elements (`a, , b`) are accepted, as RFC 9110
-    §5.6.1 asks of recipients. `W/` is case-sensitive."""
+    section 5.6.1 asks of recipients. `W/` is case-sensitive."""
     tags: list[str] = []
     i, n = 0, len(value)
     while i < n:
@@ -192,7 +193,7 @@ def _opaque_of(etag: str) -> str:
 
 
 def etag_matches(if_none_match: str | None, etag: str) -> bool:
-    """Weak comparison of `If-None-Match` against `etag` (run-detail.md §11.2).
+    """Weak comparison of `If-None-Match` against `etag`.
 
     None/blank → False; `*` → True; else True iff any listed tag's opaque part equals
     `etag`'s, the `W/` prefix ignored on either side.

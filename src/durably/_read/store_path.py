@@ -1,9 +1,9 @@
-"""The store-aggregate read path (run-detail.md §10, 0.79).
+"""The store-aggregate read path.
 
 Used when `aggregates_checkpoints(store)`: the same answers as the in-memory reference
-(§9, `summarize_run_in_memory` / `page_fan`) for the same rows, read from one `GROUP BY`
-(`checkpoint_stats`) plus a bounded number of rows (`query_checkpoints`, filtered and paged
-by the store). It never calls `list_checkpoints`. What it reads (§10.2):
+(`summarize.py`: `summarize_run_in_memory` / `page_fan`) for the same rows, read from one
+`GROUP BY` (`checkpoint_stats`) plus a bounded number of rows (`query_checkpoints`, filtered
+and paged by the store). It never calls `list_checkpoints`. What it reads:
 
 - the aggregates (one statement);
 - every row outside wide fans (the returned timeline);
@@ -14,8 +14,8 @@ by the store). It never calls `list_checkpoints`. What it reads (§10.2):
 - the first child-edge rows, a page of `SUMMARY_CHILD_LIMIT` at a time, until that many ids
   are known.
 
-The equivalence with §9 (field by field, §10.3) is a test obligation:
-tests/read/test_store_path.py.
+Its answers must equal the in-memory reference field by field; tests/read/test_store_path.py
+checks that.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ __all__ = [
 
 
 class AggregatingStore(Protocol):
-    """The two store.md §3.2 aggregate methods the store path uses (and nothing else)."""
+    """The two aggregate store methods the store path uses (and nothing else)."""
 
     async def checkpoint_stats(
         self, run_id: str, group: str | None = None
@@ -78,7 +78,7 @@ def _counts_from_aggregates(
     completed_children: Sequence[StepCheckpoint],
     folded_rows: Iterable[StepCheckpoint],
 ) -> dict[str, int]:
-    """`counts` of §10.1 (= `fan_counts` of §9.1 over the same rows): only non-zero keys."""
+    """A fan's `counts` (= `fan_counts` over the same rows): only non-zero keys."""
     counts: dict[str, int] = {}
 
     def add(status: str, n: int) -> None:
@@ -102,7 +102,7 @@ def _counts_from_aggregates(
 
 
 def _label_from_aggregates(buckets: Iterable[CheckpointStat]) -> str:
-    """§10.1 label: the common name of the `step` buckets when every one has a single name
+    """A fan's label: the common name of the `step` buckets when every one has a single name
     (`minName == maxName`) and they all agree; `'child runs'` without step buckets."""
     step_buckets = [b for b in buckets if b.name_kind == "step"]
     if not step_buckets:
@@ -118,7 +118,7 @@ async def fan_from_aggregates(
     buckets: Sequence[CheckpointStat],
     folded_g: Sequence[StepCheckpoint],
 ) -> FanSummary:
-    """One wide fan's FanSummary from its buckets and its folded rows (§10.1); equal to
+    """One wide fan's FanSummary from its buckets and its folded rows; equal to
     `summarize_fan(group, members)` over the same rows."""
     if not buckets:
         raise ValueError(f"fan_from_aggregates: group {group!r} has no buckets")
@@ -171,7 +171,7 @@ async def children_from_aggregates(
     stats: Iterable[CheckpointStat],
     folded: Iterable[StepCheckpoint],
 ) -> tuple[tuple[str, ...], int]:
-    """(`children`, `childCount`) of §10.1: the count from the buckets and the folded rows;
+    """(`children`, `childCount`): the count from the buckets and the folded rows;
     the first `SUMMARY_CHILD_LIMIT` ids from child-edge rows paged in seq order."""
     stats = list(stats)
     count = sum(b.count for b in stats if b.name_kind in ("child", "spawn"))
@@ -203,8 +203,7 @@ async def summarize_run_from_store(
     over: int,
     stats: Sequence[CheckpointStat] | None = None,
 ) -> RunSummary:
-    """`summarize_run_from_store(store, run_id, over, stats=None)` (run-detail.md §10.1):
-    the answer of `summarize_run_in_memory(store.list_checkpoints(run_id), over)` without
+    """The answer of `summarize_run_in_memory(store.list_checkpoints(run_id), over)` without
     reading the members of wide fans. `stats` already read by the caller (for the etag) is
     reused, not re-read."""
     if stats is None:
@@ -260,7 +259,7 @@ async def page_fan_from_store(
     query: FanPageQuery | Mapping[str, Any] | None = None,
     stats: Sequence[CheckpointStat] | None = None,
 ) -> FanPage:
-    """`page_fan_from_store` (run-detail.md §10.4): `page_fan`'s items and total, paged in
+    """`page_fan`'s items and total, paged in
     the store, plus `fan_page_etag`. A matching `ifNoneMatch` answers
     `{items: [], total: 0, etag, notModified: true}` having read only the group's buckets."""
     q = FanPageQuery.coerce(query)

@@ -1,8 +1,8 @@
-"""In-memory fan summarisation and paging — the reference semantics (run-detail.md §9).
+"""In-memory fan summarisation and paging — the reference semantics.
 
 Everything here works on a full checkpoint list (what `list_checkpoints` returns). The
-store-aggregate path (§10) must produce exactly these answers from aggregates; the
-equivalence is a test obligation (§10.3).
+store-aggregate path (`store_path.py`) must produce exactly these answers from aggregates;
+tests check the two agree.
 """
 
 from __future__ import annotations
@@ -52,21 +52,21 @@ __all__ = [
 ]
 
 CHILD_RUNS_LABEL = "child runs"
-"""Label of a fan without `step`-kind members (§9.1)."""
+"""Label of a fan without `step`-kind members."""
 MIXED_STEPS_LABEL = "steps"
-"""(durably) label of a fan whose step members have different names (§9.1, §15)."""
+"""Label of a fan whose step members have different names."""
 
 
 def _by_seq(checkpoints: Iterable[StepCheckpoint]) -> list[StepCheckpoint]:
     return sorted(checkpoints, key=lambda cp: cp.seq)  # stable: equal seqs keep their order
 
 
-# ---------------------------------------------------------------- §9.1
+# ---------------------------------------------------------------- one fan's summary
 
 
 def fan_label(members: Iterable[StepCheckpoint]) -> str:
     """`'child runs'` when no member is a plain step; the common name of the step members;
-    else (durably) `'steps'` (§9.1)."""
+    else `'steps'`."""
     names = {cp.name for cp in members if checkpoint_name_kind(cp.name) == "step"}
     if not names:
         return CHILD_RUNS_LABEL
@@ -76,7 +76,7 @@ def fan_label(members: Iterable[StepCheckpoint]) -> str:
 
 
 def fan_counts(members: Iterable[StepCheckpoint]) -> dict[str, int]:
-    """Members by status (§9.1): step/spawn rows by status; a completed child row with an
+    """Members by status: step/spawn rows by status; a completed child row with an
     `ok: false` Completion counts `failed`; a folded row adds its failures to `failed` and
     the rest of its count to `completed`. Only non-zero keys are present."""
     counts: dict[str, int] = {}
@@ -103,7 +103,7 @@ def fan_settled(
     not_started: int | None,
     fail_fast: bool,
 ) -> bool:
-    """(durably) §9.1 settled rule, shared with the store path: no member `pending` /
+    """When a fan is settled, shared with the store path: no member `pending` /
     `running`, and every declared member started — or a fail-fast fan that stopped early
     on a failure (its `notStarted` stays for good)."""
     if counts.get("pending", 0) > 0 or counts.get("running", 0) > 0:
@@ -114,8 +114,8 @@ def fan_settled(
 
 
 def summarize_fan(group: str, members: Sequence[StepCheckpoint]) -> FanSummary:
-    """`summarize_fan(group, members)` (run-detail.md §9.1). `members` are the group's
-    checkpoints (non-empty); they are read in seq order."""
+    """One fan's FanSummary. `members` are the group's checkpoints (non-empty); they are
+    read in seq order."""
     rows = _by_seq(members)
     if not rows:
         raise ValueError(f"summarize_fan: group {group!r} has no members")
@@ -123,7 +123,7 @@ def summarize_fan(group: str, members: Sequence[StepCheckpoint]) -> FanSummary:
     size = sum(weight(cp) for cp in rows)
     not_started = max(0, total - size) if total is not None else None
     counts = fan_counts(rows)
-    # (durably, §15) startedAt = earliest enqueuedAt, which falls back to startedAt.
+    # startedAt = earliest enqueuedAt, which falls back to startedAt.
     started_at = min(cp.enqueued_at or cp.started_at for cp in rows)
     finished_at: datetime | None = None
     if fan_settled(counts, not_started, fail_fast):
@@ -145,11 +145,11 @@ def summarize_fan(group: str, members: Sequence[StepCheckpoint]) -> FanSummary:
     )
 
 
-# ---------------------------------------------------------------- §9.2–9.3
+# ---------------------------------------------------------------- a run's timeline
 
 
 def is_wide(group: str, size: int, over: int) -> bool:
-    """§9.2: a group is summarised iff `Σ weight > over` or its declared `total > over`."""
+    """A group is summarised iff `Σ weight > over` or its declared `total > over`."""
     if size > over:
         return True
     total = fan_declaration(group)[0]
@@ -157,7 +157,7 @@ def is_wide(group: str, size: int, over: int) -> bool:
 
 
 def summarize_timeline(timeline: Sequence[StepCheckpoint], over: int) -> TimelineSummary:
-    """`summarize_timeline(timeline, over)` (run-detail.md §9.2).
+    """The timeline with every fan wider than `over` replaced by its summary.
 
     Members of every wide group leave the timeline (the rest keeps its relative order) and
     become one FanSummary each, ordered by `firstSeq` (ties, which only malformed data can
@@ -175,9 +175,9 @@ def summarize_timeline(timeline: Sequence[StepCheckpoint], over: int) -> Timelin
 
 
 def summarize_run_in_memory(checkpoints: Iterable[StepCheckpoint], over: int) -> RunSummary:
-    """`summarize_run_in_memory(checkpoints, over)` (durably name, run-detail.md §9.3).
+    """A run's summary from its full checkpoint list.
 
-    `timeline`/`fans` from §9.2, `children` = the first `SUMMARY_CHILD_LIMIT` ids of
+    `timeline`/`fans` from `summarize_timeline`, `children` = the first `SUMMARY_CHILD_LIMIT` ids of
     `child_ids_of`, `child_count` = `child_count` — both over the FULL list (children of
     summarised fans included). Decision: the rows are read in seq order (what
     `list_checkpoints` returns anyway), so the answer does not depend on the caller's order.
@@ -192,11 +192,11 @@ def summarize_run_in_memory(checkpoints: Iterable[StepCheckpoint], over: int) ->
     )
 
 
-# ---------------------------------------------------------------- §9.4–9.6
+# ---------------------------------------------------------------- fan pages
 
 
 def _finite_number(value: object) -> float | int | None:
-    # §9.4: booleans are not numbers; NaN and ±inf are not finite.
+    # Booleans are not numbers; NaN and ±inf are not finite.
     if isinstance(value, bool) or not isinstance(value, Real):
         return None
     if isinstance(value, int):
@@ -206,7 +206,7 @@ def _finite_number(value: object) -> float | int | None:
 
 
 def fan_page_bounds(query: FanPageQuery | Mapping[str, Any] | None) -> tuple[int, int]:
-    """`(offset, limit)` of a fan page (durably values, run-detail.md §9.4).
+    """`(offset, limit)` of a fan page.
 
     offset = `floor(offset)` when a finite number ≥ 0, else 0; limit = `floor(limit)`
     clamped to `[1, FAN_PAGE_MAX_LIMIT]` when a finite number, else
@@ -229,7 +229,7 @@ def page_fan(
     group: str,
     query: FanPageQuery | Mapping[str, Any] | None = None,
 ) -> FanPage:
-    """`page_fan(timeline, group, query)` (run-detail.md §9.6).
+    """One page of a fan's members from a full timeline.
 
     The group's rows in seq order (with `failedOnly`, only `is_failed_member` rows), sliced
     by `fan_page_bounds`; `total` counts the matching rows (a folded row is one row). No

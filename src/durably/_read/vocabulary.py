@@ -1,7 +1,8 @@
-"""Fan vocabulary of the read side (run-detail.md §8, engine.md §2.5, §3.8.4).
+"""Fan vocabulary of the read side: fan groups, folded `fan:` rows, members.
 
-Pure functions over `StepCheckpoint`s, shared by the in-memory reference path (§9) and the
-store-aggregate path (§10): both must read groups, folded rows and failures identically.
+Pure functions over `StepCheckpoint`s, shared by the in-memory reference path
+(`summarize.py`) and the store-aggregate path (`store_path.py`): both must read groups,
+folded rows and failures identically.
 Every accessor is tolerant of malformed payloads (a folded row written by another version,
 a hand-edited row): it never raises, it reads what is there.
 """
@@ -14,19 +15,19 @@ from typing import Any, Literal
 
 from durably._core.models import CHILD_EDGE_PREFIXES, JSONValue, StepCheckpoint
 
-# ---------------------------------------------------------------- constants (§8.1)
+# ---------------------------------------------------------------- constants
 
 FAN_SUMMARY_FAILURES = 20
-"""Failed members listed per FanSummary (run-detail.md §8.1)."""
+"""Failed members listed per FanSummary."""
 
 SUMMARY_CHILD_LIMIT = 200
-"""Children listed by id in a summarised RunDetail (run-detail.md §8.1)."""
+"""Children listed by id in a summarised RunDetail."""
 
 FAN_PAGE_DEFAULT_LIMIT = 100
-"""(durably) `fan_page_bounds` limit when none (or a non-number) is given (§8.1, §9.4)."""
+"""`fan_page_bounds` limit when none (or a non-number) is given."""
 
 FAN_PAGE_MAX_LIMIT = 1000
-"""(durably) upper clamp of a fan page's limit (§8.1, §9.4)."""
+"""Upper clamp of a fan page's limit."""
 
 CHILD_PREFIX = "signal:child:"
 FOLDED_PREFIX = "fan:"
@@ -59,7 +60,8 @@ __all__ = [
 
 
 def checkpoint_name_kind(name: str) -> NameKind:
-    """store.md §13 (case-sensitive prefixes; `Fan:x` is a step). Same rule as
+    """What a checkpoint name denotes: `signal:child:` a child, `fan:` a folded row,
+    `spawn:` a spawn, anything else a step (case-sensitive: `Fan:x` is a step). Same rule as
     `durably._core.models.checkpoint_name_kind`, typed as a Literal."""
     if name.startswith(CHILD_PREFIX):
         return "child"
@@ -71,20 +73,20 @@ def checkpoint_name_kind(name: str) -> NameKind:
 
 
 def is_child_edge(cp: StepCheckpoint) -> bool:
-    """A row naming child runs: `signal:child:`, `fan:` or `spawn:` (§8.1 CHILD_EDGE_PREFIXES)."""
+    """A row naming child runs: `signal:child:`, `fan:` or `spawn:` (CHILD_EDGE_PREFIXES)."""
     return cp.name.startswith(CHILD_EDGE_PREFIXES)
 
 
-# ---------------------------------------------------------------- groups (§8.2)
+# ---------------------------------------------------------------- groups
 
 
 def _ascii_digits(text: str) -> bool:
-    # §8.2: "isdigit here means ASCII digits only" (str.isdigit accepts '²', '٣', …).
+    # ASCII digits only: str.isdigit alone accepts '²', '٣', ….
     return text.isascii() and text.isdigit()
 
 
 def fan_declaration(group: str) -> tuple[int | None, bool]:
-    """(declared total, fail-fast) carried by a fan group (run-detail.md §8.2).
+    """(declared total, fail-fast) carried by a fan group.
 
     `all:<firstSeq>` → `(None, False)`; `all:<firstSeq>:<total>` → `(total, False)`;
     `all:<firstSeq>:<total>:ff` → `(total, True)`; `all:<firstSeq>:ff` → `(None, True)`;
@@ -104,7 +106,7 @@ def fan_declaration(group: str) -> tuple[int | None, bool]:
     return total, fail_fast
 
 
-# ---------------------------------------------------------------- folded rows (§8.3)
+# ---------------------------------------------------------------- folded rows
 
 
 def _non_negative_int(value: object) -> int | None:
@@ -121,7 +123,7 @@ def _folded_output(cp: StepCheckpoint) -> Mapping[str, Any] | None:
 
 
 def folded_count(cp: StepCheckpoint) -> int | None:
-    """Upstream `foldedCount` (§8.3): the member count of a `fan:` row (0 when its output
+    """The member count of a `fan:` row (0 when its output
     is malformed); `None` for every other checkpoint."""
     out = _folded_output(cp)
     if out is None:
@@ -131,7 +133,7 @@ def folded_count(cp: StepCheckpoint) -> int | None:
 
 
 def _folded_first(out: Mapping[str, Any]) -> int:
-    # §8.3: `first` defaults to 0 when missing/invalid (negative counts as invalid).
+    # `first` defaults to 0 when missing/invalid (negative counts as invalid).
     first = _non_negative_int(out.get("first"))
     return 0 if first is None else first
 
@@ -142,7 +144,7 @@ def _folded_prefix(cp: StepCheckpoint) -> str:
 
 def folded_child_ids(cp: StepCheckpoint) -> list[str]:
     """The child ids a `fan:<P>` row stands for: `<P>.<i>` for `i` in
-    `first .. first+count-1` (§8.3). `[]` for any other row."""
+    `first .. first+count-1`. `[]` for any other row."""
     out = _folded_output(cp)
     if out is None:
         return []
@@ -154,7 +156,7 @@ def folded_child_ids(cp: StepCheckpoint) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class FoldedFailure:
-    """One failed member inside a folded row (§8.3): `{id, error, code?, details?}`.
+    """One failed member inside a folded row: `{id, error, code?, details?}`.
 
     `error` is whatever the Completion carried (a string when the engine wrote it)."""
 
@@ -174,7 +176,7 @@ class FoldedFailure:
 
 def folded_failures(cp: StepCheckpoint) -> list[FoldedFailure]:
     """Every Completion of a `fan:` row whose `ok` is `False`, in member order, with id
-    `<P>.<first+j>` (§8.3). Completions beyond `count` are read as given; a non-list
+    `<P>.<first+j>`. Completions beyond `count` are read as given; a non-list
     `completions` or non-object entries contribute nothing. `[]` for other rows."""
     out = _folded_output(cp)
     if out is None:
@@ -198,11 +200,11 @@ def folded_failures(cp: StepCheckpoint) -> list[FoldedFailure]:
     return failures
 
 
-# ---------------------------------------------------------------- members (§8.4)
+# ---------------------------------------------------------------- members
 
 
 def weight(cp: StepCheckpoint) -> int:
-    """Members a row stands for: its folded count for a `fan:` row, else 1 (§8.4)."""
+    """Members a row stands for: its folded count for a `fan:` row, else 1."""
     count = folded_count(cp)
     return 1 if count is None else count
 
@@ -215,8 +217,8 @@ def _child_failed(cp: StepCheckpoint) -> bool:
 
 
 def is_failed_member(cp: StepCheckpoint) -> bool:
-    """Upstream `isFailedMember` (§8.4): a `failed` row; a completed child row whose
-    Completion is `ok: false`; (durably) a folded row with at least one failed
+    """A `failed` row; a completed child row whose
+    Completion is `ok: false`; a folded row with at least one failed
     Completion."""
     if cp.status == "failed":
         return True
@@ -229,7 +231,7 @@ def is_failed_member(cp: StepCheckpoint) -> bool:
 
 
 def child_ids_of(checkpoints: Iterable[StepCheckpoint]) -> list[str]:
-    """Upstream `childIdsOf` (§8.4): the child ids named by the rows, in the given order,
+    """The child ids named by the rows, in the given order,
     first occurrence kept. `signal:child:<id>` → id; `fan:` → its folded ids; `spawn:` →
     its output when a string; every other row is skipped."""
     seen: dict[str, None] = {}
@@ -246,7 +248,7 @@ def child_ids_of(checkpoints: Iterable[StepCheckpoint]) -> list[str]:
 
 
 def child_count(checkpoints: Iterable[StepCheckpoint]) -> int:
-    """(durably) Σ weight over child-edge rows, NOT deduplicated (§8.4): each `spawn:` and
+    """Σ weight over child-edge rows, NOT deduplicated: each `spawn:` and
     `signal:child:` row counts one, each folded row its folded count — what the store path
     computes from aggregates alone."""
     return sum(weight(cp) for cp in checkpoints if is_child_edge(cp))
