@@ -1,7 +1,7 @@
-"""Durations (engine.md §0, api.md "Durations in the Python API").
+"""Durations.
 
 Internally the engine works in epoch milliseconds. Two parsers exist because the two
-conventions differ on bare numbers: the spec's `parse_duration` reads a number as
+conventions differ on bare numbers: `parse_duration` reads a number as
 MILLISECONDS (store/retention grammar), while the Python API reads a number as SECONDS
 (asyncio's convention); `to_ms` implements the latter and is what user-facing calls use.
 """
@@ -40,7 +40,7 @@ Duration = int | float | str | timedelta
 
 
 def parse_duration(value: int | float | str) -> int:
-    """engine.md §0: a number is already ms; a string is `<number><unit>`."""
+    """A number is already ms; a string is `<number><unit>`."""
     if isinstance(value, bool):
         raise ValueError(f"invalid duration: {value!r}")
     if isinstance(value, int | float):
@@ -58,7 +58,8 @@ def parse_duration(value: int | float | str) -> int:
 
 
 def to_ms(value: Duration) -> int:
-    """api.md: a number is SECONDS, a timedelta is itself, a string as `parse_duration`."""
+    """The Python API's rule: a number is SECONDS, a timedelta is itself, a string as
+    `parse_duration`."""
     if isinstance(value, timedelta):
         return round(value.total_seconds() * 1000)
     if isinstance(value, bool):

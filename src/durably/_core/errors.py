@@ -1,4 +1,4 @@
-"""Error classes (engine.md §4.2, api.md §4) and the code/details lookup (§4.3)."""
+"""Error classes and the code/details lookup (`code_of`, `details_of`, `error_of`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class DurablyError(Exception):
 
 
 class FatalError(DurablyError):
-    """An error that is never retried (engine.md §4.2).
+    """An error that is never retried.
 
     `code` routes onError handlers; `details` is any JSON value carried everywhere the failure
     goes (run error, completions, gather failures, settled items).
@@ -32,7 +32,7 @@ class FatalError(DurablyError):
 
 
 class NestedWorkflowCallError(FatalError):
-    """A ctx primitive called from inside an in-process step body of the same run (§3)."""
+    """A ctx primitive called from inside an in-process step body of the same run."""
 
     def __init__(self, run_id: str, primitive: str, step: str):
         super().__init__(
@@ -46,7 +46,7 @@ class NestedWorkflowCallError(FatalError):
 
 
 class NonDeterminismError(DurablyError):
-    """The code asks for a different checkpoint than history recorded (engine.md §2.4)."""
+    """The code asks for a different checkpoint than history recorded."""
 
     code = "non_determinism"
 
@@ -79,14 +79,14 @@ class StepFailedError(FatalError):
 
 
 class RemoteStepError(StepFailedError):
-    """A dispatched step failed for good; raised in the workflow body (engine.md §4.2)."""
+    """A dispatched step failed for good; raised in the workflow body."""
 
     def __init__(self, step_error: StepError | None = None):
         super().__init__(step_error or StepError(message="remote step failed"))
 
 
 class RemoteStepTimeout(DurablyError):
-    """A step with `timeout` gave no result within its window (engine.md §5.4). Retryable."""
+    """A step with `timeout` gave no result within its window. Retryable."""
 
     def __init__(self, step_id: str, timeout_ms: int):
         super().__init__(f"step {step_id} timed out after {timeout_ms}ms")
@@ -95,7 +95,7 @@ class RemoteStepTimeout(DurablyError):
 
 
 class GatherItemFailure:
-    """One failed member of a fan (engine.md §3.8.3)."""
+    """One failed member of a fan."""
 
     __slots__ = ("code", "details", "error", "id", "index")
 
@@ -163,7 +163,7 @@ class SingletonQueueFullError(DurablyError):
 
 
 class SignalTimeoutError(DurablyError):
-    """A bounded wait expired (engine.md §3.5). Catchable in the body."""
+    """A bounded wait expired. Catchable in the body."""
 
     def __init__(self, token: str, timeout_ms: int):
         super().__init__(f"timed out after {timeout_ms}ms waiting for {token!r}")
@@ -327,8 +327,8 @@ class StoreConnectTimeoutError(StoreConnectionError, TimeoutError):
 
 
 # ------------------------------------------------------------------ control flow signals
-# engine.md §3: derived from BaseException so `except Exception` in a body cannot swallow
-# them (api.md §4). They carry the CONTROL_FLOW_SIGNAL marker that
+# Derived from BaseException so `except Exception` in a body cannot swallow
+# them. They carry the CONTROL_FLOW_SIGNAL marker that
 # `is_workflow_control_flow_signal` tests.
 
 
@@ -356,7 +356,9 @@ def is_workflow_control_flow_signal(err: BaseException) -> bool:
     return bool(getattr(err, CONTROL_FLOW_SIGNAL, False))
 
 
-# ------------------------------------------------------------------ codeOf / detailsOf (§4.3)
+# ------------------------------------------------------------------ code_of / details_of
+# The code and details of an error: its own attributes, else those of the StepError it
+# wraps (`step_error`, or `error`), else a mapping's keys.
 
 
 def _lookup(err: BaseException | Mapping[str, Any] | None, key: str) -> Any:
@@ -388,7 +390,8 @@ def details_of(err: BaseException | Mapping[str, Any] | None) -> JSONValue:
 
 
 def error_of(err: BaseException, *, with_stack: bool = True) -> StepError:
-    """engine.md §1.7: `{message, stack?, **codeAndDetails(err)}`."""
+    """The StepError recorded for a failed body or step: message, stack (optional), and
+    the error's code and details."""
     if isinstance(err, StepFailedError) and err.step_error is not None:
         se = err.step_error
         return StepError(message=se.message, code=se.code, details=se.details, stack=se.stack)

@@ -1,4 +1,5 @@
-"""Strict JSON for everything persisted (store.md §5.3: no NaN/Infinity)."""
+"""Strict JSON for everything persisted: NaN/Infinity are refused (they are not JSON, and
+PostgreSQL's jsonb rejects them), as SerializationError."""
 
 from __future__ import annotations
 
@@ -22,5 +23,5 @@ def loads(text: str | bytes | None) -> Any:
 
 
 def compact(value: Any) -> str:
-    """Compact JSON with key order as given (engine.md §3.6 event tokens and matching)."""
+    """Compact JSON with key order as given (event tokens and event matching)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
