@@ -1,4 +1,4 @@
-"""An encrypting payload codec: AES-256-GCM (store.md §11's worked example).
+"""An encrypting payload codec: AES-256-GCM.
 
 Needs the `cryptography` package: `pip install 'durably[crypto]'`.
 
@@ -17,7 +17,7 @@ At rest every payload becomes one JSON string, a versioned envelope:
   so a value names the key that decrypts it: rotation is "put the new key first, keep the old
   ones until nothing references them";
 - the associated data is `durably/aesgcm/v1/<kid>`: the version and the key id cannot be
-  relabelled without failing authentication. The ciphertext is NOT bound to its row: the §11
+  relabelled without failing authentication. The ciphertext is NOT bound to its row: a payload
   codec is `encode(value)` without a location, and the engine moves payloads between rows
   (a child's output into its parent's checkpoint, a fan's outputs into one folded row), each
   time decoding and re-encoding. Someone able to write the database can therefore swap two
@@ -95,7 +95,7 @@ def key_id(key: KeyMaterial) -> str:
 
 
 class AesGcmCodec:
-    """store.md §11 codec encrypting each payload with AES-256-GCM (see the module doc).
+    """A payload codec encrypting each payload with AES-256-GCM (see the module doc).
 
     `AesGcmCodec(key, *previous_keys)`: encrypts with `key`, decrypts values written under
     any of the keys. `AesGcmCodec.generate_key()` returns a fresh key as base64url text.

@@ -1,4 +1,4 @@
-"""Pure run-query and search-attribute helpers shared by every store (store.md §3.3, §6, §7).
+"""Pure run-query and search-attribute helpers shared by every store.
 
 These functions are the in-process reference semantics: the in-memory store filters with them
 directly, and a SQL store pushes the same predicates down (`attribute_predicate_operands`,
@@ -27,7 +27,7 @@ AttributeColumn = str  # "str_value" | "num_value"
 
 
 class AttributeRow(NamedTuple):
-    """One row of `durable_run_attributes` (store.md §7.3)."""
+    """One row of `durable_run_attributes` (one search attribute of one run)."""
 
     run_id: str
     key: str
@@ -35,7 +35,7 @@ class AttributeRow(NamedTuple):
     num_value: float | None
 
 
-# ------------------------------------------------------------------ namespaces (store.md §3.3)
+# ------------------------------------------------------------------ namespaces
 
 
 def namespace_matches(run_namespace: str | None, namespace: str | None) -> bool:
@@ -47,11 +47,11 @@ def namespace_matches(run_namespace: str | None, namespace: str | None) -> bool:
     return run_namespace == namespace
 
 
-# ------------------------------------------------------------------ search attributes (§7)
+# ------------------------------------------------------------------ search attributes
 
 
 def _kind(value: object) -> str | None:
-    # store.md §7.2: bool is checked before int (True == 1 in Python); ints and floats are the
+    # bool is checked before int (True == 1 in Python); ints and floats are the
     # same JSON "number" kind and share the `num_value` column.
     if isinstance(value, bool):
         return "bool"
@@ -65,7 +65,7 @@ def _kind(value: object) -> str | None:
 def _scalar_matches(actual: object, op: AttributeOp, operand: object) -> bool:
     kind = _kind(actual)
     if kind is None or kind != _kind(operand):
-        # A string operand never matches a numeric attribute and vice versa (§7.2).
+        # A string operand never matches a numeric attribute and vice versa.
         return False
     a: Any = actual
     b: Any = operand
@@ -89,7 +89,7 @@ def _scalar_matches(actual: object, op: AttributeOp, operand: object) -> bool:
 def attribute_value_matches(value: object, flt: AttributeFilter) -> bool:
     """Does a present attribute `value` satisfy `flt`? (The key is assumed to match.)"""
     if flt.op == "in":
-        # OR of equalities; mixed operand types allowed; `[]` matches nothing (§7.2).
+        # OR of equalities; mixed operand types allowed; `[]` matches nothing.
         return any(_scalar_matches(value, "eq", v) for v in flt.values or ())
     return _scalar_matches(value, flt.op, flt.value)
 
@@ -97,14 +97,14 @@ def attribute_value_matches(value: object, flt: AttributeFilter) -> bool:
 def matches_attribute_filter(
     attrs: Mapping[str, AttributeValue] | None, flt: AttributeFilter
 ) -> bool:
-    # A run lacking the key NEVER matches, for every op including `ne` and `in` (§7.2).
+    # A run lacking the key NEVER matches, for every op including `ne` and `in`.
     if not attrs or flt.key not in attrs:
         return False
     return attribute_value_matches(attrs[flt.key], flt)
 
 
 def matches_attributes(run: WorkflowRun, filters: Sequence[AttributeFilter] | None) -> bool:
-    """store.md §7.2 reference: every filter ANDed; empty/absent filters match everything."""
+    """The reference attribute match: every filter ANDed; empty/absent filters match everything."""
     if not filters:
         return True
     attrs = run.search_attributes
@@ -114,7 +114,8 @@ def matches_attributes(run: WorkflowRun, filters: Sequence[AttributeFilter] | No
 def normalize_attribute_rows(
     run_id: str, attrs: Mapping[str, AttributeValue] | None
 ) -> list[AttributeRow]:
-    """store.md §7.3: number → num_value; bool → str_value 'true'/'false'; str → str_value."""
+    """A run's attribute rows: number → num_value; bool → str_value 'true'/'false';
+    str → str_value."""
     rows: list[AttributeRow] = []
     if not attrs:
         return rows
@@ -165,7 +166,7 @@ def _operand(value: object) -> tuple[AttributeColumn, str | float]:
 def attribute_predicate_operands(
     flt: AttributeFilter,
 ) -> list[tuple[AttributeColumn, str, str | float]]:
-    """store.md §7.4: `(column, comparator, operand)` triples ORed inside one EXISTS.
+    """`(column, comparator, operand)` triples ORed inside one EXISTS (SQL push-down).
 
     A scalar op yields exactly one triple; `in` one `=` triple per member (possibly mixed
     columns); an empty `in` yields `[]`, which the caller must render as a false predicate.
@@ -180,7 +181,7 @@ def attribute_predicate_operands(
     return [(column, sql_comparator(flt.op), operand)]
 
 
-# ------------------------------------------------------------------ RunQuery (store.md §6)
+# ------------------------------------------------------------------ RunQuery
 
 
 def _in(value: object, members: Iterable[object] | None) -> bool:
@@ -188,7 +189,7 @@ def _in(value: object, members: Iterable[object] | None) -> bool:
 
 
 def matches_query(run: WorkflowRun, query: RunQuery) -> bool:
-    """Every non-paging predicate of `query` (store.md §6), ANDed."""
+    """Every non-paging predicate of `query`, ANDed."""
     if query.workflow is not None and run.workflow != query.workflow:
         return False
     if not _in(run.workflow, query.workflows):
@@ -216,7 +217,7 @@ def matches_query(run: WorkflowRun, query: RunQuery) -> bool:
 
 
 def newest_first(runs: Iterable[WorkflowRun]) -> list[WorkflowRun]:
-    """store.md §6 ordering: `created_at DESC`, ties by `id DESC` (durably)."""
+    """List order of runs: `created_at DESC`, ties by `id DESC` (so pages are stable)."""
     return sorted(runs, key=lambda r: (r.created_at, r.id), reverse=True)
 
 
@@ -233,7 +234,7 @@ def apply_run_query(runs: Iterable[WorkflowRun], query: RunQuery) -> list[Workfl
 
 
 def apply_attribute_query(rows: Iterable[WorkflowRun], query: RunQuery) -> list[WorkflowRun]:
-    """store.md §7.4 fallback for a store that cannot push attributes down: filter, then slice."""
+    """For a store that cannot push attribute filters down: filter, then slice."""
     kept = [r for r in rows if matches_attributes(r, query.attributes)]
     return page(kept, query.offset, query.limit)
 
