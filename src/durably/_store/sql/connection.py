@@ -471,10 +471,10 @@ class SqliteConnector(Connector):
     def _dispatch(self) -> None:
         """Start the writer for what was queued during this loop turn: ONE fast-path
         statement on the loop lane when it is open (sqlite_lane.py: no thread hand-off; a
-        sequential workflow's checkpoint writes, W4), anything else (or a lane answer of
+        sequential workflow's checkpoint writes), anything else (or a lane answer of
         BUSY) as group commits on the writer thread.
 
-        Why not the lane for every lone request as it arrives: concurrent workflows (W1)
+        Why not the lane for every lone request as it arrives: concurrent workflows
         then commit one by one on the loop's core, and lose the group commit that runs their
         COMMITs on the writer thread in parallel with the loop (measured: 18k → 11k steps/s).
         A request whose caller was cancelled meanwhile still runs (never half)."""

@@ -57,7 +57,7 @@ _PG_SYNC_DRIVERS = {"postgresql", "postgres", "postgresql+psycopg2", "postgresql
 
 
 def double_type() -> sa.types.TypeEngine[float]:
-    """`num_value`: DOUBLE PRECISION on PostgreSQL, REAL on SQLite (store.md §5.1)."""
+    """`num_value`: DOUBLE PRECISION on PostgreSQL, REAL on SQLite (both 8-byte floats)."""
     return sa.Double().with_variant(sa.REAL(), SQLITE)
 
 
@@ -320,7 +320,8 @@ class SqlDialect:
             return {f"{name}_1": [p[0] for p in pairs], f"{name}_2": [p[1] for p in pairs]}
         return {name: [tuple(p) for p in pairs]}
 
-    # --- prefix matching (store.md §5.4: never LIKE)
+    # --- prefix matching: never LIKE (`_` and `%` in a prefix would be wildcards, and
+    # LIKE is case-insensitive on SQLite)
 
     def prefix_params(self, prefix: str) -> tuple[bool, dict[str, Any]]:
         """(use the ranged statement?, bind parameters) for `prefix_predicate`."""
@@ -353,7 +354,7 @@ class SqlDialect:
     ) -> sa.ColumnElement[bool]:
         return sa.func.substr(column, 1, len(prefix)) == prefix
 
-    # --- buffered signals (store.md §3.7)
+    # --- buffered signals
 
     def take_oldest_signal(self, table: sa.Table) -> sa.Executable:
         """`DELETE … WHERE id = (oldest id for :token) RETURNING payload`.

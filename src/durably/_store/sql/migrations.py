@@ -2,7 +2,7 @@
 
 `durable_schema_version (version, applied_at)` records every applied migration. `MIGRATIONS` is
 an ordered, append-only list; each migration renders its DDL for the target dialect. Migration 1
-is the whole initial schema (store.md §5.2) written as frozen DDL text: the live `MetaData` in
+is the whole initial schema written as frozen DDL text: the live `MetaData` in
 `schema.py` may evolve, a published migration never does (tests prove fresh == migrated).
 
 `upgrade()` applies the pending migrations in ONE transaction under the schema lock
@@ -179,7 +179,7 @@ def _v3(dialect_name: str) -> list[str]:
 
 
 MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "initial schema (store.md §5.2)", _v1),
+    Migration(1, "initial schema", _v1),
     Migration(2, "pick-up order index for claim_pending_runs", _v2),
     Migration(3, "signal buffer bounds: namespace, buffered_at, expires_at", _v3),
 )

@@ -1,4 +1,4 @@
-"""`RunQuery` → SQL predicates (store.md §3.3, §6, §7.4, §8).
+"""`RunQuery` → SQL predicates.
 
 Every present filter becomes one predicate, ANDed; a plural given as `[]` becomes a false
 predicate (never dropped). Tags and search attributes are correlated `EXISTS` subqueries over
@@ -75,7 +75,7 @@ def _tags_exists(wanted: Sequence[str]) -> Predicate:
 
 
 def attribute_predicate(flt: AttributeFilter) -> Predicate:
-    """One correlated EXISTS per filter (store.md §7.4); an empty `in` is false."""
+    """One correlated EXISTS per filter; an empty `in` is false."""
     operands = attribute_predicate_operands(flt)
     if not operands:
         return sa.false()

@@ -1,4 +1,4 @@
-"""Row mapping between the models and SQL rows (store.md §5.3).
+"""Row mapping between the models and SQL rows.
 
 Write: `None` → NULL; `namespace None` → `'default'`; `enqueued_at None` → `started_at`;
 datetimes → epoch ms; JSON fields → strict JSON text (`jsonutil.dumps`: no NaN/Infinity,
@@ -104,7 +104,7 @@ def tag_rows(run_id: str, tags: Sequence[str] | None) -> list[dict[str, Any]]:
 
 
 def attribute_rows(run_id: str, attrs: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """`durable_run_attributes` rows (store.md §7.3; validates the values)."""
+    """`durable_run_attributes` rows (validates the values)."""
     return [row._asdict() for row in normalize_attribute_rows(run_id, attrs)]
 
 

@@ -1,7 +1,7 @@
-"""The fresh schema of the SQL store, declared once as SQLAlchemy Core `MetaData` (store.md §5.2).
+"""The fresh schema of the SQL store, declared once as SQLAlchemy Core `MetaData`.
 
 Column names are the cross-store contract (`DURABLE_CANONICAL_COLUMNS`): a row written by one
-store implementation must be readable by another, so they follow §5.2 exactly. Timestamps are
+store implementation must be readable by another, so they never change. Timestamps are
 BIGINT epoch milliseconds, JSON documents TEXT, `num_value` REAL (SQLite) / DOUBLE PRECISION
 (PostgreSQL). There are no foreign keys: deletes are explicit and transactional.
 
@@ -196,7 +196,7 @@ CHECKPOINT_COLUMNS = tuple(checkpoints.c)
 
 
 def durable_managed_tables() -> list[str]:
-    """Names of every table the SQL store owns (store.md §5.2), for host migration tools."""
+    """Names of every table the SQL store owns, for host migration tools."""
     return [t.name for t in metadata.sorted_tables]
 
 

@@ -1,4 +1,4 @@
-"""Buffered signals of the SQL store (store.md §3.7 with durably's bounds; the contract is
+"""Buffered signals of the SQL store, bounded per token and per namespace (the contract is
 written on `durably._store.protocol.StateStore`).
 
 - `buffer_signal_bounded` is ONE statement: `INSERT … SELECT … WHERE (live rows of the

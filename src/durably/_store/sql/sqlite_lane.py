@@ -4,8 +4,9 @@ Why: a sequential workflow writes one checkpoint at a time and waits for it (not
 acknowledged before it is durable), so its writes never group, and each one paid two thread
 hand-offs to the writer thread and back. On a quiet 2-vCPU VM a hand-off wakes an idle vCPU:
 ~30 µs each way, measured 80–90 µs for hop + insert against 19 µs for the same autocommitted
-insert on the calling thread (W4, issue #7). The statement itself is bounded work, so running
-it inline keeps the loop responsive — the guide's rule is about unbounded blocking, and the
+insert on the calling thread (the sequential benchmark). The statement itself is bounded work,
+so running it inline keeps the loop responsive — "never block the event loop" is about
+unbounded blocking, and the
 lane excludes both ways a SQLite write can block for long:
 
 * **lock waits**: the lane's connection has `busy_timeout = 0`. If another process (or
@@ -28,7 +29,8 @@ Which requests take it (`SqliteConnector._dispatch`): a prebuilt statement that 
 its event-loop turn while the writer is idle (no writer task, so every earlier request has been
 committed and settled: the lane never reorders writes). Requests of one turn — concurrent
 workflows — still share a group commit on the writer thread, whose COMMIT then runs in
-parallel with the loop (W1: 18k steps/s that way, 11k when each committed on the lane).
+parallel with the loop (measured with many concurrent workflows: 18k steps/s that way, 11k
+when each committed on the lane).
 Transactions and `work` callbacks always use the writer thread.
 """
 

@@ -3,7 +3,7 @@
 Registered with the connector (`Statements.prebuilt`): on SQLite each runs in ONE aiosqlite
 call with SQL compiled once; on PostgreSQL SQLAlchemy's compiled cache and asyncpg's prepared
 statements make each one a single Bind/Execute round trip. Scans and claims come in three
-namespace shapes (store.md §3.3): no namespace, `'default'` (legacy NULLs included), other.
+namespace shapes: no namespace, `'default'` (legacy NULLs included), other.
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ class Statements:
             self.delete_waiters_in.returning(*WAITER_COLUMNS) if d.supports_returning else None
         )
 
-        # ---- checkpoint aggregates (store.md §3.2, §13; 0.79) — owned by sql/aggregates.py
+        # ---- checkpoint aggregates — owned by sql/aggregates.py
         # `checkpoint_stats`: one GROUP BY, every group / one group (binds run_id[, group]).
         self.cp_stats, self.cp_stats_group = checkpoint_stats_statements(d)
 

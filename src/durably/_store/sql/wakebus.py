@@ -1,4 +1,4 @@
-"""Cross-process wake-ups over PostgreSQL LISTEN/NOTIFY (`WakeBus`, issue #3).
+"""Cross-process wake-ups over PostgreSQL LISTEN/NOTIFY (`WakeBus`).
 
 One bus per `SqlStateStore.wake_bus()` call. It LISTENs on ONE dedicated asyncpg connection
 (taken from the store's engine, then detached from the pool so it never counts against the
