@@ -1,1 +1,1 @@
-"""The `durably` command line (api.md §6). Entry point: `durably._cli.main:main`."""
+"""The `durably` command line. Entry point: `durably._cli.main:main`."""

@@ -1,4 +1,4 @@
-"""Rendering of wide fans for `durably runs show` (issue #5 item 6; run-detail.md §9).
+"""Rendering of wide fans for `durably runs show`.
 
 A fan summarised by the read side (`RunDetail.fans`) is drawn as ONE timeline row — its seq
 range, label, counts by status and a progress bar — instead of one row per member; its

@@ -1,4 +1,4 @@
-"""`durably` console script: argument parsing and dispatch (api.md §6)."""
+"""`durably` console script: argument parsing and dispatch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A live progress display fed by engine events (engine.md §12).
+"""A live progress display fed by engine events.
 
 On a terminal it keeps ONE status line up to date (rewritten with `\\r`), printing notable
 moments (a failed attempt, a signal, a child run finishing) as permanent lines above it. When

@@ -10,7 +10,7 @@ from durably._core.models import StepCheckpoint, WorkflowRun, ms_from_utc, now_u
 
 
 def format_duration(ms: float | None) -> str:
-    """features.md §8: `<1000` → `Nms`, `<60 s` → `N.Ns`, else `N.Nm`."""
+    """`<1000` → `Nms`, `<60 s` → `N.Ns`, else `N.Nm`."""
     if ms is None:
         return ""
     if ms < 1000:
@@ -21,7 +21,7 @@ def format_duration(ms: float | None) -> str:
 
 
 def relative_time(when: datetime, now: datetime | None = None) -> str:
-    """features.md §8: `Ns ago` < 60 s, `Nm ago` < 1 h, `Nh ago` < 1 d, else `Nd ago`."""
+    """`Ns ago` < 60 s, `Nm ago` < 1 h, `Nh ago` < 1 d, else `Nd ago`."""
     seconds = max(0.0, ((now or now_utc()) - when).total_seconds())
     if seconds < 60:
         return f"{round(seconds)}s ago"

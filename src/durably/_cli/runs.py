@@ -27,7 +27,7 @@ from durably._core.errors import ReservedTokenError, SignalBufferFullError
 from durably._core.models import RunResult, RunStatus, StepCheckpoint, WorkflowRun
 from durably._engine.engine import Engine
 
-# Fans wider than this are drawn as one row (run-detail.md §9: `summarize_fans_over`).
+# Fans wider than this are drawn as one row (`summarize_fans_over` of the read side).
 FANS_OVER = 20
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
@@ -216,7 +216,7 @@ async def children_of(
 
 
 async def _show(engine: Engine, args: argparse.Namespace) -> int:
-    """The run through the read side (run-detail.md §7): wide fans summarised, so a run with
+    """The run through the read side (`get_run_detail`): wide fans summarised, so a run with
     a 40,000-member fan prints (and reads) a screenful, not 40,000 rows."""
     if args.fan:
         return await _show_fan(engine, args)

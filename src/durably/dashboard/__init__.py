@@ -1,5 +1,5 @@
 """The durably console: a Starlette ASGI app to mount in a host app, or to serve alone with
-`durably dashboard APP_OR_STORE_URL --port N` (run-detail.md §12–§13, features.md §11).
+`durably dashboard APP_OR_STORE_URL --port N`.
 
 Needs the `dashboard` extra: `pip install 'durably[dashboard]'`.
 """

@@ -1,4 +1,4 @@
-"""`create_app(engine, ...)`: the dashboard as one Starlette ASGI app (run-detail.md §12).
+"""`create_app(engine, ...)`: the dashboard as one Starlette ASGI app.
 
 Mount it in a host app, e.g. `Mount("/durable", app=create_app(engine))` in Starlette or
 `app.mount("/durable", create_app(engine))` in FastAPI; every route is relative to the mount

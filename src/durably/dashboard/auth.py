@@ -71,7 +71,8 @@ class DashboardAuth:
         return cls(**kwargs)
 
     def validate(self) -> None:
-        """Fail closed (run-detail.md §13.1)."""
+        """Fail closed: a configuration that cannot authenticate anyone is refused at
+        start-up, never served open."""
         if not isinstance(self.secret, str) or not self.secret:
             raise DashboardConfigError("dashboard auth needs a non-empty string `secret`")
         for name in _HOOKS:

@@ -1,4 +1,4 @@
-"""The signed session cookie of the dashboard (run-detail.md §13.2): pure functions.
+"""The signed session cookie of the dashboard: pure functions.
 
 Value = `b64url(payload) + "." + b64url(HMAC_SHA256(secret, b64url(payload)))` (base64url
 without padding); payload `{sub, name?, roles, iat, exp}` (milliseconds).

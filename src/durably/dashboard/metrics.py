@@ -1,4 +1,4 @@
-"""The Prometheus text of `GET metrics` (run-detail.md §12.5)."""
+"""The Prometheus text of `GET metrics`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""HTML served by the dashboard: the console shell from package data (run-detail.md §12.4)
-and the built-in auth pages (§13). Nothing is fetched from elsewhere at run time."""
+"""HTML served by the dashboard: the console shell from package data and the built-in auth
+pages. Nothing is fetched from elsewhere at run time."""
 
 from __future__ import annotations
 

@@ -38,5 +38,5 @@ def error_response(
 
 
 def not_modified(etag: str) -> Response:
-    """`304` with the `ETag` header and no body (§11.3)."""
+    """`304` with the `ETag` header and no body: the answer to a `notModified` read."""
     return Response(status_code=304, headers={"ETag": etag})

@@ -1,4 +1,4 @@
-"""`GET runs/:id/stream`: the run's engine events as server-sent events (run-detail.md §12.3).
+"""`GET runs/:id/stream`: the run's engine events as server-sent events.
 
 Each event of the run is one `data: <EngineEvent JSON>` message. The engine subscription is
 opened when the stream starts and closed when the client disconnects (or the server shuts the
