@@ -349,7 +349,7 @@ class ContinueAsNew(_ControlFlow):
 
 
 class RunEvicted(_ControlFlow):
-    """(durably) A resident run's coroutine is dropped; its state is already durable."""
+    """A resident run's coroutine is dropped; its state is already durable."""
 
 
 def is_workflow_control_flow_signal(err: BaseException) -> bool:

@@ -614,7 +614,7 @@ class Execution:
 
 
 class StoreFailure(_ControlFlow):
-    """(durably) The store failed under a running turn. Delivered as a control-flow signal
+    """The store failed under a running turn. Delivered as a control-flow signal
     so `except Exception` in a body cannot swallow it and carry on with undurable state: the
     turn ends unsettled, its lease lapses or is released, and recovery resumes the run from
     its last durable checkpoint once the store is back."""

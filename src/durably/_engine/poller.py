@@ -43,7 +43,7 @@ async def poll_once(engine: Engine) -> None:
 async def run_pending(engine: Engine) -> int:
     """Pick up pending runs, oldest first, each under a lease.
 
-    With `claim_pending_runs` (durably) the lease is taken in batches by one statement
+    With `claim_pending_runs` the lease is taken in batches by one statement
     (`FOR UPDATE SKIP LOCKED` on PostgreSQL), so engines sharing a database split the
     backlog instead of racing for the same rows; at most `max_concurrent_runs` run here.
     """
@@ -107,7 +107,7 @@ async def _claim_local_backlog(engine: Engine) -> int:
 
 
 async def recover_orphaned_suspended(engine: Engine) -> int:
-    """(durably) Re-drive `suspended` runs whose holder died while their bodies were parked
+    """Re-drive `suspended` runs whose holder died while their bodies were parked
     in its memory (resident runs keep their lease while they wait): at once, instead of at
     their `wakeAt` — for a signal or child wait the reconcile fallback, minutes away. A
     re-driven run replays and waits again; a wait that is still pending costs one replay."""

@@ -176,7 +176,7 @@ PARENT_TAG_PREFIX = "durable:parent:"
 
 
 def parent_tag(parent_run_id: str) -> str:
-    """The engine-minted tag naming the run that started a child (durably)."""
+    """The engine-minted tag naming the run that started a child."""
     return PARENT_TAG_PREFIX + parent_run_id
 
 

@@ -92,9 +92,9 @@ def fan_declaration(group: str) -> tuple[int | None, bool]:
     `all:<firstSeq>:<total>:ff` → `(total, True)`; `all:<firstSeq>:ff` → `(None, True)`;
     `gather:<seq>` and anything else → `(None, False)`.
 
-    Decision: this is the spec's reference code verbatim — it does not check the `all`
-    head (a 3-part group with two numeric tails declares its last number, whatever its
-    head). Both read paths share this function, so they agree on every string.
+    Decision: it does not check the `all` head (a 3-part group with two numeric tails
+    declares its last number, whatever its head). Both read paths share this function, so
+    they agree on every string.
     """
     parts = group.split(":")
     fail_fast = len(parts) >= 3 and parts[-1] == "ff"

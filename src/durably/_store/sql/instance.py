@@ -1,4 +1,4 @@
-"""(durably) One live process per `instance_id` (`SupportsInstanceHold`).
+"""One live process per `instance_id` (`SupportsInstanceHold`).
 
 An engine restarted with the same `instance_id` takes its previous life's leases back at
 once — but only once that previous life is provably gone. The proof is a lock the operating

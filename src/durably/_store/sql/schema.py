@@ -114,7 +114,7 @@ attributes = Table(
 Index("durable_run_attributes_key_num_idx", attributes.c.key, attributes.c.num_value)
 Index("durable_run_attributes_key_str_idx", attributes.c.key, attributes.c.str_value)
 
-# ------------------------------------------------------------------ durable_run_tags (durably)
+# ------------------------------------------------------------------ durable_run_tags
 
 tags = Table(
     "durable_run_tags",
