@@ -1,7 +1,7 @@
 """Row builders for the read-side tests (no hypothesis needed).
 
-Checkpoints follow engine.md §2.3 / §3.8: `signal:child:<id>` placeholders (running) and
-completions (completed, output = Completion), folded `fan:<P>` rows (§3.8.4), `spawn:<id>`
+Checkpoints look like the engine's: `signal:child:<id>` placeholders (running) and
+completions (completed, output = Completion), folded `fan:<P>` rows, `spawn:<id>`
 rows, step-fan members, ungrouped steps.
 """
 
@@ -105,8 +105,8 @@ def spawn(seq: int, child_id: Any, **kw: Any) -> StepCheckpoint:
 
 
 def stats_of(rows: Iterable[StepCheckpoint], group: str | None = None) -> list[dict[str, Any]]:
-    """Test-local copy of store.md §13 `checkpoint_stats_of` (camelCase bucket mappings),
-    so the ETag tests do not depend on the store package."""
+    """Test-local copy of `durably._core.aggregates.checkpoint_stats_of` (camelCase bucket
+    mappings), so the ETag tests do not depend on the store package."""
     buckets: dict[tuple[str | None, str, str], list[StepCheckpoint]] = {}
     for cp in rows:
         if group is not None and cp.parallel_group != group:

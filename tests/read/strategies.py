@@ -1,18 +1,18 @@
-"""Hypothesis strategies: realistic checkpoint timelines of ONE run (engine.md §2–§3.8).
+"""Hypothesis strategies: realistic checkpoint timelines of ONE run.
 
 `timelines()` draws a run body as a sequence of blocks, each claiming seqs the way the
-engine does (engine.md §2.2: one seq per primitive, N contiguous seqs per fan):
+engine does (one seq per primitive, N contiguous seqs per fan):
 
 - ungrouped steps (remote/local; completed, failed, pending, running), sleeps, signals;
 - `spawn:<id>` rows (`ctx.start_child`), sometimes joined later by an ungrouped
   `signal:child:<id>` (`ctx.child` on the same id), sometimes with a duplicate id;
 - ungrouped `signal:child:` rows (`ctx.child`): running placeholder or a Completion;
 - child fans (`ctx.all`/`all_settled` over a workflow): group `all:<first>` in every
-  §2.5 spelling (legacy, declared, `:ff`), optional `concurrency` waves with member ids
+  spelling (legacy, declared, `:ff`), optional `concurrency` waves with member ids
   `<run>.all.<first>[.w<k>].<i>`; every launched wave before the last is settled, the
   last may be in flight; a fail-fast fan launches no wave after one with a failure;
   settled waves may be folded into one `fan:<prefix>` row at the wave's first seq
-  (§3.8.4: `{first, count, completions}`; the other seqs of the wave hold no row);
+  (`{first, count, completions}`; the other seqs of the wave hold no row);
 - step fans (`ctx.all` over a step, and polyglot `gather:<seq>` groups): remote rows with
   the fan group, waves as above, pending/completed/failed members, attempts 1–3, rarely
   mixed step names;
@@ -20,7 +20,7 @@ engine does (engine.md §2.2: one seq per primitive, N contiguous seqs per fan):
 
 Every wave-launched member has a row, seqs are unique, and the result is in seq order
 (what `list_checkpoints` returns). This drives the property tests of the in-memory path
-now and the store-vs-memory equivalence (run-detail.md §10.3) later.
+and the store-vs-memory equivalence (tests/read/test_store_path.py).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class _Run:
 
 
 def _completion(draw: Any, i: int, failure_rate: int) -> dict[str, Any]:
-    """A child Completion (engine.md §3.7): `{ok: true, value}` or `{ok: false, error,
+    """A child Completion: `{ok: true, value}` or `{ok: false, error,
     code?, details?}`; failures drawn with probability ~1/failure_rate."""
     if draw(st.integers(0, failure_rate - 1)) != 0:
         return {"ok": True, "value": i}
@@ -114,14 +114,14 @@ def _completion(draw: Any, i: int, failure_rate: int) -> dict[str, Any]:
 
 
 def _waves(n: int, concurrency: int | None) -> list[range]:
-    # engine.md §3.8.1 launch windows.
+    # Launch windows: all members at once, or waves of `concurrency`.
     if concurrency is None or concurrency >= n:
         return [range(n)]
     return [range(k, min(n, k + concurrency)) for k in range(0, n, concurrency)]
 
 
 def _group(draw: Any, first: int, n: int, fail_fast: bool) -> str:
-    # engine.md §2.5 / run-detail.md §8.2 spellings; readers MUST accept the legacy one.
+    # Every group spelling; readers MUST accept the legacy one.
     declared = draw(st.integers(0, 3)) != 0
     if declared:
         return f"all:{first}:{n}" + (":ff" if fail_fast else "")
@@ -178,7 +178,7 @@ def _child_fan(draw: Any, run: _Run, max_fan: int) -> None:
                     )
         failed = any(o is not None and o.get("ok") is False for o in outcomes)
         if fail_fast and failed:
-            break  # §3.8.1: a fail-fast fan starts no further wave
+            break  # a fail-fast fan starts no further wave
 
 
 def _step_fan(draw: Any, run: _Run, max_fan: int) -> None:
@@ -275,7 +275,7 @@ def timelines(
             _child_fan(draw, run, max_fan)
         else:
             _step_fan(draw, run, max_fan)
-    for k in range(draw(st.integers(0, 2))):  # saga undo rows (engine.md §2.2, §7)
+    for k in range(draw(st.integers(0, 2))):  # saga undo rows (negative seqs)
         run.add(draw, -1 - k, f"compensate:{STEP_NAMES[k]}", "local", "completed")
     return sorted(run.rows, key=lambda cp: cp.seq)
 
@@ -286,7 +286,7 @@ def groups_of(rows: list[StepCheckpoint]) -> list[str]:
 
 
 def overs() -> st.SearchStrategy[int]:
-    """Summarisation thresholds (§9.2: an integer ≥ 0), biased to small values."""
+    """Summarisation thresholds (an integer ≥ 0), biased to small values."""
     return st.one_of(st.integers(0, 5), st.integers(0, 60))
 
 
@@ -301,7 +301,7 @@ _BOUND = st.one_of(
 
 @st.composite
 def fan_page_queries(draw: Any) -> FanPageQuery:
-    """Every fan page query shape (§9.4–9.5), untyped offset/limit values included."""
+    """Every fan page query shape, untyped offset/limit values included."""
     return FanPageQuery(
         offset=draw(_BOUND),
         limit=draw(_BOUND),

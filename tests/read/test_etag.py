@@ -1,4 +1,4 @@
-"""run-detail.md §11: ETag computation and weak comparison."""
+"""Read-side ETags: computation and weak comparison."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def rows() -> list[StepCheckpoint]:
     return [step(0, "prepare"), *[step(1 + i, "charge", group=G) for i in range(5)]]
 
 
-# ---------------------------------------------------------------- etag_matches (§11.2)
+# ---------------------------------------------------------------- etag_matches
 
 TAG = 'W/"rd-abc123"'
 
@@ -85,7 +85,7 @@ def test_parse_entity_tags() -> None:
     assert parse_entity_tags("") == []
 
 
-# ---------------------------------------------------------------- run_detail_etag (§11.1)
+# ---------------------------------------------------------------- run_detail_etag
 
 
 def test_run_detail_etag_format_and_stability() -> None:
@@ -130,7 +130,7 @@ def test_run_detail_etag_changes_on_bucket_change() -> None:
 
 
 def test_payload_rewrite_does_not_move_the_tag() -> None:
-    # §11.1: accepted trade-off — the buckets do not see payloads.
+    # Accepted trade-off — the buckets do not see payloads.
     base = rows()
     rewritten = [replace(base[0], output={"new": True}), *base[1:]]
     assert run_detail_etag(RUN, stats_of(base), 50) == run_detail_etag(RUN, stats_of(rewritten), 50)
@@ -184,7 +184,7 @@ def test_canonical_json() -> None:
     assert canonical_json({"b": 1, "a": [T0, "é"]}) == expected
 
 
-# ---------------------------------------------------------------- fan_page_etag (§11.1)
+# ---------------------------------------------------------------- fan_page_etag
 
 
 def test_fan_page_etag_format_and_inputs() -> None:

@@ -1,4 +1,4 @@
-"""run-detail.md §7.1, §9.5: JSON shapes of the read-side objects."""
+"""JSON shapes of the read-side objects (run detail, fan summaries, fan pages)."""
 
 from __future__ import annotations
 

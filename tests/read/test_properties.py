@@ -1,6 +1,6 @@
-"""Property tests of the in-memory read path (run-detail.md §8–§9, §11) over realistic
-timelines (tests/read/strategies.py). The store-vs-memory equivalence (§10.3) will reuse
-the same strategies."""
+"""Property tests of the in-memory read path (fan vocabulary, summaries, pages, etags) over
+realistic timelines (tests/read/strategies.py). The store-vs-memory equivalence
+(tests/read/test_store_path.py) reuses the same strategies."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_summary_partitions_the_timeline(rows: list[StepCheckpoint], over: int) 
     # kept rows + members of wide fans = every row, once
     assert [cp for cp in rows if cp.parallel_group not in wide] == list(s.timeline)
     assert all(cp.parallel_group not in wide for cp in s.timeline)
-    # every group left in the timeline is narrow, every summarised one wide (§9.2)
+    # every group left in the timeline is narrow, every summarised one wide
     for g in groups_of(rows):
         size = sum(weight(cp) for cp in members(rows, g))
         total = fan_declaration(g)[0]

@@ -1,4 +1,4 @@
-"""Two paths, one answer (run-detail.md §10.3): for generated timelines written into a real
+"""Two paths, one answer: for generated timelines written into a real
 store — in-memory, SQLite (file) and PostgreSQL (a fresh schema) — the store-aggregate path
 (`summarize_run_from_store`, `page_fan_from_store`) returns exactly the `RunSummary` and
 `FanPage` of the in-memory reference (`summarize_run_in_memory`, `page_fan`) over
@@ -115,7 +115,7 @@ async def _write(store: Any, rows: list[StepCheckpoint]) -> str:
 
 
 def _read_bound(rows: list[StepCheckpoint], over: int) -> int:
-    """§10.2: what the store path may read — the returned timeline, every folded row, per
+    """What the store path may read — the returned timeline, every folded row, per
     wide fan ≤ 20 failed rows plus its completed child rows, and the child-edge rows."""
     groups: dict[str, list[StepCheckpoint]] = {}
     for cp in rows:
@@ -142,7 +142,7 @@ async def _check(
     stored = await store.list_checkpoints(run_id)
     assert len(stored) == len(rows)
 
-    # summarised run (§10.1 == §9.3), field by field
+    # summarised run (store path == in-memory path), field by field
     expected = summarize_run_in_memory(stored, over)
     before = store.checkpoint_rows_read
     got = await summarize_run_from_store(store, run_id, over)
@@ -170,7 +170,7 @@ async def _check(
     assert again is not None and again.not_modified and again.etag == detail.etag
     assert again.timeline == () and again.children == () and again.fans is None
 
-    # fan pages (§10.4 == §9.6) for every group and an unknown one
+    # fan pages (store path == in-memory path) for every group and an unknown one
     groups = [*groups_of(stored), "all:999999"]
     for pick, query in queries:
         group = groups[pick % len(groups)]

@@ -1,4 +1,4 @@
-"""run-detail.md §9: summarize_fan, summarize_timeline, summarize_run_in_memory, paging."""
+"""The in-memory read path: summarize_fan, summarize_timeline, summarize_run_in_memory, paging."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def step_fan(
     ]
 
 
-# ---------------------------------------------------------------- summarize_fan (§9.1)
+# ---------------------------------------------------------------- summarize_fan
 
 
 def test_summarize_fan_every_field_of_a_settled_step_fan() -> None:
@@ -99,7 +99,7 @@ def test_undeclared_fan_has_no_total_or_not_started() -> None:
 
 
 def test_labels() -> None:
-    # §9.1: common step name; mixed names → 'steps'; no step members → 'child runs'
+    # common step name; mixed names → 'steps'; no step members → 'child runs'
     assert summarize_fan("g", step_fan(0, 3, "g", name="resize")).label == "resize"
     mixed = [step(0, "a", group="g"), step(1, "b", group="g")]
     assert summarize_fan("g", mixed).label == "steps"
@@ -158,7 +158,7 @@ def test_folded_counts_never_negative_and_zero_keys_absent() -> None:
 
 
 def test_declared_wider_fan_not_started() -> None:
-    # §9 edge: `all:7:40000` with 3 members
+    # edge: `all:7:40000` with 3 members
     g = "all:7:40000"
     s = summarize_fan(g, step_fan(7, 3, g))
     assert (s.size, s.total, s.not_started) == (3, 40000, 39997)
@@ -166,7 +166,7 @@ def test_declared_wider_fan_not_started() -> None:
 
 
 def test_fail_fast_fan_stopped_early_is_finished() -> None:
-    # §9 edge: `all:7:100:ff` stopped after a failure in its first wave of 10
+    # edge: `all:7:100:ff` stopped after a failure in its first wave of 10
     g = "all:7:100:ff"
     wave = [child(7 + i, f"r.all.7.w0.{i}", ok(), group=g) for i in range(10)]
     wave[3] = child(10, "r.all.7.w0.3", err(), group=g)
@@ -201,7 +201,7 @@ def test_pending_member_blocks_finished_at() -> None:
 
 
 def test_failures_cap_at_20_in_seq_order() -> None:
-    # §9 edge: 25 failed members → the first 20 by seq
+    # edge: 25 failed members → the first 20 by seq
     g = "all:0:30"
     members = step_fan(0, 30, g, failed=set(range(5, 30)))
     s = summarize_fan(g, list(reversed(members)))
@@ -209,11 +209,11 @@ def test_failures_cap_at_20_in_seq_order() -> None:
     assert s.counts["failed"] == 25
 
 
-# ---------------------------------------------------------------- summarize_timeline (§9.2)
+# ---------------------------------------------------------------- summarize_timeline
 
 
 def test_wide_by_size_leaves_the_timeline() -> None:
-    # §9 edge: 40 000 steps, over=50 → one FanSummary, the rows leave the timeline
+    # edge: 40 000 steps, over=50 → one FanSummary, the rows leave the timeline
     g = "all:1:40000"
     rows = [step(0, "prepare"), *step_fan(1, 40000, g), step(40001, "report")]
     s = summarize_timeline(rows, 50)
@@ -281,7 +281,7 @@ def test_no_groups_no_fans() -> None:
     assert summarize_timeline([], 0).fans == ()
 
 
-# ---------------------------------------------------------------- summarize_run_in_memory (§9.3)
+# ---------------------------------------------------------------- summarize_run_in_memory
 
 
 def test_run_summary_children_over_the_full_list() -> None:
@@ -308,7 +308,7 @@ def test_run_summary_of_an_empty_run() -> None:
     assert (s.timeline, s.fans, s.children, s.child_count) == ((), (), (), 0)
 
 
-# ---------------------------------------------------------------- fan_page_bounds (§9.4)
+# ---------------------------------------------------------------- fan_page_bounds
 
 
 @pytest.mark.parametrize(
@@ -343,11 +343,11 @@ def test_fan_page_bounds_takes_the_query_object() -> None:
     assert fan_page_bounds(FanPageQuery()) == (0, 100)
 
 
-# ---------------------------------------------------------------- page_fan (§9.6)
+# ---------------------------------------------------------------- page_fan
 
 
 def test_page_fan_offset_limit() -> None:
-    # §9 edge: offset 10, limit 5 over 12 members → 2 items, total 12
+    # edge: offset 10, limit 5 over 12 members → 2 items, total 12
     g = "all:0:12"
     rows = [step(100, "other"), *step_fan(0, 12, g)]
     page = page_fan(rows, g, {"offset": 10, "limit": 5})

@@ -1,4 +1,4 @@
-"""run-detail.md §8: fan groups, folded rows, member helpers."""
+"""The fan vocabulary of the read side: fan groups, folded rows, member helpers."""
 
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ from .builders import child, err, folded, ok, row, spawn, step
 
 
 def test_constants() -> None:
-    # §8.1
     assert FAN_SUMMARY_FAILURES == 20
     assert SUMMARY_CHILD_LIMIT == 200
     assert CHILD_EDGE_PREFIXES == ("signal:child:", "fan:", "spawn:")
@@ -54,12 +53,10 @@ def test_constants() -> None:
     ],
 )
 def test_fan_declaration(group: str, expected: tuple[int | None, bool]) -> None:
-    # §8.2
     assert fan_declaration(group) == expected
 
 
 def test_checkpoint_name_kind_is_case_sensitive() -> None:
-    # store.md §13
     assert checkpoint_name_kind("signal:child:x") == "child"
     assert checkpoint_name_kind("fan:r.all.1") == "folded"
     assert checkpoint_name_kind("spawn:x") == "spawn"
@@ -68,7 +65,7 @@ def test_checkpoint_name_kind_is_case_sensitive() -> None:
 
 
 def test_folded_count() -> None:
-    # §8.3 edge cases
+    # edge cases: other rows, malformed outputs
     assert folded_count(child(0, "c")) is None
     assert folded_count(step(0)) is None
     assert folded_count(folded(0, "r.all.0", 0, [ok(1), ok(2), ok(3)])) == 3
@@ -112,7 +109,7 @@ def test_folded_failures_member_order_and_fields() -> None:
 
 
 def test_folded_failures_read_completions_as_given() -> None:
-    # §8.3: completions beyond `count` still yield failures; fewer than count is fine.
+    # Completions beyond `count` still yield failures; fewer than count is fine.
     beyond = folded(0, "p", 10, [ok(), err("x"), err("y")], count=1)
     assert [f.id for f in folded_failures(beyond)] == ["p.11", "p.12"]
     fewer = folded(0, "p", 0, [err("x")], count=5)
@@ -133,7 +130,7 @@ def test_weight() -> None:
 
 
 def test_is_failed_member() -> None:
-    # §8.4 + edge cases
+    # failed rows, failed child Completions, folded rows with a failure
     assert is_failed_member(step(0, status="failed"))
     assert not is_failed_member(step(0, status="completed"))
     assert not is_failed_member(step(0, status="pending"))
@@ -165,7 +162,7 @@ def test_child_ids_of_order_dedup_and_kinds() -> None:
 
 
 def test_start_child_then_child_counts_twice() -> None:
-    # §8.4 edge case: startChild('x') then child(…, 'x')
+    # edge case: start_child('x') then child(…, 'x')
     rows = [spawn(0, "x"), child(1, "x", ok())]
     assert child_ids_of(rows) == ["x"]
     assert child_count(rows) == 2
