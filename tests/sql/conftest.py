@@ -17,7 +17,7 @@ from durably._store.sql import connection as connection_module
 from tests.pg_support import fresh_schema, schema_url
 from tests.store.support import T0, at, make_cp, make_run
 
-# The store.md §14 fixtures, shared with the conformance suite.
+# The model fixtures of the conformance suite, shared here.
 __all__ = ["T0", "Calls", "at", "make_cp", "make_run"]
 
 

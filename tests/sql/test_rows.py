@@ -1,5 +1,5 @@
-"""Row mapping edge cases (store.md §1 edge cases, §5.3), checked against the raw rows, on
-SQLite and PostgreSQL."""
+"""Row mapping edge cases (NULLs, defaults, timestamps, strict JSON), checked against the
+raw rows, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ async def test_legacy_null_namespace_reads_default_and_matches_default(
 ) -> None:
     await store.create_run(make_run("legacy", status="pending"))
     await store.create_run(make_run("other", status="pending", namespace="beta"))
-    # A database upgraded from a schema without `namespace` may hold NULLs (store.md §5.4):
+    # A database upgraded from a schema without `namespace` may hold NULLs (read as 'default'):
     # rebuild the table without constraints (CREATE TABLE AS) and null the column.
     if is_pg(store):
         await raw(store, "ALTER TABLE durable_workflow_runs ALTER COLUMN namespace DROP NOT NULL")

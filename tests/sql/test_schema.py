@@ -120,7 +120,7 @@ async def test_fresh_schema_equals_all_migrations_on_postgresql() -> None:
 
 
 async def test_schema_matches_spec_column_names(tmp_path: Path) -> None:
-    """Spot checks of the cross-store contract (store.md §5.2)."""
+    """Spot checks of the cross-store contract: the column names every store shares."""
     engine = create_engine(sqlite_url(tmp_path / "s.db"))
     try:
         await upgrade(engine)

@@ -335,7 +335,7 @@ async def test_batched_cas_over_many_keys(store: SqlStateStore) -> None:
     assert await store.count_checkpoints("r1", 0, 999, ["completed"]) == 500
 
 
-# ------------------------------------------------------------------ prefix matching (§5.4)
+# ------------------------------------------------------------------ prefix matching (never LIKE)
 
 
 async def test_waiter_prefixes_are_exact_and_case_sensitive(store: SqlStateStore) -> None:

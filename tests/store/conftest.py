@@ -1,11 +1,11 @@
-"""StateStore conformance suite (store.md §14), run against every first-party store.
+"""StateStore conformance suite, run against every first-party store.
 
 The suite is split by area into the `test_conformance_*.py` modules; shared models and
 helpers live in `support.py`. Each test takes the `store` fixture below, parametrized over
 `memory` (InMemoryStateStore), `sqlite` (SqlStateStore on a temporary file) and `postgres`
 (SqlStateStore on a fresh PostgreSQL schema per test; skipped when PostgreSQL is unreachable
 unless `DURABLY_REQUIRE_SERVICES=1`, see tests/pg_support.py). Test-hook
-checks that only the in-memory store exposes (store.md §12) are named `test_memory_*`.
+checks that only the in-memory store exposes (read counters) are named `test_memory_*`.
 
 Not covered here (later work): run_facets, run_value_facets, checkpoint_stats,
 query_checkpoints, schedules, transaction, prune_terminal_runs, engine end-to-end.

@@ -1,4 +1,4 @@
-"""Shared models and helpers of the StateStore conformance suite (store.md §14).
+"""Shared models and helpers of the StateStore conformance suite.
 
 The parametrized `store` fixture itself lives in `conftest.py`.
 """
@@ -29,7 +29,7 @@ class ConformantStore(
     statement_count: int
 
 
-# ------------------------------------------------------------------ fixtures (store.md §14)
+# ------------------------------------------------------------------ fixtures
 
 T0 = datetime(2026, 6, 11, tzinfo=UTC)
 

@@ -1,5 +1,5 @@
-"""StateStore conformance: checkpoint aggregates (store.md §3.2 `checkpoint_stats` /
-`query_checkpoints`, §12 test hooks, §13 helpers, §14 "(0.79)" cases; 0.79).
+"""StateStore conformance: checkpoint aggregates (`checkpoint_stats`, `query_checkpoints`),
+the in-memory store's read counters and the shared reference helpers.
 
 Every store must give the in-memory reference answers: `checkpoint_stats` equals
 `checkpoint_stats_of(list_checkpoints(run))` (compared as sorted lists), `query_checkpoints`
@@ -141,7 +141,7 @@ def by_key(stats: list[CheckpointStat]) -> dict[tuple[str | None, str, str], Che
     return out
 
 
-# ------------------------------------------------------------------ presence (§2 pairing)
+# ------------------------------------------------------------------ presence
 
 
 async def test_aggregates_are_present_and_paired(store: Any) -> None:
@@ -151,7 +151,7 @@ async def test_aggregates_are_present_and_paired(store: Any) -> None:
     assert not aggregates_checkpoints(object())
 
 
-# ------------------------------------------------------------------ checkpoint_stats (§3.2)
+# ------------------------------------------------------------------ checkpoint_stats
 
 
 async def test_checkpoint_stats_equal_the_reference(store: Any) -> None:
@@ -254,7 +254,7 @@ async def test_checkpoint_stats_see_in_place_retries_and_folds(store: Any) -> No
 
 
 async def test_checkpoint_stats_read_no_checkpoint_rows(store: Any) -> None:
-    """store.md §12: stats return no rows (the counter does not move); one statement; what
+    """Stats return no rows (the counter does not move); one statement; what
     comes back is one row per bucket."""
     await seed(store)
     rows_before, statements = store.checkpoint_rows_read, store.statement_count
@@ -320,7 +320,7 @@ async def test_postgres_min_max_name_by_code_point_under_a_linguistic_collation(
     assert tuple(plain) != ("Zeta", "stepa")
 
 
-# ------------------------------------------------------------------ query_checkpoints (§3.2)
+# ------------------------------------------------------------------ query_checkpoints
 
 QUERIES: list[CheckpointQuery] = [
     CheckpointQuery(),
@@ -433,7 +433,7 @@ async def test_query_checkpoints_pages_cover_the_run_exactly_once(store: Any) ->
 
 
 async def test_query_checkpoints_count_rows_read(store: Any) -> None:
-    """store.md §12: every returned row is counted (cumulative and last)."""
+    """Every returned row is counted (cumulative and last)."""
     await seed(store)
     before = store.checkpoint_rows_read
     got = await store.query_checkpoints("r1", CheckpointQuery(group=STEP_FAN, limit=3))
@@ -445,7 +445,7 @@ async def test_query_checkpoints_count_rows_read(store: Any) -> None:
     assert store.last_checkpoint_rows_read == 0
 
 
-# ------------------------------------------------------------------ a 40 000-row run (§12)
+# ------------------------------------------------------------------ a 40 000-row run
 
 WIDE = 40_000
 WIDE_STEPS = "all:0:30000"
@@ -519,7 +519,7 @@ async def test_checkpoint_stats_of_a_40000_row_run_read_a_few_rows(store: Any) -
     assert seeded < 15, f"seeding 40 000 rows took {seeded:.1f}s"
 
 
-# ------------------------------------------------------------------ reference helpers (§13)
+# ------------------------------------------------------------------ reference helpers
 
 
 def test_reference_helpers_on_edge_cases() -> None:

@@ -1,5 +1,5 @@
 """StateStore conformance: step checkpoints — upsert, lookups by seq/name/prefix, the
-if-pending CAS writes and counting (store.md §3.2).
+if-pending CAS writes and counting.
 
 Each test takes the parametrized `store` fixture (see conftest.py).
 """
@@ -16,7 +16,7 @@ from durably._core.models import StepError, StepEvent
 
 from .support import ConformantStore, at, make_cp, make_run
 
-# ================================================================== Checkpoints (§3.2)
+# ================================================================== Checkpoints
 
 
 async def test_checkpoint_upsert_get_and_list_by_seq(store: ConformantStore) -> None:

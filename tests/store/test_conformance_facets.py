@@ -1,6 +1,6 @@
-"""Run facets, value facets and lease owners (run-detail.md §4–§6, store.md §3.10, §6–§8)
-on every first-party store (memory, SQLite, PostgreSQL), plus proof that tag and
-search-attribute filters run in SQL (query plans and rows sent back)."""
+"""Run facets, value facets and lease owners on every first-party store (memory, SQLite,
+PostgreSQL), plus proof that tag and search-attribute filters run in SQL (query plans and
+rows sent back)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ async def test_stores_declare_the_facet_protocols(store: Any) -> None:
     assert isinstance(store, SupportsLeaseOwners)
 
 
-# ------------------------------------------------------------------ run facets (§4)
+# ------------------------------------------------------------------ run facets
 
 
 async def test_run_facets_whole_set_and_blank_origins_fold(store: Any) -> None:
@@ -119,7 +119,7 @@ async def test_run_facets_narrow_like_the_list(store: Any) -> None:
     assert await store.run_facets(RunQuery(namespace="nobody")) == []
 
 
-# ------------------------------------------------------------------ value facets (§5)
+# ------------------------------------------------------------------ value facets
 
 
 async def test_value_facets_column_axes(store: Any) -> None:
@@ -194,7 +194,7 @@ async def test_value_facets_scan_window_is_the_newest_runs(store: Any) -> None:
     assert vals(await store.run_value_facets("tag", RunQuery())) == [("old", 3), ("new", 2)]
 
 
-# ------------------------------------------------------------------ lease owners (§6)
+# ------------------------------------------------------------------ lease owners
 
 
 async def test_lease_owners_group_live_leases(store: Any) -> None:
@@ -217,7 +217,7 @@ async def test_lease_owners_group_live_leases(store: Any) -> None:
     ]
 
 
-# ------------------------------------------------------------------ pushdown (issue #5)
+# ------------------------------------------------------------------ pushdown: filters run in SQL
 
 
 def _sql(store: Any) -> Any:

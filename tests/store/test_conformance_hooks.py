@@ -1,5 +1,5 @@
 """StateStore conformance: round-trip counting (`statement_count`) on every store, and the
-test hooks only the in-memory store exposes (store.md §12), named `test_memory_*`.
+test hooks only the in-memory store exposes, named `test_memory_*`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ async def test_statement_count_counts_round_trips(store: ConformantStore) -> Non
     assert after >= before + 3
 
 
-# ================================================================== in-memory test hooks (§12)
+# ================================================================== in-memory test hooks
 
 
 async def test_memory_checkpoint_rows_read_hooks() -> None:

@@ -1,5 +1,5 @@
 """StateStore conformance: scheduler scans (incomplete, pending, due timers; namespaces)
-and run leases (try-lock, renew, release, bulk, claim) (store.md §3.3–3.4).
+and run leases (try-lock, renew, release, bulk, claim).
 
 Each test takes the parametrized `store` fixture (see conftest.py).
 """
@@ -10,7 +10,7 @@ from durably._core.models import RunQuery
 
 from .support import T0, ConformantStore, at, id_set, ids, make_run
 
-# ================================================================== Scans (§3.3)
+# ================================================================== Scans
 
 
 async def test_list_incomplete_runs_is_running_and_cancelling(store: ConformantStore) -> None:
@@ -97,7 +97,7 @@ async def test_namespace_boundaries(store: ConformantStore) -> None:
     assert await ids(store, RunQuery(namespace="alpha", status="pending", limit=1)) == ["a-newer"]
 
 
-# ================================================================== Leases (§3.4)
+# ================================================================== Leases
 
 
 async def test_try_lock_atomic_with_expiry(store: ConformantStore) -> None:

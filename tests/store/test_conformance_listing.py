@@ -1,5 +1,5 @@
-"""StateStore conformance: run listing and counting (store.md §6), search-attribute
-filters (§7) and the shared query helpers (§7.3–7.4).
+"""StateStore conformance: run listing and counting, search-attribute filters and the
+shared query helpers.
 
 Each store test takes the parametrized `store` fixture (see conftest.py).
 """
@@ -21,7 +21,7 @@ from durably._store.query import (
 
 from .support import ConformantStore, at, attr, id_set, ids, make_run, seed_attrs
 
-# ================================================================== Listing (§6)
+# ================================================================== Listing
 
 
 async def _seed_listing(store: ConformantStore) -> None:
@@ -153,7 +153,7 @@ async def test_count_runs(store: ConformantStore) -> None:
     assert await store.count_runs(RunQuery(tag="etl")) == 2
 
 
-# ================================================================== Search attributes (§7)
+# ================================================================== Search attributes
 
 
 async def test_attributes_eq_range_and_anded(store: ConformantStore) -> None:
@@ -237,7 +237,7 @@ async def test_attributes_with_status_and_limit(store: ConformantStore) -> None:
     assert await store.count_runs(RunQuery(attributes=[AttributeFilter("tier", "ne", "x")])) == 4
 
 
-# ================================================================== shared helpers (§7.3–7.4)
+# ================================================================== shared helpers
 
 
 def test_query_helpers_normalize_attribute_rows() -> None:

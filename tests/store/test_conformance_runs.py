@@ -1,4 +1,4 @@
-"""StateStore conformance: run rows — create, get, update, delete, round trips (store.md §3.1).
+"""StateStore conformance: run rows — create, get, update, delete, round trips.
 
 Each test takes the parametrized `store` fixture (see conftest.py).
 """
@@ -15,7 +15,7 @@ from durably._store.protocol import StateStore
 
 from .support import T0, ConformantStore, at, ids, make_cp, make_run
 
-# ================================================================== Runs (store.md §3.1)
+# ================================================================== Runs
 
 
 async def test_store_satisfies_protocols(store: ConformantStore) -> None:
@@ -89,7 +89,7 @@ async def test_priority_round_trips_and_absent_stays_absent(store: ConformantSto
 async def test_namespace_none_reads_default_and_origin_none_stays_none(
     store: ConformantStore,
 ) -> None:
-    # store.md §1 edge cases
+    # edge cases: absent namespace/origin
     await store.create_run(make_run(namespace=None, origin=None))
     await store.create_run(make_run("r2", namespace="acme", origin="pkg-a"))
     r1 = await store.get_run("r1")

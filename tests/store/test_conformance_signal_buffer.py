@@ -1,4 +1,4 @@
-"""StateStore conformance: the bounded signal buffer (store.md §3.7 with durably's bounds —
+"""StateStore conformance: the bounded signal buffer (TTL, per-token and per-namespace caps;
 the contract is written on `durably._store.protocol.StateStore`).
 
 Every test runs on memory, SQLite and PostgreSQL, and on memory and SQLite behind the payload

@@ -1,5 +1,4 @@
-"""StateStore conformance: signal waiters (store.md §3.5) and the buffered signals and
-events (§3.7–3.8).
+"""StateStore conformance: signal waiters and the buffered signals and events.
 
 Each test takes the parametrized `store` fixture (see conftest.py).
 """
@@ -10,7 +9,7 @@ from durably._core.models import BufferedEvent, BufferedSignal, SignalWaiter
 
 from .support import ConformantStore
 
-# ================================================================== Waiters (§3.5)
+# ================================================================== Waiters
 
 
 async def test_waiters_put_list_by_prefix_take_once(store: ConformantStore) -> None:
@@ -61,7 +60,7 @@ async def test_remove_signal_waiter_exact_match(store: ConformantStore) -> None:
     assert await store.list_signal_waiters("") == []
 
 
-# ================================================================== Buffers (§3.7–3.8)
+# ================================================================== Buffers
 
 
 async def test_buffered_signals_fifo_per_token(store: ConformantStore) -> None:
