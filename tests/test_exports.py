@@ -1,4 +1,4 @@
-"""Pin the public export list of `durably` (api.md): adding or removing a name is deliberate."""
+"""Pin the public export list of `durably`: adding or removing a name is deliberate."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_star_import_matches_all() -> None:
 
 
 def test_binding_api_names() -> None:
-    """Names api.md fixes as binding are present and of the right kind."""
+    """The binding public names are present and of the right kind."""
     for name in (
         "FatalError",
         "GatherError",

@@ -1,5 +1,5 @@
 """`durably runs show` on a run with a wide fan: one row for the fan, members paged on
-request (issue #5 item 6)."""
+request."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The console's static assets (run-detail.md §12.4): the shell and every asset are served by
+"""The console's static assets: the shell and every asset are served by
 the ASGI app, reference nothing outside the app, parse as JavaScript modules, stay small, and
 carry the `data-testid` hooks the browser tests drive."""
 

@@ -45,7 +45,7 @@ PG_COMBINATIONS = [
 ]
 
 # Small tuning so timers, recovery and leases react within tens of milliseconds.
-# `reconcile_ms` (the safety-net wake of event-waiting suspends, engine.md §9.4) is 3 s
+# `reconcile_ms` (the safety-net wake of event-waiting suspends) is 3 s
 # instead of 300 s so a rare lost wake (see test_delivery_racing_the_end_of_a_classic_turn)
 # costs a test seconds instead of a timeout; that test pins the race with the default.
 FAST_TUNING: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""Child workflows: ctx.child, ctx.start_child, failures, cancel cascade (engine.md §3.7, §8)."""
+"""Child workflows: ctx.child, ctx.start_child, failures, cancel cascade."""
 
 from __future__ import annotations
 

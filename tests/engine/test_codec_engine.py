@@ -1,4 +1,4 @@
-"""`Engine(codec=AesGcmCodec(key))` end to end (store.md §11 edge cases): a workflow with
+"""`Engine(codec=AesGcmCodec(key))` end to end: a workflow with
 steps, a fan of steps, a signal (delivered to a waiter and buffered ahead of one), an event
 and a child runs to the right result on memory and SQLite, hot and replayed; the rows at rest
 hold AES-GCM envelopes and no cleartext (the raw SQLite tables, or the inner memory store)."""

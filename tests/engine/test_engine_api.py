@@ -1,5 +1,5 @@
 """Engine API: start/execute, idempotency, validation, versions, requeue, retry_with_input,
-events/metrics and the execution-timeout sweep (engine.md §1.5, §8, §12)."""
+events/metrics and the execution-timeout sweep."""
 
 from __future__ import annotations
 

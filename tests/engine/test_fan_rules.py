@@ -1,4 +1,4 @@
-"""Fan rules not pinned by test_fans.py (engine.md §2.2, §2.5, §3.8–3.9).
+"""Fan rules not pinned by test_fans.py.
 
 Message and member ids of GatherError / Rejected, the parallel group of every member, codes and
 details travelling from a failed member to the parent, fail_fast with waves (no later wave is
@@ -665,7 +665,7 @@ def _delay_child_placeholders(engine: Any, *, patience: float = 0.5) -> list[str
     """Hold back every `running` `signal:child:` placeholder write until the child's
     completion has been delivered at that seq (or `patience` passes): the interleaving a
     slow store round trip produces when the child finishes between the parent's
-    `put_signal_waiter` and its placeholder write (engine.md §3.7). Returns the names of
+    `put_signal_waiter` and its placeholder write. Returns the names of
     the placeholders that were written after the delivery."""
     store = engine.store
     original = store.save_checkpoint

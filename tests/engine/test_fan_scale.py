@@ -1,4 +1,4 @@
-"""Fans at scale (issue #4 item 2; engine.md §3.8.4, §10.3–10.4): bulk member writes, batched
+"""Fans at scale: bulk member writes, batched
 completion delivery, the join barrier, and folded `fan:` records — on every store/mode."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ async def test_a_child_fan_writes_its_members_in_bulk(engine_factory: EngineFact
 
 
 async def test_wide_fans_fold_settled_waves(engine_factory: EngineFactory, uid: str):
-    """engine.md §3.8.4: a fan at least `fold_fans_over` wide replaces each settled, fully
+    """A fan at least `fold_fans_over` wide replaces each settled, fully
     successful wave by ONE `fan:` row; replays read it back; a wave with a failure keeps
     its member rows."""
 
@@ -130,7 +130,7 @@ async def test_wide_fans_fold_settled_waves(engine_factory: EngineFactory, uid: 
 async def test_a_folded_fan_still_cascades_delete_to_its_children(
     engine_factory: EngineFactory, uid: str
 ):
-    """Readers understand `fan:` rows (engine.md §3.8.4): deleting the parent deletes the
+    """Readers understand `fan:` rows: deleting the parent deletes the
     children a folded row covers."""
 
     @durably.workflow(f"{uid}.child")
@@ -158,7 +158,7 @@ async def test_a_folded_fan_still_cascades_delete_to_its_children(
 async def test_failed_member_wakes_a_fail_fast_parent_through_the_barrier(
     engine_factory: EngineFactory, uid: str
 ):
-    """A failed completion always opens the join barrier (§10.4): fail_fast surfaces it
+    """A failed completion always opens the join barrier: fail_fast surfaces it
     while siblings are still running; closing the engine then leaves nothing behind."""
     import asyncio
 

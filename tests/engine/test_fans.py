@@ -1,4 +1,4 @@
-"""Fans: ctx.all / ctx.all_settled over workflows and steps (engine.md §3.8–3.9, §2.5)."""
+"""Fans: ctx.all / ctx.all_settled over workflows and steps."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""No replay on the hot path (issue #2, "Build" item 5).
+"""No replay on the hot path.
 
 A run that stays on its instance is never replayed: for N sequential in-process steps the
 body runs once and the store sees one checkpoint write per step plus the run's start and

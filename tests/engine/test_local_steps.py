@@ -1,6 +1,5 @@
-"""ctx.local_step, ctx.side_effect and ctx.now (engine.md §3.2–3.3), and the concurrency
-and replay behaviour of steps: gathered steps, caught failures, nested ctx calls, the
-replay-aware logger (engine.md §5).
+"""ctx.local_step, ctx.side_effect and ctx.now, and the concurrency and replay behaviour of
+steps: gathered steps, caught failures, nested ctx calls, the replay-aware logger.
 
 ctx.step itself (outputs, typed I/O, retries, cancellation) is in test_steps.py.
 """

@@ -1,4 +1,4 @@
-"""onError routing: handoff, follow, retry, events and unserved routes (engine.md §6)."""
+"""onError routing: handoff, follow, retry, events and unserved routes."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_route_for_exact_code_catch_all_and_non_determinism() -> None:
     assert route_for(routes, StepError("x", code="declined")) is declined
     assert route_for(routes, StepError("x", code="timeout")) is catch_all
     assert route_for(routes, StepError("x")) is catch_all
-    # engine.md §6.2: a broken deploy is never routed, even by a catch-all or exact route.
+    # A broken deploy is never routed, even by a catch-all or exact route.
     assert route_for(routes, StepError("x", code="non_determinism")) is None
     nd = [OnErrorRoute(workflow="h", code="non_determinism")]
     assert route_for(nd, StepError("x", code="non_determinism")) is None

@@ -1,5 +1,4 @@
-"""breakpoint, patched, continue_as_new, search attributes, updates and non-determinism
-(engine.md §2.4, §3.10–3.14)."""
+"""breakpoint, patched, continue_as_new, search attributes, updates and non-determinism."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cross-engine wake-ups on PostgreSQL (issue #3: LISTEN/NOTIFY, polling only the fallback).
+"""Cross-engine wake-ups on PostgreSQL (LISTEN/NOTIFY; polling is only the fallback).
 
 Every engine here has its own store object — its own pool and its own LISTEN connection —
 exactly as separate processes would. Polling is switched off (one-minute polls), so work

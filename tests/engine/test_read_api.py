@@ -1,4 +1,4 @@
-"""The Engine's read API end to end (api.md §2; run-detail.md §7, §9–§11; issue #5 acceptance).
+"""The Engine's read API end to end: run detail, fan pages and etags on a very wide fan.
 
 A run with a 40,000-member step fan (`ctx.all_settled` over a trivial step, 4 members
 failing) on the in-memory store, SQLite and PostgreSQL:

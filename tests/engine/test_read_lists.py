@@ -1,4 +1,4 @@
-"""The Engine's list-side read methods (api.md §2; run-detail.md §2–§6) end to end."""
+"""The Engine's list-side read methods (lists, waiting, facets, worker health) end to end."""
 
 from __future__ import annotations
 

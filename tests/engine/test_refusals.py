@@ -176,7 +176,7 @@ def test_unimplemented_workflow_options_are_refused_at_declaration(
 
 
 def test_refusals_name_the_error_the_feature_will_raise(uid: str) -> None:
-    """api.md keeps these three errors importable though nothing raises them yet; each
+    """These three errors are public and importable though nothing raises them yet; each
     says (docstring) when it will be raised, and the matching refusal names it."""
     for error, option in (
         (durably.ConcurrencyLimitError, "concurrency="),

@@ -1,6 +1,6 @@
-"""Compensation (sagas, engine.md §7): the undo stack, the failure-path unwind (§7.2).
+"""Compensation (sagas): the undo stack, the failure-path unwind.
 
-and cancel(compensate=True) with the `cancelling` status (§7.3).
+and cancel(compensate=True) with the `cancelling` status.
 """
 
 from __future__ import annotations
@@ -243,7 +243,8 @@ async def test_recovery_redrives_a_crashed_cancelling_run(
     async with engine_factory() as engine:
         handle = await engine.start(wf, 1)
         await wait_suspended(engine, handle.run_id)
-    # A process wrote `cancelling` and crashed before its turn ran (engine.md §1.7 step 1).
+    # A process wrote `cancelling` and crashed before its turn ran: the next turn re-derives the
+    # compensating cancel from the status.
     async with engine_factory() as engine:
         await engine.store.update_run(
             handle.run_id, {"status": "cancelling", "locked_by": None, "locked_until": None}

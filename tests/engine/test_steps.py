@@ -1,4 +1,4 @@
-"""ctx.step (engine.md §3.1, §5): outputs and checkpoints, typed I/O, retries and errors,
+"""ctx.step: outputs and checkpoints, typed I/O, retries and errors,
 cancellation and a restart during retry backoff.
 
 ctx.local_step, ctx.side_effect, ctx.now and gathered/replayed steps are in

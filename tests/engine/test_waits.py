@@ -1,4 +1,4 @@
-"""Durable waits: sleep, signals, events, set_event/get_event (engine.md §3.4–3.6, §3.13)."""
+"""Durable waits: sleep, signals, events, set_event/get_event."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Wake-ups between engines sharing a store (issue #3, the `WakeBus` seam).
+"""Wake-ups between engines sharing a store (the `WakeBus` seam).
 
 Engines that share one `InMemoryStateStore` object share its in-process wake bus, the
 analogue of PostgreSQL's LISTEN/NOTIFY. Polling is switched off (a one-minute poll), so

@@ -213,7 +213,7 @@ class StrandedRun(AssertionError):
 
 async def stranded_children(b: Backend, run_id: str) -> list[str]:
     """Children `run_id` still waits on although they are terminal, with their completion
-    neither delivered nor buffered (a lost `notifyParent`, engine.md §1.8 / §3.7)."""
+    neither delivered nor buffered (a lost parent notification)."""
     runs = await b.runs()
     if run_id not in runs or runs[run_id]["status"] in TERMINAL:
         return []

@@ -502,7 +502,7 @@ async def check_invariants(
     workers: Iterable[Worker] = (),
     label: str = "",
 ) -> Report:
-    """The invariants of every scenario (issue #3 item 4):
+    """The invariants of every scenario:
 
     1. every run ends terminal — `completed` with the right output (none stuck is checked
        before, by `wait_terminal`, with a bounded wait);

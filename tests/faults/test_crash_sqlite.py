@@ -1,4 +1,4 @@
-"""Crash recovery on the embedded default (issue #2 acceptance): SIGKILL inside a step.
+"""Crash recovery on the embedded default (SQLite): SIGKILL inside a step.
 
 A worker process drives N runs of a 10-step workflow on a SQLite file and is killed with
 SIGKILL while every run is inside step 5. A second process on the same file recovers them.

@@ -1,5 +1,5 @@
 """SIGKILL inside fans, between an onError handoff and its handler, and inside a saga unwind;
-recovery by a second process (engine.md §3.8 waves, §6.4–6.5 handoff, §7.2 unwind). Each
+recovery by a second process (fan waves, onError handoff, saga unwind). Each
 scenario runs on a fresh SQLite file and on a fresh PostgreSQL schema, with real subprocesses
 (tests/faults/fan_app.py) and a real SIGKILL; the recovering process has a new instance id and
 takes the dead worker's runs once its short lease (1.5 s) lapsed.
@@ -13,7 +13,7 @@ store's tables read with plain sqlite3/asyncpg, and from the recovered run:
    exactly once, a member in flight at the kill at most twice, every other member exactly once
    (by the recovering process); no member of wave k+1 started before every member of wave k
    had finished (log order); the dead worker never started wave 2; every run is terminal; the
-   children are exactly the §3.8.1 ids `<runId>.all.0.w<k>.<i>`. Three kill points:
+   children are exactly the windowed member ids `<runId>.all.0.w<k>.<i>`. Three kill points:
    `rest-done` (the rest of wave 1 settled and reached the parent: 1 member in flight),
    `wave-busy` (most of wave 1 in flight) and `child-settled` (the process dies right after a
    child's `completed` settle committed, before the parent is notified: it used to strand the
@@ -75,7 +75,7 @@ FAN_CASES = [
 
 
 def _child_id(i: int) -> str:
-    # engine.md §3.8.1 with `concurrency`: `<runId>.all.<firstSeq>.w<k>.<i>`, k = i // c.
+    # member ids with `concurrency`: `<runId>.all.<firstSeq>.w<k>.<i>`, k = i // c.
     return f"{RUN_ID}.all.0.w{i // C}.{i}"
 
 
@@ -84,7 +84,7 @@ async def _committed_members(b: Backend, fan: str) -> set[int]:
     rows = await b.completed_step_rows(FANS[fan])
     done: set[int] = set()
     for row in rows:
-        if row["name"].startswith("fan:"):  # a folded record (§3.8.4) covers `count` members
+        if row["name"].startswith("fan:"):  # a folded record covers `count` members
             out = row["output"] or {}
             if row["run_id"] == RUN_ID and fan == "step_fan":
                 done.update(range(int(out["first"]), int(out["first"]) + int(out["count"])))

@@ -1,5 +1,5 @@
 """SIGKILL of a worker process at each step boundary, then recovery by another process
-(issue #3 item 4, engine.md §9), on PostgreSQL.
+(crash recovery through expired leases), on PostgreSQL.
 
 A worker drives RUNS concurrent runs of a STEPS-step workflow and SIGKILLs itself at the K-th
 occurrence of a boundary (so most runs are mid-flight): before a step starts, inside the step

@@ -1,6 +1,6 @@
-"""Two engines racing to recover the same orphaned runs (issue #3 item 4, engine.md §9 edge
-case "two instances recovering the same store never both run a run"; DBOS issue 742, where a
-recovery working from a stale list of pending workflows executed work it had not claimed).
+"""Two engines racing to recover the same orphaned runs: two instances recovering the same
+store never both run a run (compare DBOS issue 742, where a recovery working from a stale
+list of pending workflows executed work it had not claimed).
 
 A worker is SIGKILLed with most runs mid-flight; two recovering processes (different
 `instance_id`s) then open at the same wall-clock moment, after the dead worker's leases lapsed,

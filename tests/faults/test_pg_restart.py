@@ -1,4 +1,4 @@
-"""PostgreSQL restarted under a running engine (issue #3 item 4, engine.md §9).
+"""PostgreSQL restarted under a running engine: runs recover once it is back.
 
 * Twice in a row while runs are in flight: the worker process keeps running through both
   restarts, reconnects, and finishes every run.

@@ -1,6 +1,6 @@
 """Rolling restart: the old worker drains (SIGTERM → `engine.close()`, as `durably worker`
-does) while the new one starts, with the same and with a different `instance_id` (issue #3
-item 4; DBOS issues 804/805, where runs were left PENDING forever after such an overlap —
+does) while the new one starts, with the same and with a different `instance_id` (compare
+DBOS issues 804/805, where runs were left PENDING forever after such an overlap —
 re-claimed by the draining process, or parked between two completed steps).
 
 The new worker is spawned at the moment the old one gets SIGTERM. The old worker is capped at

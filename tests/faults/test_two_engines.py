@@ -1,4 +1,4 @@
-"""Two engines racing on one SQLite file (engine.md §9 edge cases).
+"""Two engines racing on one SQLite file: leases keep each run to one driver at a time.
 
 Each engine has its own store object (its own writer connection), as two processes would;
 they contend through SQLite's locking. Checked: no run executes on two engines at once, a

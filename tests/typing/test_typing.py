@@ -1,4 +1,4 @@
-"""`Step[I, O]` and `Workflow[I, O]` keep their types through the decorators (issue #2)."""
+"""`Step[I, O]` and `Workflow[I, O]` keep their types through the decorators."""
 
 from __future__ import annotations
 
