@@ -59,7 +59,8 @@ REMOTE_WORKERS = (
     "planned. Omit this option"
 )
 
-# Engine options the specification names that durably does not implement. Anything else
+# Engine options of planned features that durably does not implement yet: each is refused
+# with a message naming the feature (never silently ignored). Anything else
 # that is not a known tuning keyword is a typo and gets a plain TypeError with a suggestion.
 _ENGINE_OPTIONS: dict[str, str] = {
     "schedules": (
