@@ -1,5 +1,5 @@
 """The read side: fan vocabulary, run detail models, in-memory summarisation and paging,
-the store-aggregate path, ETags (run-detail.md §7–§11). The store gateway is in
+the store-aggregate path, ETags. The store gateway is in
 `durably._read.gateway`."""
 
 from durably._read.etag import (
