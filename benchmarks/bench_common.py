@@ -70,7 +70,7 @@ def percentile(
     """The nearest-rank ``p``-th percentile: ``sorted(values)[max(1, rank(p/100 * len)) - 1]``.
 
     ``rank`` is ``math.ceil`` (the textbook nearest rank, used by the W1–W5 runners) or
-    ``round`` (what ``sequential.py`` and ``workers.py`` have always used). An empty ``values``
+    ``round`` (what ``sequential.py`` has always used). An empty ``values``
     returns ``default`` when one is given, else raises ``IndexError``."""
     ordered = sorted(values)
     if not ordered and default is not None:
