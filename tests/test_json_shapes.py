@@ -180,17 +180,17 @@ CASES: list[tuple[str, Any, bool]] = [
     ("run_falsy_values", RUN_FALSY, False),  # namespace None reads back as "default"
     ("checkpoint_min", CP_MIN, True),
     ("checkpoint_full", CP_FULL, True),
-    ("signal_waiter_min", SignalWaiter(token="t", run_id="r1", seq=2), False),
+    ("signal_waiter_min", SignalWaiter(token="t", run_id="r1", seq=2), True),
     (
         "signal_waiter_full",
         SignalWaiter(token="t", run_id="r1", seq=2, parallel_group="all:2:3"),
-        False,
+        True,
     ),
-    ("run_result_min", RunResult(run_id="r1", status="running"), False),
+    ("run_result_min", RunResult(run_id="r1", status="running"), True),
     (
         "run_result_full",
         RunResult(run_id="r1", status="failed", output={"o": 1}, error=ERR_FULL),
-        False,
+        True,
     ),
     ("detail_options_min", RunDetailOptions(), True),
     ("detail_options_full", RunDetailOptions(summarize_fans_over=100, if_none_match='W/"x"'), True),
@@ -238,7 +238,7 @@ CASES: list[tuple[str, Any, bool]] = [
         BufferedSignalInfo(token="t", size_bytes=1, buffered_at=T1, expires_at=None),
         False,  # written at millisecond precision
     ),
-    ("engine_event_min", EngineEvent(type="run.started", run_id="r1", at=T2), False),
+    ("engine_event_min", EngineEvent(type="run.started", run_id="r1", at=T2), True),
     (
         "engine_event_full",
         EngineEvent(
@@ -256,7 +256,7 @@ CASES: list[tuple[str, Any, bool]] = [
             attempt=2,
             at=T1,
         ),
-        False,
+        True,
     ),
     (
         "metrics_snapshot",
@@ -267,7 +267,7 @@ CASES: list[tuple[str, Any, bool]] = [
             by_workflow={"wf": {"started": 2, "completed": 1, "failed": 0}},
             step_duration={"sum_ms": 12.5, "count": 4.0},
         ),
-        False,
+        True,
     ),
     ("run_waiting", RunWaiting(on="signal", name="approve"), True),
     ("run_list_item_min", RunListItem(run=RUN_MIN), True),
@@ -562,3 +562,24 @@ def test_loose_input_reads_as_before(case: str, read: Callable[[Any], Any], data
 def test_every_case_is_pinned() -> None:
     assert sorted(PINNED) == sorted(c[0] for c in CASES)
     assert sorted(LOOSE_PINNED) == sorted(c[0] for c in LOOSE)
+
+
+def test_a_missing_required_key_is_named() -> None:
+    with pytest.raises(ValueError, match="WorkflowRun JSON: required key 'createdAt' is missing"):
+        WorkflowRun.from_json({"id": "r", "workflow": "w", "status": "running"})
+    with pytest.raises(ValueError, match="StepCheckpoint JSON: required key 'runId' is missing"):
+        StepCheckpoint.from_json({"seq": 1})
+
+
+def test_an_unusable_value_is_named() -> None:
+    with pytest.raises(ValueError, match="StepCheckpoint JSON: key 'seq' has an unusable value"):
+        StepCheckpoint.from_json({"runId": "r", "seq": "three"})
+    with pytest.raises(ValueError, match="FanSummary JSON: key 'startedAt' has an unusable value"):
+        FanSummary.from_json({"group": "g", "firstSeq": 0, "lastSeq": 0, "startedAt": "yesterday"})
+
+
+def test_converters_are_built_once_per_class() -> None:
+    StepCheckpoint.from_json(CP_FULL.to_json())
+    # After the first use the class holds converters written for it, not the lazy builders.
+    assert StepCheckpoint.to_json.__qualname__ == "StepCheckpoint.to_json"
+    assert StepCheckpoint.from_json.__qualname__ == "StepCheckpoint.from_json"

@@ -14,10 +14,11 @@ cannot leak the data a caller sent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from durably._core.jsonshape import JsonObject, json_field
 
 BufferScope = Literal["token", "namespace"]
 """Which cap refused a signal: the per-token one or the per-namespace one."""
@@ -32,28 +33,10 @@ DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 1_000
 
 
-def _iso(value: datetime) -> str:
-    """UTC, millisecond precision, `Z` (the form every other data object writes)."""
-    value = value if value.tzinfo else value.replace(tzinfo=UTC)
-    value = value.astimezone(UTC)
-    return f"{value:%Y-%m-%dT%H:%M:%S}.{value.microsecond // 1000:03d}Z"
-
-
-def _parse(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    text = str(value)
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    parsed = datetime.fromisoformat(text)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 @dataclass(frozen=True, slots=True)
-class BufferedSignalInfo:
-    """One buffered signal as operators see it — never its payload.
+class BufferedSignalInfo(JsonObject, dates="iso_ms"):
+    """One buffered signal as operators see it — never its payload. Dates are written in
+    JavaScript's `toISOString` form (UTC, milliseconds), like the other operator listings.
 
     - `token`: the token it waits to be taken on;
     - `size_bytes`: bytes of its stored JSON payload (0 for a null payload; with a payload
@@ -64,29 +47,12 @@ class BufferedSignalInfo:
     """
 
     token: str
-    size_bytes: int
+    size_bytes: int = field(metadata=json_field(read_default=0))
     buffered_at: datetime | None
     expires_at: datetime | None
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"token": self.token, "sizeBytes": self.size_bytes}
-        if self.buffered_at is not None:
-            out["bufferedAt"] = _iso(self.buffered_at)
-        if self.expires_at is not None:
-            out["expiresAt"] = _iso(self.expires_at)
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BufferedSignalInfo:
-        return cls(
-            token=str(data["token"]),
-            size_bytes=int(data.get("sizeBytes", 0)),
-            buffered_at=_parse(data.get("bufferedAt")),
-            expires_at=_parse(data.get("expiresAt")),
-        )
 
 
 __all__ = [

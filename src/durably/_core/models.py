@@ -1,17 +1,20 @@
-"""Persisted and wire data objects (store.md §1, engine.md §1.1, §2.1, §4.1).
+"""Persisted and wire data objects: runs, checkpoints, errors, step events, signal waiters.
 
 Every object is an immutable slotted dataclass with snake_case attributes. Its JSON form
-(`to_json()` / `from_json()`) uses the upstream camelCase keys (api.md naming rule). Stores
-and the engine produce changed copies with `dataclasses.replace`.
+(`to_json()` / `from_json()`, derived by `durably._core.jsonshape`) uses camelCase keys, omits
+absent values and writes dates at full precision in UTC (`...07.891234Z`). Stores and the
+engine produce changed copies with `dataclasses.replace`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypedDict, TypeGuard, TypeVar
+
+from durably._core.jsonshape import JsonObject, iso_utc, json_field, parse_datetime
 
 _T = TypeVar("_T")
 
@@ -32,7 +35,7 @@ RunStatus = Literal[
 CheckpointStatus = Literal["pending", "running", "completed", "failed"]
 CheckpointKind = Literal["local", "remote", "sleep", "signal"]
 
-# engine.md §1.2
+# A terminal run never changes again; every other status is live.
 TERMINAL_RUN_STATUSES: tuple[RunStatus, ...] = ("completed", "failed", "cancelled", "dead")
 DEFAULT_CONCURRENCY_STATUSES: tuple[RunStatus, ...] = (
     "pending",
@@ -55,9 +58,10 @@ RUN_STATUSES: tuple[RunStatus, ...] = (
     "dead",
 )
 
-# engine.md §2.2: onError handoff checkpoints live at seq >= this base.
+# onError handoff checkpoints live at seq >= this base, clear of any workflow's own steps.
 HANDOFF_SEQ_BASE = 1_000_000_000
-# store.md §1.5
+# Checkpoint-name prefixes of the rows that stand for a child run (a child's completion,
+# a folded fan, a spawned child).
 CHILD_EDGE_PREFIXES: tuple[str, ...] = ("signal:child:", "fan:", "spawn:")
 
 
@@ -72,72 +76,33 @@ def ms_from_utc(value: datetime) -> int:
 
 
 def _iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    """The persisted date form (full precision, UTC, `Z`); None stays None."""
+    return None if value is None else iso_utc(value)
 
 
-def _parse_dt(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, int | float):
-        return utc_from_ms(int(value))
-    text = str(value)
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    parsed = datetime.fromisoformat(text)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _drop_none(data: dict[str, Any]) -> dict[str, Any]:
-    # store.md §0 / engine.md §4.1: absent keys are omitted, not written as null.
-    return {k: v for k, v in data.items() if v is not None}
+_parse_dt = parse_datetime
 
 
 @dataclass(frozen=True, slots=True)
-class StepError:
-    """A recorded failure (engine.md §4.1). `details` is any JSON value."""
+class StepError(JsonObject):
+    """A recorded failure. `details` is any JSON value.
 
-    message: str
+    Reading, a `code` that is not a string (a worker's `code: null`) means "no code"."""
+
+    message: str = field(metadata=json_field(read_default=""))
     code: str | None = None
     details: JSONValue = None
     retryable: bool | None = None
     stack: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return _drop_none(
-            {
-                "message": self.message,
-                "code": self.code,
-                "details": self.details,
-                "retryable": self.retryable,
-                "stack": self.stack,
-            }
-        )
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StepError:
-        code = data.get("code")
-        retryable = data.get("retryable")
-        return cls(
-            message=str(data.get("message", "")),
-            # compat-notes A.2: a `code: null` from a worker means "no code".
-            code=code if isinstance(code, str) else None,
-            details=data.get("details"),
-            retryable=retryable if isinstance(retryable, bool) else None,
-            stack=data.get("stack") if isinstance(data.get("stack"), str) else None,
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class StepEvent:
-    """One log line or sub-process outcome of a step attempt (engine.md §3.15)."""
+class StepEvent(JsonObject):
+    """One log line or sub-process outcome of a step attempt (`at` in epoch ms)."""
 
-    at: int
-    level: str
-    message: str
+    at: int = field(metadata=json_field(read_default=0))
+    level: str = field(metadata=json_field(read_default="info"))
+    message: str = field(metadata=json_field(read_default=""))
     sub_id: str | None = None
     name: str | None = None
     group: str | None = None
@@ -145,43 +110,45 @@ class StepEvent:
     phase: str | None = None
     data: JSONValue = None
 
-    def to_json(self) -> dict[str, Any]:
-        return _drop_none(
-            {
-                "at": self.at,
-                "level": self.level,
-                "message": self.message,
-                "subId": self.sub_id,
-                "name": self.name,
-                "group": self.group,
-                "status": self.status,
-                "phase": self.phase,
-                "data": self.data,
-            }
-        )
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StepEvent:
-        return cls(
-            at=int(data.get("at", 0)),
-            level=str(data.get("level", "info")),
-            message=str(data.get("message", "")),
-            sub_id=data.get("subId"),
-            name=data.get("name"),
-            group=data.get("group"),
-            status=data.get("status"),
-            phase=data.get("phase"),
-            data=data.get("data"),
-        )
+def _default_namespace(_: Mapping[str, Any]) -> str:
+    return "default"
 
 
 @dataclass(frozen=True, slots=True)
-class WorkflowRun:
-    """The persisted run row (store.md §1.2)."""
+class WorkflowRun(
+    JsonObject,
+    # The dates close the JSON form (stored and served in this order).
+    order=(
+        "id",
+        "workflow",
+        "workflow_version",
+        "status",
+        "input",
+        "output",
+        "error",
+        "wake_at",
+        "locked_by",
+        "locked_until",
+        "recovery_attempts",
+        "tags",
+        "search_attributes",
+        "namespace",
+        "origin",
+        "priority",
+        "awaiting_decision_task_id",
+        "created_at",
+        "updated_at",
+    ),
+):
+    """The persisted run row.
+
+    Reading, a missing `workflowVersion` is "1" and an empty or missing `namespace` is
+    "default" (rows written before either existed)."""
 
     id: str
     workflow: str
-    workflow_version: str
+    workflow_version: str = field(metadata=json_field(read_default="1"))
     status: RunStatus
     created_at: datetime
     updated_at: datetime
@@ -194,7 +161,9 @@ class WorkflowRun:
     recovery_attempts: int | None = None
     tags: tuple[str, ...] | None = None
     search_attributes: dict[str, str | int | float | bool] | None = None
-    namespace: str | None = "default"
+    namespace: str | None = field(
+        default="default", metadata=json_field(read_fallback=_default_namespace)
+    )
     origin: str | None = None
     priority: int | None = None
     awaiting_decision_task_id: str | None = None
@@ -203,63 +172,9 @@ class WorkflowRun:
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_RUN_STATUSES
 
-    def to_json(self) -> dict[str, Any]:
-        return _drop_none(
-            {
-                "id": self.id,
-                "workflow": self.workflow,
-                "workflowVersion": self.workflow_version,
-                "status": self.status,
-                "input": self.input,
-                "output": self.output,
-                "error": self.error.to_json() if self.error else None,
-                "wakeAt": self.wake_at,
-                "lockedBy": self.locked_by,
-                "lockedUntil": self.locked_until,
-                "recoveryAttempts": self.recovery_attempts,
-                "tags": list(self.tags) if self.tags is not None else None,
-                "searchAttributes": self.search_attributes,
-                "namespace": self.namespace,
-                "origin": self.origin,
-                "priority": self.priority,
-                "awaitingDecisionTaskId": self.awaiting_decision_task_id,
-                "createdAt": _iso(self.created_at),
-                "updatedAt": _iso(self.updated_at),
-            }
-        )
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> WorkflowRun:
-        err = data.get("error")
-        tags = data.get("tags")
-        created = _parse_dt(data.get("createdAt"))
-        updated = _parse_dt(data.get("updatedAt"))
-        assert created is not None and updated is not None
-        return cls(
-            id=str(data["id"]),
-            workflow=str(data["workflow"]),
-            workflow_version=str(data.get("workflowVersion", "1")),
-            status=data["status"],
-            input=data.get("input"),
-            output=data.get("output"),
-            error=StepError.from_json(err) if isinstance(err, Mapping) else None,
-            wake_at=data.get("wakeAt"),
-            locked_by=data.get("lockedBy"),
-            locked_until=data.get("lockedUntil"),
-            recovery_attempts=data.get("recoveryAttempts"),
-            tags=tuple(tags) if tags is not None else None,
-            search_attributes=data.get("searchAttributes"),
-            namespace=data.get("namespace") or "default",
-            origin=data.get("origin"),
-            priority=data.get("priority"),
-            awaiting_decision_task_id=data.get("awaitingDecisionTaskId"),
-            created_at=created,
-            updated_at=updated,
-        )
-
 
 class RunPatch(TypedDict, total=False):
-    """A presence-based patch for `StateStore.update_run` (store.md §3.1).
+    """A presence-based patch for `StateStore.update_run`.
 
     A key present with a value writes it; present with None clears the column (namespace
     None writes 'default'; created_at/updated_at are written only when not None); absent
@@ -286,15 +201,53 @@ class RunPatch(TypedDict, total=False):
     updated_at: datetime | None
 
 
+def _default_step_id(values: Mapping[str, Any]) -> str:
+    return f"{values['run_id']}:{values['seq']}"
+
+
+def _started_at_of(values: Mapping[str, Any]) -> Any:
+    return values["started_at"]
+
+
+def _started_at(cp: StepCheckpoint) -> datetime:
+    return cp.started_at
+
+
 @dataclass(frozen=True, slots=True)
-class StepCheckpoint:
-    """The persisted checkpoint row, key (run_id, seq) (store.md §1.3, engine.md §2.1)."""
+class StepCheckpoint(
+    JsonObject,
+    # The payloads follow the identity, the dates close the JSON form.
+    order=(
+        "run_id",
+        "seq",
+        "name",
+        "kind",
+        "step_id",
+        "status",
+        "input",
+        "output",
+        "error",
+        "attempts",
+        "worker_group",
+        "events",
+        "wake_at",
+        "parallel_group",
+        "enqueued_at",
+        "started_at",
+        "finished_at",
+    ),
+):
+    """The persisted checkpoint row, keyed by (run_id, seq).
+
+    In JSON, a checkpoint without its own `enqueued_at` reports `startedAt` (it never waited
+    in a queue), an empty `events` is omitted, and a missing `stepId` reads as
+    `<runId>:<seq>`."""
 
     run_id: str
     seq: int
     name: str
     kind: CheckpointKind
-    step_id: str
+    step_id: str = field(metadata=json_field(read_fallback=_default_step_id))
     status: CheckpointStatus
     started_at: datetime
     finished_at: datetime
@@ -303,95 +256,38 @@ class StepCheckpoint:
     output: JSONValue = None
     error: StepError | None = None
     worker_group: str | None = None
-    events: tuple[StepEvent, ...] | None = None
+    events: tuple[StepEvent, ...] | None = field(default=None, metadata=json_field(write="truthy"))
     wake_at: int | None = None
     parallel_group: str | None = None
-    enqueued_at: datetime | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return _drop_none(
-            {
-                "runId": self.run_id,
-                "seq": self.seq,
-                "name": self.name,
-                "kind": self.kind,
-                "stepId": self.step_id,
-                "status": self.status,
-                "input": self.input,
-                "output": self.output,
-                "error": self.error.to_json() if self.error else None,
-                "attempts": self.attempts,
-                "workerGroup": self.worker_group,
-                "events": [e.to_json() for e in self.events] if self.events else None,
-                "wakeAt": self.wake_at,
-                "parallelGroup": self.parallel_group,
-                "enqueuedAt": _iso(self.enqueued_at or self.started_at),
-                "startedAt": _iso(self.started_at),
-                "finishedAt": _iso(self.finished_at),
-            }
-        )
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StepCheckpoint:
-        err = data.get("error")
-        events = data.get("events")
-        started = _parse_dt(data.get("startedAt"))
-        finished = _parse_dt(data.get("finishedAt"))
-        assert started is not None and finished is not None
-        return cls(
-            run_id=str(data["runId"]),
-            seq=int(data["seq"]),
-            name=str(data["name"]),
-            kind=data["kind"],
-            step_id=str(data.get("stepId") or f"{data['runId']}:{data['seq']}"),
-            status=data["status"],
-            input=data.get("input"),
-            output=data.get("output"),
-            error=StepError.from_json(err) if isinstance(err, Mapping) else None,
-            attempts=int(data.get("attempts", 1)),
-            worker_group=data.get("workerGroup"),
-            events=tuple(StepEvent.from_json(e) for e in events) if events else None,
-            wake_at=data.get("wakeAt"),
-            parallel_group=data.get("parallelGroup"),
-            enqueued_at=_parse_dt(data.get("enqueuedAt")) or started,
-            started_at=started,
-            finished_at=finished,
-        )
+    enqueued_at: datetime | None = field(
+        default=None,
+        metadata=json_field(read_fallback=_started_at_of, write_fallback=_started_at),
+    )
 
 
 @dataclass(frozen=True, slots=True)
-class SignalWaiter:
-    """A run waiting on a token (store.md §1.6). The token is the key."""
+class SignalWaiter(JsonObject):
+    """A run waiting on a token (the token is the key): the checkpoint seq it waits at, and
+    the fan group the delivered checkpoint joins."""
 
     token: str
     run_id: str
     seq: int
     parallel_group: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return _drop_none(
-            {
-                "token": self.token,
-                "runId": self.run_id,
-                "seq": self.seq,
-                "parallelGroup": self.parallel_group,
-            }
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class ChildWait:
-    """One member of a fan registering its wait (store.md §3.6 `register_child_waits`,
-    durably's shape): the waiter, and the `running` placeholder row to insert at its seq
-    unless a row is already there."""
+    """One member of a fan registering its wait (`register_child_waits`): the waiter, and
+    the `running` placeholder row to insert at its seq unless a row is already there."""
 
     waiter: SignalWaiter
     placeholder: StepCheckpoint | None = None
 
 
 def delivered_signal(waiter: SignalWaiter, payload: JSONValue, at: datetime) -> StepCheckpoint:
-    """engine.md §3.5: the instant `signal:<token>` checkpoint a delivery writes at the
-    waiter's seq (its fan group copied, §2.5)."""
+    """The instant `signal:<token>` checkpoint a delivery writes at the waiter's seq (with
+    the waiter's fan group, so a fan's join sees its member settled)."""
     return StepCheckpoint(
         run_id=waiter.run_id,
         seq=waiter.seq,
@@ -410,14 +306,15 @@ def delivered_signal(waiter: SignalWaiter, payload: JSONValue, at: datetime) -> 
 
 @dataclass(frozen=True, slots=True)
 class BufferedSignal:
-    """A hit from `take_buffered_signal`: the payload may itself be None (store.md §3.7)."""
+    """A hit from `take_buffered_signal`: the payload may itself be None (a buffered `None`
+    is still a hit, unlike a miss, which is no `BufferedSignal` at all)."""
 
     payload: JSONValue
 
 
 @dataclass(frozen=True, slots=True)
 class BufferedEvent:
-    """A published event kept until a waiter claims it (store.md §3.8)."""
+    """A published event kept until a waiter claims it."""
 
     id: str
     name: str
@@ -431,7 +328,7 @@ AttributeValue = str | int | float | bool
 
 @dataclass(frozen=True, slots=True)
 class AttributeFilter:
-    """One search-attribute predicate (store.md §7.2). `in` uses `values`."""
+    """One search-attribute predicate. `in` uses `values`, every other op `value`."""
 
     key: str
     op: AttributeOp
@@ -455,7 +352,7 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
-"""Sentinel: `RunQuery.origin` absent (store.md §6). `None` means `origin IS NULL`."""
+"""Sentinel: `RunQuery.origin` absent (no restriction). `None` means `origin IS NULL`."""
 
 
 def is_set(value: object) -> TypeGuard[object]:
@@ -464,7 +361,7 @@ def is_set(value: object) -> TypeGuard[object]:
 
 @dataclass(frozen=True, slots=True)
 class RunQuery:
-    """Run list filters (store.md §6). Every field is optional; plurals OR within, all AND."""
+    """Run list filters. Every field is optional; plurals OR within, all AND."""
 
     workflow: str | None = None
     workflows: Sequence[str] | None = None
@@ -482,27 +379,18 @@ class RunQuery:
 
 
 @dataclass(frozen=True, slots=True)
-class RunResult:
-    """What most engine operations return (engine.md §1.1)."""
+class RunResult(JsonObject):
+    """What most engine operations return: a run's id, status and outcome."""
 
     run_id: str
     status: RunStatus
     output: JSONValue = None
     error: StepError | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return _drop_none(
-            {
-                "runId": self.run_id,
-                "status": self.status,
-                "output": self.output,
-                "error": self.error.to_json() if self.error else None,
-            }
-        )
-
 
 def checkpoint_name_kind(name: str) -> str:
-    """store.md §13."""
+    """What a checkpoint row stands for, by its name: a child's completion (`child`), a
+    folded fan (`folded`), a spawned child (`spawn`) or a plain step (`step`)."""
     if name.startswith("signal:child:"):
         return "child"
     if name.startswith("fan:"):

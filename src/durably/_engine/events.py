@@ -1,4 +1,4 @@
-"""Engine events and the metrics snapshot (engine.md §12)."""
+"""Engine events (what `Engine.subscribe` listeners receive) and the metrics snapshot."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from durably._core.models import JSONValue, StepError, _drop_none, _iso, now_utc
+from durably._core.jsonshape import JsonObject, json_field
+from durably._core.models import JSONValue, StepError, now_utc
 
 log = logging.getLogger("durably")
 
@@ -30,7 +31,9 @@ EngineEventType = Literal[
 
 
 @dataclass(frozen=True, slots=True)
-class EngineEvent:
+class EngineEvent(JsonObject):
+    """One engine event; `at` is written at full precision in UTC."""
+
     type: EngineEventType
     run_id: str
     workflow: str | None = None
@@ -45,47 +48,27 @@ class EngineEvent:
     attempt: int | None = None
     at: datetime = field(default_factory=now_utc)
 
-    def to_json(self) -> dict[str, Any]:
-        return _drop_none(
-            {
-                "type": self.type,
-                "runId": self.run_id,
-                "workflow": self.workflow,
-                "namespace": self.namespace,
-                "seq": self.seq,
-                "name": self.name,
-                "kind": self.kind,
-                "output": self.output,
-                "error": self.error.to_json() if self.error else None,
-                "durationMs": self.duration_ms,
-                "queueMs": self.queue_ms,
-                "attempt": self.attempt,
-                "at": _iso(self.at),
-            }
-        )
+
+def _step_duration_json(value: dict[str, float]) -> dict[str, float]:
+    return {"sumMs": value["sum_ms"], "count": value["count"]}
+
+
+def _step_duration_of(data: Any) -> dict[str, float]:
+    return {"sum_ms": float(data["sumMs"]), "count": float(data["count"])}
 
 
 @dataclass(frozen=True, slots=True)
-class MetricsSnapshot:
-    """engine.md §12 `collectMetrics`."""
+class MetricsSnapshot(JsonObject):
+    """Counters since the engine started: runs and steps by event, runs by workflow, routed
+    runs by error code, and the sum and count of completed step durations."""
 
     runs: dict[str, int]
     routed_by_code: dict[str, int]
     steps: dict[str, int]
     by_workflow: dict[str, dict[str, int]]
-    step_duration: dict[str, float]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "runs": dict(self.runs),
-            "routedByCode": dict(self.routed_by_code),
-            "steps": dict(self.steps),
-            "byWorkflow": {k: dict(v) for k, v in self.by_workflow.items()},
-            "stepDuration": {
-                "sumMs": self.step_duration["sum_ms"],
-                "count": self.step_duration["count"],
-            },
-        }
+    step_duration: dict[str, float] = field(
+        metadata=json_field(encode=_step_duration_json, decode=_step_duration_of)
+    )
 
     def to_prometheus(self) -> str:
         lines = []
@@ -109,7 +92,8 @@ Listener = Callable[[EngineEvent], Any]
 
 
 class EventBus:
-    """Synchronous fan-out to listeners; listener errors are swallowed (engine.md §12)."""
+    """Synchronous fan-out to listeners; a listener's error is logged and swallowed, so a
+    faulty subscriber never fails a run."""
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
@@ -148,8 +132,8 @@ class EventBus:
         return bool(self._listeners)
 
     def count_step(self, what: str, duration_ms: float | None) -> None:
-        """Count a step event nobody listens to, without building it (the W4 hot path:
-        two events per step)."""
+        """Count a step event nobody listens to, without building it (two events per step
+        would otherwise be built on the per-step path)."""
         if what in self._steps:
             self._steps[what] += 1
             if what == "completed" and duration_ms is not None:
@@ -167,7 +151,7 @@ class EventBus:
         for listener in tuple(self._listeners):
             try:
                 listener(event)
-            except Exception:  # engine.md §12: listener errors are swallowed
+            except Exception:  # a faulty subscriber never fails a run
                 log.exception("durably event listener failed")
 
     def _count(self, event: EngineEvent) -> None:
