@@ -128,7 +128,7 @@ def handle_step(arg: dict[str, Any]) -> str:
 
 @durably.workflow("fanfault.handler")
 async def on_error_handler(ctx: WorkflowCtx, failure: OnErrorInput) -> dict[str, Any]:
-    out = await ctx.step(handle_step, {"code": failure.error.get("code"), "of": failure.run_id})
+    out = await ctx.step(handle_step, {"code": failure.error.code, "of": failure.run_id})
     return {"handled": out, "input": failure.input}
 
 
