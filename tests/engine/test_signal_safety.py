@@ -580,10 +580,7 @@ class _StoreWithoutBounds:
         return getattr(self._inner, name)
 
 
-async def test_a_store_without_bounded_buffering_refuses_to_buffer(uid: str) -> None:
-    async with Engine(_StoreWithoutBounds(), **FAST_TUNING) as engine:
-        with pytest.raises(NotImplementedError, match="buffer_signal_bounded"):
-            await engine.signal(f"{uid}.go", "x")
-        assert await engine.signal(f"{uid}.go", "x", buffer=False) is None
-        assert engine.store._inner._signals == {}  # nothing was buffered unbounded
-        assert await signals.sweep_expired_signals(engine) == 0
+def test_a_store_without_bounded_buffering_is_refused_at_construction() -> None:
+    # Never buffered unbounded: the engine refuses the store before anything runs.
+    with pytest.raises(TypeError, match="lacks buffer_signal_bounded, list_buffered_signals"):
+        Engine(_StoreWithoutBounds(), **FAST_TUNING)

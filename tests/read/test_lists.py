@@ -1,15 +1,13 @@
-"""Run lists, waiting descriptors, facets, value facets and worker health
-(run-detail.md §2–§6) — the pure helpers and the gateway functions with their fallbacks."""
+"""Run lists, waiting descriptors, facets, value facets and worker health: the pure helpers
+and the functions the Engine's read API calls."""
 
 from __future__ import annotations
 
 import base64
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
-from durably._core.models import UNSET, AttributeFilter, RunQuery, SignalWaiter, WorkflowRun
+from durably._core.models import UNSET, AttributeFilter, RunQuery, SignalWaiter
 from durably._read.list_models import (
     GroupHealth,
     RunFacetRow,
@@ -18,9 +16,9 @@ from durably._read.list_models import (
     RunValueFacetOptions,
     RunValueFacetRow,
     RunWaiting,
-    WorkerHeartbeat,
 )
 from durably._read.lists import (
+    LocalWorker,
     as_run_query,
     axis_is_run_column,
     classify_waiter_token,
@@ -47,7 +45,7 @@ def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-# ------------------------------------------------------------------ §2 classification
+# ------------------------------------------------------------------ classification
 
 
 @pytest.mark.parametrize(
@@ -157,7 +155,7 @@ def test_as_run_query_and_facet_query() -> None:
     assert (f.status, f.statuses, f.origin, f.origins, f.limit) == (None, None, UNSET, None, None)
 
 
-# ------------------------------------------------------------------ §4 facets
+# ------------------------------------------------------------------ facets
 
 
 def test_facet_origin_and_merge() -> None:
@@ -175,41 +173,22 @@ def test_facet_origin_and_merge() -> None:
     }
 
 
-class ListOnlyStore:
-    """A store with only the required listing methods (no facets, no counts)."""
-
-    def __init__(self, inner: InMemoryStateStore):
-        self._inner = inner
-        self.queries: list[RunQuery] = []
-
-    async def list_runs(self, query: RunQuery) -> list[WorkflowRun]:
-        self.queries.append(query)
-        return await self._inner.list_runs(query)
-
-    async def list_signal_waiters(self, prefix: str) -> list[SignalWaiter]:
-        return await self._inner.list_signal_waiters(prefix)
-
-
 async def _three(store: InMemoryStateStore) -> None:
     await store.create_run(make_run("a", namespace="acme", origin="pkg", tags=("etl",)))
     await store.create_run(make_run("b", namespace="acme", origin="", tags=("etl", "x")))
     await store.create_run(make_run("c", namespace="globex", status="failed"))
 
 
-async def test_run_facets_gateway_and_fallback_agree() -> None:
+async def test_run_facets_and_counts_are_whole_set() -> None:
     store = InMemoryStateStore()
     await _three(store)
-    bare = ListOnlyStore(store)
     q = RunQuery(namespace="acme", status="failed", limit=1, offset=5)
-    native = await run_facets(store, q)
-    fallback = await run_facets(bare, q)
-    assert native == fallback == [RunFacetRow("running", None, 1), RunFacetRow("running", "pkg", 1)]
-    assert bare.queries[0].limit is None and bare.queries[0].status is None
-    assert await count_runs(bare, RunQuery(namespace="acme", limit=1)) == 2
+    got = await run_facets(store, q)
+    assert got == [RunFacetRow("running", None, 1), RunFacetRow("running", "pkg", 1)]
     assert await count_runs(store, RunQuery(namespace="acme", limit=1)) == 2
 
 
-# ------------------------------------------------------------------ §5 value facets
+# ------------------------------------------------------------------ value facets
 
 
 def test_js_string() -> None:
@@ -260,31 +239,18 @@ def test_run_value_facets_from_runs() -> None:
     assert run_value_facets_from_runs(runs, "origin") == [RunValueFacetRow(None, 3)]
 
 
-async def test_run_value_facets_gateway_and_fallback() -> None:
+async def test_run_value_facets_are_re_merged_under_the_limit() -> None:
     store = InMemoryStateStore()
     await _three(store)
     got = await run_value_facets(store, "tag", RunQuery(namespace="acme", limit=1), {"limit": 1})
     assert got == [RunValueFacetRow("etl", 2)]
-    assert await run_value_facets(ListOnlyStore(store), "tag", RunQuery()) == []
+    assert await run_value_facets(store, "tag", RunQuery()) == [
+        RunValueFacetRow("etl", 2),
+        RunValueFacetRow("x", 1),
+    ]
 
 
-# ------------------------------------------------------------------ §6 worker health
-
-
-def _engine(store: Any, **kw: Any) -> Any:
-    fields: dict[str, Any] = {
-        "store": store,
-        "instance_id": "me",
-        "namespace": "acme",
-        "lease_ms": 1000,
-        "clock": lambda: 10_000,
-        "drive_runs": True,
-        "max_concurrent_runs": 8,
-        "executions": {"x": object()},
-        "transport": object(),  # in-process: no group_health
-    }
-    fields.update(kw)
-    return SimpleNamespace(**fields)
+# ------------------------------------------------------------------ worker health
 
 
 async def test_worker_health_from_leases() -> None:
@@ -294,7 +260,8 @@ async def test_worker_health_from_leases() -> None:
     await store.create_run(make_run("g0", namespace="globex", status="pending"))
     assert await store.try_lock_run("a1", "other", 10_800, 10_000)
     assert await store.try_lock_run("a2", "stale", 9_000, 8_000)  # expired
-    got = await worker_health(_engine(store))
+    me_local = LocalWorker("me", limit=8, in_flight=1)
+    got = await worker_health(store, now_ms=10_000, lease_ms=1000, namespace="acme", local=me_local)
     assert [g.group for g in got] == ["runs@acme"]
     acme = got[0]
     assert acme.depth == 3 and acme.kind == "workflow" and not acme.alert
@@ -316,27 +283,6 @@ async def test_worker_health_from_leases() -> None:
     ]
     assert everywhere[1].alert
     assert GroupHealth.from_json(acme.to_json()) == acme
-    # a store without the optional methods gives the same answer
-    bare = await worker_health(_engine(ListOnlyStore(store)))
-    assert bare == got
-
-
-async def test_worker_health_over_a_transport_with_groups() -> None:
-    class Transport:
-        async def list_worker_groups(self) -> list[str]:
-            return ["checkout@acme", "emails"]
-
-        async def group_health(self, group: str) -> Any:
-            if group == "gone":
-                return None
-            beat = WorkerHeartbeat(group=group, instance_id="w1", last_beat_at=1)
-            return {"group": group, "depth": 2, "liveWorkers": [beat.to_json()]}
-
-    engine = _engine(
-        InMemoryStateStore(), transport=Transport(), workflow_tokens=lambda: {"checkout"}
-    )
-    got = await worker_health(engine, extra=["gone", "emails"])
-    assert [(g.group, g.kind, g.depth) for g in got] == [
-        ("emails", "step", 2),
-        ("checkout@acme", "workflow", 2),
-    ]
+    # an engine that does not drive runs is not listed, and its idle namespace is no group
+    watcher = await worker_health(store, now_ms=10_000, lease_ms=1000, namespace="quiet")
+    assert watcher == []

@@ -7,8 +7,7 @@ helpers live in `support.py`. Each test takes the `store` fixture below, paramet
 unless `DURABLY_REQUIRE_SERVICES=1`, see tests/pg_support.py). Test-hook
 checks that only the in-memory store exposes (read counters) are named `test_memory_*`.
 
-Not covered here (later work): run_facets, run_value_facets, checkpoint_stats,
-query_checkpoints, schedules, transaction, prune_terminal_runs, engine end-to-end.
+`test_codec.py` runs a representative subset of the suite again through `CodecStateStore`.
 """
 
 from __future__ import annotations

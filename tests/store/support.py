@@ -9,23 +9,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from durably._core.models import AttributeFilter, RunQuery, StepCheckpoint, WorkflowRun
-from durably._store.protocol import (
-    StateStore,
-    SupportsBulkLeases,
-    SupportsCheckpointCAS,
-    SupportsCheckpointLookups,
-    SupportsCountRuns,
-)
+from durably._store.protocol import StateStore
 
 
-class ConformantStore(
-    StateStore,
-    SupportsCheckpointCAS,
-    SupportsCountRuns,
-    SupportsCheckpointLookups,
-    SupportsBulkLeases,
-    Protocol,
-):
+class ConformantStore(StateStore, Protocol):
     statement_count: int
 
 

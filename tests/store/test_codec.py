@@ -1,11 +1,11 @@
-"""The payload codec (store.md §11): `CodecStateStore` and the AES-GCM `AesGcmCodec`.
+"""The payload codec: `CodecStateStore` and the AES-GCM `AesGcmCodec`.
 
 1. A representative subset of the StateStore conformance suite runs THROUGH
    `CodecStateStore(inner, AesGcmCodec(key))` on memory, SQLite and PostgreSQL: the module's
    `store` fixture wraps the conftest's parametrized one and the conformance tests are
    imported below, so pytest collects them here against the wrapper.
 2. The wrapper's own contract: what is encoded and what is not, aggregates forwarded
-   untouched, absence of optional methods observable, the always-present fallbacks.
+   untouched, the whole store contract implemented, a partial store refused.
 3. Ciphertext at rest: the raw SQLite tables hold envelopes, never the cleartext.
 4. `AesGcmCodec`: envelope, random nonces, key rotation, tampering, key parsing.
 """
@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from durably._core.aggregates import CheckpointQuery, aggregates_checkpoints
+from durably import Engine
+from durably._core.aggregates import CheckpointQuery
 from durably._core.errors import SerializationError
 from durably._core.models import (
     BufferedEvent,
@@ -33,16 +34,10 @@ from durably._core.models import (
     StepError,
     StepEvent,
 )
-from durably._store.codec import (
-    _ENCODING_OPTIONAL,
-    _VERBATIM_OPTIONAL,
-    Codec,
-    CodecError,
-    CodecStateStore,
-    wrap_store,
-)
+from durably._store.codec import Codec, CodecError, CodecStateStore, wrap_store
 from durably._store.crypto import AesGcmCodec, key_id
 from durably._store.memory import InMemoryStateStore
+from durably._store.protocol import STORE_METHODS, missing_store_methods
 from tests.store.support import T0, at, make_cp, make_run
 
 # ---------------------------------------------------------------- 1. conformance, wrapped
@@ -114,7 +109,7 @@ async def store(store: Any) -> Any:
 
 
 class TagCodec:
-    """A visible, reversible codec that counts its calls and refuses None (§11)."""
+    """A visible, reversible codec that counts its calls and refuses None."""
 
     def __init__(self) -> None:
         self.encoded = 0
@@ -137,9 +132,10 @@ def enc(value: Any) -> Any:
 
 
 class BareStore:
-    """Only the REQUIRED StateStore methods (store.md §2), delegated to a memory store."""
+    """A third-party store with only the methods of an older, smaller contract (no
+    conditional update, no claims, no bulk forms, no aggregates), delegated to memory."""
 
-    REQUIRED = (
+    OLD = (
         "create_run update_run get_run delete_run get_checkpoint save_checkpoint "
         "list_checkpoints list_incomplete_runs list_pending_runs list_due_timers try_lock_run "
         "release_run_lock renew_run_lock put_signal_waiter take_signal_waiter "
@@ -151,37 +147,8 @@ class BareStore:
 
     def __init__(self) -> None:
         self.memory = InMemoryStateStore()
-        for name in self.REQUIRED:
+        for name in self.OLD:
             setattr(self, name, getattr(self.memory, name))
-
-
-OPTIONAL = (
-    "save_checkpoint_if_pending",
-    "save_checkpoints_if_pending",
-    "query_checkpoints",
-    "checkpoint_stats",
-    "update_run_if_status",
-    "claim_run",
-    "claim_runs",
-    "claim_pending_runs",
-    "list_orphaned_suspended",
-    "register_child_waits",
-    "create_runs",
-    "deliver_signals",
-    "fold_checkpoints",
-    "count_runs",
-    "count_checkpoints",
-    "run_facets",
-    "run_value_facets",
-    "lease_owners",
-    "prune_terminal_runs",
-    "renew_run_locks",
-    "release_locks_of",
-    "hold_instance",
-    "wake_bus",
-    "close",
-    "put_schedule",
-)
 
 
 # ---------------------------------------------------------------- 2. the wrapper's contract
@@ -197,48 +164,42 @@ def test_codec_protocol_and_wrap_store() -> None:
         wrap_store(inner, object())
 
 
-def test_every_first_party_store_method_has_a_codec_decision() -> None:
-    """A store method the wrapper does not know would look ABSENT through it (safe, but the
-    engine would silently take its fallback): adding one means deciding how §11 treats it."""
+def test_the_wrapper_implements_the_whole_contract_and_nothing_else() -> None:
+    """Every first-party store method is part of the one contract, and the wrapper
+    implements all of it: adding a store method means adding it to `StateStore`, and then
+    this test asks how the wrapper treats its payloads."""
     from durably._store.sql import SqlStateStore
 
-    decided = set(_ENCODING_OPTIONAL) | set(_VERBATIM_OPTIONAL)
-    decided |= {name for name in dir(CodecStateStore) if not name.startswith("_")}
+    assert missing_store_methods(CodecStateStore) == []
     for cls in (InMemoryStateStore, SqlStateStore):
         methods = {n for n, v in inspect.getmembers(cls) if callable(v) and not n.startswith("_")}
-        assert methods - {"from_url"} <= decided, (cls.__name__, methods - decided)
+        assert methods - {"from_url"} <= set(STORE_METHODS), (cls.__name__, methods)
+        assert missing_store_methods(cls) == []
 
 
-def test_optional_methods_absent_stay_absent() -> None:
-    wrapped = CodecStateStore(BareStore(), TagCodec())
-    for name in OPTIONAL:
-        assert getattr(wrapped, name, None) is None, name
-        assert not hasattr(wrapped, name), name
-    assert not aggregates_checkpoints(wrapped)
-    # §11's always-present methods
-    for name in (
-        "ensure_schema",
-        "get_latest_checkpoint_by_name",
-        "list_checkpoints_by_name_prefix",
-        "transaction",
-    ):
-        assert callable(getattr(wrapped, name, None)), name
+def test_a_partial_store_is_refused_naming_what_it_lacks() -> None:
+    bare = BareStore()
+    lacking = missing_store_methods(bare)
+    assert "update_run_if_status" in lacking and "claim_run" in lacking
+    assert "checkpoint_stats" in lacking and "create_run" not in lacking
+    with pytest.raises(TypeError, match="BareStore is not a complete durably StateStore") as err:
+        CodecStateStore(bare, TagCodec())
+    for name in lacking:
+        assert name in str(err.value)
+    with pytest.raises(TypeError, match="lacks ensure_schema, close, create_runs"):
+        Engine(bare)
+    with pytest.raises(TypeError, match="update_run_if_status"):
+        Engine(bare, codec=TagCodec())
 
 
-def test_optional_methods_present_are_bound() -> None:
+def test_data_attributes_read_through_and_unknown_methods_do_not() -> None:
     inner = InMemoryStateStore()
-    wrapped = CodecStateStore(inner, TagCodec())
-    for name in OPTIONAL:
-        assert hasattr(wrapped, name) == hasattr(inner, name), name
-    assert aggregates_checkpoints(wrapped)
-    # payload-free ones are the inner methods themselves; payload ones are wrapped
-    assert wrapped.count_runs == inner.count_runs  # type: ignore[attr-defined]
-    assert wrapped.checkpoint_stats == inner.checkpoint_stats  # type: ignore[attr-defined]
-    assert wrapped.claim_runs != inner.claim_runs  # type: ignore[attr-defined]
-    # data attributes (test hooks) read through; unknown methods do not
+    wrapped: Any = CodecStateStore(inner, TagCodec())
     assert wrapped.statement_count == inner.statement_count
     inner.brand_new_method = lambda: None  # type: ignore[attr-defined]
     assert not hasattr(wrapped, "brand_new_method")
+    with pytest.raises(AttributeError, match="does not forward 'brand_new_method'"):
+        wrapped.brand_new_method  # noqa: B018
 
 
 async def test_run_payloads_encoded_at_rest_metadata_not() -> None:
@@ -300,7 +261,7 @@ async def test_checkpoint_payloads_encoded_error_and_events_not() -> None:
     assert raw.name == cp.name and raw.parallel_group == "g"
     assert await wrapped.get_checkpoint("r1", 0) == cp
     assert await wrapped.list_checkpoints("r1") == [cp]
-    assert await wrapped.query_checkpoints("r1", CheckpointQuery()) == [cp]  # type: ignore[attr-defined]
+    assert await wrapped.query_checkpoints("r1", CheckpointQuery()) == [cp]
 
 
 async def test_aggregates_forwarded_without_touching_payloads() -> None:
@@ -312,13 +273,10 @@ async def test_aggregates_forwarded_without_touching_payloads() -> None:
             make_cp("r1", seq, output=seq, parallel_group="g", status="completed")
         )
     decoded_before = codec.decoded
-    stats = await wrapped.checkpoint_stats("r1")  # type: ignore[attr-defined]
+    stats = await wrapped.checkpoint_stats("r1")
     assert stats == await inner.checkpoint_stats("r1")
-    assert await wrapped.count_runs(RunQuery()) == 1  # type: ignore[attr-defined]
-    assert (
-        await wrapped.count_checkpoints("r1", 0, 3, ["completed"])  # type: ignore[attr-defined]
-        == 4
-    )
+    assert await wrapped.count_runs(RunQuery()) == 1
+    assert await wrapped.count_checkpoints("r1", 0, 3, ["completed"]) == 4
     assert codec.decoded == decoded_before
 
 
@@ -384,9 +342,9 @@ async def test_buffered_signals_and_events_encoded() -> None:
     assert await wrapped.take_buffered_signal("tok") is None
 
 
-async def test_lookup_fallbacks_on_a_bare_store_decode_only_matches() -> None:
-    bare, codec = BareStore(), TagCodec()
-    wrapped = CodecStateStore(bare, codec)
+async def test_targeted_lookups_decode_only_matches() -> None:
+    inner, codec = InMemoryStateStore(), TagCodec()
+    wrapped = CodecStateStore(inner, codec)
     await wrapped.create_run(make_run("r1"))
     names = ["reserve", "spawn:0", "signal:child:c2", "event:progress", "spawn:1", "event:progress"]
     for seq, name in enumerate(names):
@@ -402,36 +360,7 @@ async def test_lookup_fallbacks_on_a_bare_store_decode_only_matches() -> None:
     assert [cp.output for cp in hits] == [{"seq": 1}, {"seq": 2}, {"seq": 4}]
     assert codec.decoded == 3
     assert await wrapped.list_checkpoints_by_name_prefix("r1", []) == []
-    await wrapped.ensure_schema()  # no-op without the inner one
-
-
-async def test_transaction_raises_without_inner_and_encodes_with_it() -> None:
-    with pytest.raises(NotImplementedError, match="does not support transactions"):
-        await CodecStateStore(BareStore(), TagCodec()).transaction(lambda tx: None)
-
-    memory = InMemoryStateStore()
-
-    class Tx:
-        raw = "native-handle"
-
-        async def save_checkpoint(self, cp: Any) -> None:
-            await memory.save_checkpoint(cp)
-
-    class WithTx(BareStore):
-        async def transaction(self, work: Any) -> Any:
-            return await work(Tx())
-
-    inner = WithTx()
-    inner.memory = memory
-    wrapped = CodecStateStore(inner, TagCodec())
-
-    async def work(tx: Any) -> str:
-        await tx.save_checkpoint(make_cp("r1", 0, output="in-tx"))
-        return str(tx.raw)
-
-    assert await wrapped.transaction(work) == "native-handle"
-    raw = await memory.get_checkpoint("r1", 0)
-    assert raw is not None and raw.output == enc("in-tx")
+    await wrapped.ensure_schema()
 
 
 # ---------------------------------------------------------------- 3. ciphertext at rest (SQLite)

@@ -23,7 +23,6 @@ import sqlalchemy as sa
 from durably._core.aggregates import (
     CheckpointQuery,
     CheckpointStat,
-    aggregates_checkpoints,
     checkpoint_stats_of,
     query_checkpoints_of,
     stat_sort_key,
@@ -36,7 +35,6 @@ from durably._core.models import (
     StepError,
     replace,
 )
-from durably._store.protocol import SupportsCheckpointAggregates
 
 from .support import at, make_cp, make_run
 
@@ -145,10 +143,7 @@ def by_key(stats: list[CheckpointStat]) -> dict[tuple[str | None, str, str], Che
 
 
 async def test_aggregates_are_present_and_paired(store: Any) -> None:
-    assert aggregates_checkpoints(store)
-    assert isinstance(store, SupportsCheckpointAggregates)
     assert callable(store.checkpoint_stats) and callable(store.query_checkpoints)
-    assert not aggregates_checkpoints(object())
 
 
 # ------------------------------------------------------------------ checkpoint_stats

@@ -1,5 +1,5 @@
-"""StateStore conformance: the bulk operations of fans (`SupportsBulkFans`, durably;
-store.md §3.6 `register_child_waits`) on every first-party store.
+"""StateStore conformance: the bulk operations of fans (`register_child_waits`,
+`create_runs`, `deliver_signals`, `fold_checkpoints`, `claim_runs`) on every first-party store.
 
 Each test takes the parametrized `store` fixture (see conftest.py).
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from durably._core.models import ChildWait, RunQuery, SignalWaiter, replace
-from durably._store.protocol import BULK_CHUNK, SupportsBulkFans
+from durably._store.protocol import BULK_CHUNK, StateStore
 
 from .support import T0, at, make_cp, make_run
 
 
 async def test_register_child_waits_upserts_waiters_and_never_overwrites_rows(store: Any) -> None:
-    assert isinstance(store, SupportsBulkFans)
+    assert isinstance(store, StateStore)
     await store.create_run(make_run("p"))
     done = make_cp("p", 1, name="signal:child:c1", kind="signal", status="completed", output=7)
     await store.save_checkpoint(done)

@@ -1,15 +1,9 @@
-"""StateStore conformance: `claim_pending_runs` (SupportsClaimPending, issue #3).
-
-Optional method: every case runs for each store of the `store` fixture that has it (looked up
-with `getattr`, like the engine does) and is skipped for a store that does not.
-"""
+"""StateStore conformance: `claim_pending_runs` (engines sharing a database split the backlog)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
-
-import pytest
 
 from durably._core.models import WorkflowRun
 
@@ -20,10 +14,7 @@ UNTIL = NOW + 30_000
 
 
 def claimer(store: ConformantStore) -> Any:
-    claim = getattr(store, "claim_pending_runs", None)
-    if claim is None:
-        pytest.skip(f"{type(store).__name__} has no claim_pending_runs")
-    return claim
+    return store.claim_pending_runs
 
 
 def run_ids(runs: list[WorkflowRun]) -> list[str]:

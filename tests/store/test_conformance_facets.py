@@ -18,7 +18,7 @@ from durably._read.list_models import (
     RunValueFacetOptions,
     RunValueFacetRow,
 )
-from durably._store.protocol import SupportsLeaseOwners, SupportsRunFacets
+from durably._store.protocol import StateStore
 from tests.store.support import at, make_run
 
 
@@ -69,8 +69,8 @@ async def seed(store: Any) -> None:
 
 
 async def test_stores_declare_the_facet_protocols(store: Any) -> None:
-    assert isinstance(store, SupportsRunFacets)
-    assert isinstance(store, SupportsLeaseOwners)
+    assert isinstance(store, StateStore)
+    assert callable(store.run_facets) and callable(store.lease_owners)
 
 
 # ------------------------------------------------------------------ run facets

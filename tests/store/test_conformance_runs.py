@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from durably._core.models import AttributeFilter, BufferedSignal, RunQuery, SignalWaiter, StepError
-from durably._store.protocol import StateStore
+from durably._store.protocol import StateStore, missing_store_methods, require_store
 
 from .support import T0, ConformantStore, at, ids, make_cp, make_run
 
@@ -20,18 +20,8 @@ from .support import T0, ConformantStore, at, ids, make_cp, make_run
 
 async def test_store_satisfies_protocols(store: ConformantStore) -> None:
     assert isinstance(store, StateStore)
-    for name in (
-        "save_checkpoint_if_pending",
-        "save_checkpoints_if_pending",
-        "count_runs",
-        "get_latest_checkpoint_by_name",
-        "list_checkpoints_by_name_prefix",
-        "count_checkpoints",
-        "renew_run_locks",
-        "release_locks_of",
-        "claim_run",
-    ):
-        assert callable(getattr(store, name, None)), name
+    assert missing_store_methods(store) == []
+    assert require_store(store) is store
 
 
 async def test_create_then_get_returns_workflow_and_json_input(store: ConformantStore) -> None:

@@ -1,17 +1,15 @@
-"""Store-level checkpoint aggregates (store.md §3.2 `checkpoint_stats` / `query_checkpoints`,
-§13 helpers; 0.79).
+"""Store-level checkpoint aggregates: `checkpoint_stats` and `query_checkpoints`.
 
 - `CheckpointStat`: one bucket of `checkpoint_stats`, per distinct `(group, status, name_kind)`
   among a run's checkpoints.
 - `CheckpointQuery`: the filters and paging of `query_checkpoints`.
 - `checkpoint_stats_of` / `query_checkpoints_of`: the in-memory reference semantics over a list
   of checkpoints (what the in-memory store runs, and what the SQL stores must agree with).
-- `aggregates_checkpoints(store)`: both methods present (the pairing rule of store.md §2).
 
 The store returns these aggregates only. Which members of a fan failed (a completed
 `signal:child:` row whose completion has `ok: false`, or a failed completion inside a folded
 `fan:` row) lives in payloads, which a `GROUP BY` never reads: the read side derives it from
-the rows `query_checkpoints` returns (run-detail.md §10.1).
+the rows `query_checkpoints` returns.
 """
 
 from __future__ import annotations
@@ -34,13 +32,13 @@ NAME_KINDS: tuple[NameKind, ...] = ("child", "folded", "spawn", "step")
 
 
 def name_kind(name: str) -> NameKind:
-    """`checkpoint_name_kind` typed as its `Literal` (store.md §13)."""
+    """`checkpoint_name_kind` typed as its `Literal`."""
     return cast(NameKind, checkpoint_name_kind(name))
 
 
 @dataclass(frozen=True, slots=True)
 class CheckpointStat:
-    """One `checkpoint_stats` bucket (store.md §3.2): the checkpoints of one run sharing
+    """One `checkpoint_stats` bucket: the checkpoints of one run sharing
     `(parallelGroup, status, nameKind)`. `group` is None for ungrouped checkpoints."""
 
     group: str | None
@@ -111,7 +109,7 @@ def stat_sort_key(stat: CheckpointStat) -> tuple[bool, str, str, str]:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointQuery:
-    """Filters of `query_checkpoints` (store.md §3.2). Every field is optional; an absent
+    """Filters of `query_checkpoints`. Every field is optional; an absent
     (None) filter does not narrow; all present filters are ANDed.
 
     - `group`: only checkpoints with this `parallelGroup`.
@@ -212,7 +210,7 @@ def checkpoint_filter(query: CheckpointQuery) -> Callable[[StepCheckpoint], bool
 def query_checkpoints_of(
     checkpoints: Iterable[StepCheckpoint], query: CheckpointQuery | Mapping[str, Any] | None
 ) -> list[StepCheckpoint]:
-    """store.md §13: sort by seq, apply the filters, then `offset`/`limit`."""
+    """Sort by seq, apply the filters, then `offset`/`limit`."""
     q = as_checkpoint_query(query)
     keep = checkpoint_filter(q)
     rows = [cp for cp in sorted(checkpoints, key=lambda cp: cp.seq) if keep(cp)]
@@ -223,7 +221,7 @@ def query_checkpoints_of(
 def checkpoint_stats_of(
     checkpoints: Iterable[StepCheckpoint], group: str | None = None
 ) -> list[CheckpointStat]:
-    """store.md §13: bucket by `(parallelGroup or None, status, name_kind)` (only `group`'s
+    """Bucket by `(parallelGroup or None, status, name_kind)` (only `group`'s
     checkpoints when it is given) and aggregate each bucket. Names compare by code point.
     Buckets come back ordered by `min_seq` (callers must not depend on any order)."""
     buckets: dict[tuple[str | None, str, NameKind], list[StepCheckpoint]] = {}
@@ -254,21 +252,11 @@ def checkpoint_stats_of(
     return stats
 
 
-def aggregates_checkpoints(store: object) -> bool:
-    """store.md §13: true iff the store has both `checkpoint_stats` and `query_checkpoints`
-    (the read side takes the aggregate path only then)."""
-    return (
-        getattr(store, "checkpoint_stats", None) is not None
-        and getattr(store, "query_checkpoints", None) is not None
-    )
-
-
 __all__ = [
     "NAME_KINDS",
     "CheckpointQuery",
     "CheckpointStat",
     "NameKind",
-    "aggregates_checkpoints",
     "as_checkpoint_query",
     "checkpoint_filter",
     "checkpoint_stats_of",

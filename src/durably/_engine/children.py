@@ -11,8 +11,8 @@
   completion always opens it). So a parent waiting on N children costs O(N) store work in
   total, never O(N²), and one replay per settled wave at most.
 
-Every bulk store method is optional (`SupportsBulkFans`); without it these fall back to the
-per-row methods with the same results.
+The bulk store methods (`register_child_waits`, `create_runs`, `deliver_signals`) are part
+of the store contract: every store has them.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from durably._core.models import (
     RunStatus,
     StepCheckpoint,
     WorkflowRun,
-    delivered_signal,
     now_utc,
     utc_from_ms,
 )
@@ -49,55 +48,23 @@ log = logging.getLogger("durably")
 MAILBOX_BATCH = 1000
 
 
-# ------------------------------------------------------------------ store fallbacks
+# ------------------------------------------------------------------ store calls
 
 
 async def register_waits(store: Any, waits: Sequence[ChildWait]) -> None:
-    bulk = getattr(store, "register_child_waits", None)
-    if bulk is not None:
-        await bulk(waits)
-        return
-    for wait in waits:  # store.md §4 fallback: per entry put waiter + save placeholder
-        await store.put_signal_waiter(wait.waiter)
-        if wait.placeholder is not None:
-            existing = await store.get_checkpoint(wait.placeholder.run_id, wait.placeholder.seq)
-            if existing is None:
-                await store.save_checkpoint(wait.placeholder)
+    await store.register_child_waits(waits)
 
 
 async def _create_runs(store: Any, new_runs: Sequence[WorkflowRun]) -> list[str | None]:
-    bulk = getattr(store, "create_runs", None)
-    if bulk is not None:
-        result: list[str | None] = await bulk(new_runs)
-        return result
-    out: list[str | None] = []
-    for run in new_runs:
-        try:
-            await store.create_run(run)
-            out.append(None)
-        except Exception:
-            existing = await store.get_run(run.id)
-            if existing is None:
-                raise
-            out.append(existing.workflow)
-    return out
+    result: list[str | None] = await store.create_runs(new_runs)
+    return result
 
 
 async def deliver_signals(
     store: Any, payloads: Sequence[tuple[str, JSONValue]], at: datetime
 ) -> list[StepCheckpoint]:
-    bulk = getattr(store, "deliver_signals", None)
-    if bulk is not None:
-        written: list[StepCheckpoint] = await bulk(payloads, at)
-        return written
-    out: list[StepCheckpoint] = []
-    for token, payload in dict(payloads).items():
-        waiter = await store.take_signal_waiter(token)
-        if waiter is not None:
-            cp = delivered_signal(waiter, payload, at)
-            await store.save_checkpoint(cp)
-            out.append(cp)
-    return out
+    written: list[StepCheckpoint] = await store.deliver_signals(payloads, at)
+    return written
 
 
 # ------------------------------------------------------------------ bulk child start
@@ -261,9 +228,7 @@ async def _barrier_closed(engine: Engine, run_id: str, cps: list[StepCheckpoint]
     member of each touched fan is still `running` (one count per fan per batch). A barrier
     that cannot be read counts as open (a spare wake replays harmlessly; a lost one would
     strand the run)."""
-    count = getattr(engine.store, "count_checkpoints", None)
-    if count is None:
-        return False
+    count = engine.store.count_checkpoints
     ranges: set[tuple[int, int]] = set()
     for cp in cps:
         output = cp.output

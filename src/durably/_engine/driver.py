@@ -48,14 +48,7 @@ async def update_if_status(
     engine: Engine, run_id: str, patch: RunPatch, statuses: tuple[RunStatus, ...]
 ) -> bool:
     """A write that only lands while the run is still in one of `statuses`."""
-    conditional = getattr(engine.store, "update_run_if_status", None)
-    if conditional is not None:
-        return bool(await conditional(run_id, patch, statuses))
-    current = await engine.store.get_run(run_id)
-    if current is None or current.status not in statuses:
-        return False
-    await engine.store.update_run(run_id, patch)
-    return True
+    return await engine.store.update_run_if_status(run_id, patch, statuses)
 
 
 async def run_one(engine: Engine, run_id: str) -> bool:
@@ -69,17 +62,9 @@ async def run_one(engine: Engine, run_id: str) -> bool:
         return False
     now = engine.clock()
     lease_until = now + engine.lease_ms
-    claim = getattr(engine.store, "claim_run", None)
-    if claim is not None:
-        run: WorkflowRun | None = await claim(run_id, engine.instance_id, lease_until, now)
-        if run is None:
-            return False
-    else:
-        if not await engine.store.try_lock_run(run_id, engine.instance_id, lease_until, now):
-            return False
-        run = await engine.store.get_run(run_id)
-        if run is None:
-            return False
+    run = await engine.store.claim_run(run_id, engine.instance_id, lease_until, now)
+    if run is None:
+        return False
     if run_id in engine.executions:  # raced with another local dispatch
         return True
     await drive(engine, run)

@@ -206,9 +206,7 @@ class Engine(ReadApi, SignalApi):
         async with self._open_lock:
             if self._opened:
                 return
-            ensure = getattr(self.store, "ensure_schema", None)
-            if ensure is not None:
-                await ensure()
+            await self.store.ensure_schema()
             if self._explicit_instance and self.drive_runs:
                 await self._take_instance()
             self._executor = ThreadPoolExecutor(
@@ -229,24 +227,20 @@ class Engine(ReadApi, SignalApi):
         gone (the store's instance hold), its leases are void and its runs ours at once. A
         LIVE predecessor (a rolling restart) is waited for — two live processes never share
         an instance_id, which would let each renew and release the other's leases."""
-        hold = getattr(self.store, "hold_instance", None)
-        if hold is not None:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + self.instance_wait_ms / 1000.0
-            while True:
-                self._instance_hold = await hold(self.instance_id)
-                if self._instance_hold is not None:
-                    break
-                if loop.time() >= deadline:
-                    raise RuntimeError(
-                        f"instance_id {self.instance_id!r} is held by another live process; "
-                        f"gave up after {self.instance_wait_ms}ms (give each live process "
-                        "its own instance_id, or stop the other one first)"
-                    )
-                await asyncio.sleep(0.05)
-        release = getattr(self.store, "release_locks_of", None)
-        if release is not None:
-            await release(self.instance_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.instance_wait_ms / 1000.0
+        while True:
+            self._instance_hold = await self.store.hold_instance(self.instance_id)
+            if self._instance_hold is not None:
+                break
+            if loop.time() >= deadline:
+                raise RuntimeError(
+                    f"instance_id {self.instance_id!r} is held by another live process; "
+                    f"gave up after {self.instance_wait_ms}ms (give each live process "
+                    "its own instance_id, or stop the other one first)"
+                )
+            await asyncio.sleep(0.05)
+        await self.store.release_locks_of(self.instance_id)
 
     async def close(self) -> None:
         """Drain in-flight turns, stop the loops and close an owned store."""
@@ -284,9 +278,7 @@ class Engine(ReadApi, SignalApi):
             await self._close_store()
 
     async def _close_store(self) -> None:
-        close = getattr(self.store, "close", None)
-        if close is not None:
-            await close()
+        await self.store.close()
 
     async def drain(self, timeout: float | None = None) -> None:
         """Stop taking work, evict parked runs, wait for turns to finish (or `timeout`)."""

@@ -298,14 +298,7 @@ class Execution:
     async def _write_status(self, patch: RunPatch) -> None:
         """A conditional status write: a run settled elsewhere (say, cancelled by another
         process) is never resurrected; this turn stops instead (engine.md §1.8)."""
-        conditional = getattr(self.engine.store, "update_run_if_status", None)
-        if conditional is not None:
-            written = await self.store.update_run_if_status(self.run_id, patch, LIVE_RUN_STATUSES)
-        else:
-            current = await self.store.get_run(self.run_id)
-            written = current is not None and current.status in LIVE_RUN_STATUSES
-            if written:
-                await self.store.update_run(self.run_id, patch)
+        written = await self.store.update_run_if_status(self.run_id, patch, LIVE_RUN_STATUSES)
         if not written:
             self.cancelled = True
             raise RunEvicted()

@@ -300,8 +300,7 @@ async def _fold_wave(
     own row, so `requeue` can re-arm it in place and a failed-only page can list it. The
     fold is one transaction, idempotent under replay (a replay reads either form)."""
     head = ex.snapshot.get(first + wave.start)
-    fold = getattr(ex.engine.store, "fold_checkpoints", None)
-    if fold is None or (head is not None and head.name.startswith("fan:")):
+    if head is not None and head.name.startswith("fan:"):
         return
     cp = ex.instant(
         first + wave.start,

@@ -140,15 +140,7 @@ async def get_run_children(engine: Engine, run_id: str) -> list[str]:
     for waiter in await engine.store.list_signal_waiters("child:"):
         if waiter.run_id == run_id:
             ids[waiter.token[len("child:") :]] = None
-    lookup = getattr(engine.store, "list_checkpoints_by_name_prefix", None)
-    if lookup is not None:
-        rows = await lookup(run_id, list(CHILD_EDGE_PREFIXES))
-    else:
-        rows = [
-            c
-            for c in await engine.store.list_checkpoints(run_id)
-            if c.name.startswith(CHILD_EDGE_PREFIXES)
-        ]
+    rows = await engine.store.list_checkpoints_by_name_prefix(run_id, list(CHILD_EDGE_PREFIXES))
     for cp in rows:
         if cp.name.startswith("signal:child:"):
             ids[cp.name[len("signal:child:") :]] = None

@@ -49,15 +49,7 @@ async def run_pending(engine: Engine) -> int:
     """
     if engine.draining:
         return 0
-    claim = getattr(engine.store, "claim_pending_runs", None)
-    if claim is None:
-        runs = await engine.store.list_pending_runs(engine.pending_batch, engine.namespace)
-        count = 0
-        for run in runs:
-            if run.id not in engine.executions and run.id not in engine.dispatching:
-                engine.dispatch(run.id)
-                count += 1
-        return count
+    claim = engine.store.claim_pending_runs
     claimed = await _claim_local_backlog(engine)
     if engine.pending_backlog:
         return claimed  # no room left: the end of a turn kicks the next pick-up
@@ -86,10 +78,7 @@ async def _claim_local_backlog(engine: Engine) -> int:
     children, children.create_children): primary-key lookups instead of a scan of the
     pending backlog. Ids another engine took meanwhile are simply not returned."""
     backlog = engine.local_backlog
-    claim = getattr(engine.store, "claim_runs", None)
-    if claim is None:
-        backlog.clear()  # the generic pick-up below finds them
-        return 0
+    claim = engine.store.claim_runs
     claimed = 0
     engine.pending_backlog = False
     while backlog and not engine.draining:
@@ -111,11 +100,13 @@ async def recover_orphaned_suspended(engine: Engine) -> int:
     in its memory (resident runs keep their lease while they wait): at once, instead of at
     their `wakeAt` — for a signal or child wait the reconcile fallback, minutes away. A
     re-driven run replays and waits again; a wait that is still pending costs one replay."""
-    scan = getattr(engine.store, "list_orphaned_suspended", None)
-    if scan is None or engine.draining or not engine.drive_runs:
+    if engine.draining or not engine.drive_runs:
         return 0
     count = 0
-    for run in await scan(engine.clock(), engine.namespace, engine.pending_batch):
+    store = engine.store
+    for run in await store.list_orphaned_suspended(
+        engine.clock(), engine.namespace, engine.pending_batch
+    ):
         if run.id not in engine.executions and run.id not in engine.dispatching:
             engine.dispatch(run.id)  # run_one leases it (the old lease lapsed) and replays
             count += 1
@@ -195,13 +186,7 @@ async def recover_incomplete(engine: Engine) -> int:
 async def _lease_fresh(engine: Engine, run_id: str, now: int) -> WorkflowRun | None:
     """Lease a run and read it as it is NOW (one statement with `claim_run`)."""
     until = now + engine.lease_ms
-    claim = getattr(engine.store, "claim_run", None)
-    if claim is not None:
-        leased: WorkflowRun | None = await claim(run_id, engine.instance_id, until, now)
-        return leased
-    if not await engine.store.try_lock_run(run_id, engine.instance_id, until, now):
-        return None
-    return await engine.store.get_run(run_id)
+    return await engine.store.claim_run(run_id, engine.instance_id, until, now)
 
 
 async def resume_due_timers(engine: Engine) -> int:
@@ -266,18 +251,12 @@ async def renew_leases(engine: Engine) -> None:
     if not held:
         return
     until = engine.clock() + engine.lease_ms
-    bulk = getattr(engine.store, "renew_run_locks", None)
-    if bulk is not None:
-        renewed = await bulk(engine.instance_id, until)
-        if renewed >= len(held):
-            return
+    renewed = await engine.store.renew_run_locks(engine.instance_id, until)
+    if renewed >= len(held):
+        return
     lost: list[str] = []
     for run_id in held:
         if run_id not in engine.executions:
-            continue
-        if bulk is None:
-            if not await engine.store.renew_run_lock(run_id, engine.instance_id, until):
-                lost.append(run_id)
             continue
         run = await engine.store.get_run(run_id)
         if run is not None and run.locked_by != engine.instance_id and run_id in engine.executions:

@@ -60,10 +60,5 @@ async def publish_event(
 
 async def get_event(engine: Engine, run_id: str, key: str) -> Any:
     """engine.md §3.13: the latest value `ctx.set_event(key, …)` recorded, or None."""
-    lookup = getattr(engine.store, "get_latest_checkpoint_by_name", None)
-    if lookup is not None:
-        cp = await lookup(run_id, f"event:{key}")
-    else:
-        rows = [c for c in await engine.store.list_checkpoints(run_id) if c.name == f"event:{key}"]
-        cp = rows[-1] if rows else None
+    cp = await engine.store.get_latest_checkpoint_by_name(run_id, f"event:{key}")
     return cp.output if cp is not None else None

@@ -9,7 +9,7 @@ a matching `if_none_match` answers not-modified without reading the timeline. `g
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from durably._read import lists
@@ -36,6 +36,14 @@ class ReadApi:
 
     if TYPE_CHECKING:
         store: StateStore
+        namespace: str | None
+        drive_runs: bool
+        instance_id: str
+        lease_ms: int
+        max_concurrent_runs: int
+        executions: Mapping[str, Any]
+
+        def clock(self) -> int: ...
 
         async def get_run_children(self, run_id: str) -> list[str]: ...
 
@@ -107,10 +115,21 @@ class ReadApi:
         a timer; one waiter read for the whole list."""
         return await lists.waiting_for(self.store, run_ids)
 
-    async def worker_health(self, extra: Sequence[str] = ()) -> list[GroupHealth]:
-        """Worker groups and their health (run-detail.md §6); for in-process workers derived
-        from the live leases in the store (see `durably._read.lists.worker_health`)."""
-        return await lists.worker_health(self, extra=extra)
+    async def worker_health(self) -> list[GroupHealth]:
+        """Worker groups and their health, derived from the live leases in the store (see
+        `durably._read.lists.worker_health`); this engine is listed when it drives runs."""
+        local = None
+        if self.drive_runs:
+            local = lists.LocalWorker(
+                self.instance_id, self.max_concurrent_runs, len(self.executions)
+            )
+        return await lists.worker_health(
+            self.store,
+            now_ms=self.clock(),
+            lease_ms=self.lease_ms,
+            namespace=self.namespace,
+            local=local,
+        )
 
     async def count_runs(self, **query: Any) -> int:
         """How many runs match `query` (its page ignored): exact while the list is paged."""

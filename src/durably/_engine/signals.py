@@ -96,14 +96,7 @@ async def buffer_bounded(engine: Engine, token: str, payload: JSONValue) -> None
     """Buffer under the engine's TTL and caps (one store statement); over a cap nothing is
     stored and `SignalBufferFullError` says which cap and how to raise it."""
     policy = engine.signal_buffer
-    bounded = getattr(engine.store, "buffer_signal_bounded", None)
-    if bounded is None:
-        # A store written before the bounds existed: refuse rather than buffer unbounded.
-        raise NotImplementedError(
-            f"the store {type(engine.store).__name__} cannot bound buffered signals (it has no "
-            "buffer_signal_bounded); deliver with buffer=False, or use a durably store"
-        )
-    refused = await bounded(
+    refused = await engine.store.buffer_signal_bounded(
         token,
         payload,
         ttl_ms=policy.ttl_ms,
@@ -127,11 +120,8 @@ async def sweep_expired_signals(engine: Engine) -> int:
     if now < policy.next_sweep_ms:
         return 0
     policy.next_sweep_ms = now + SWEEP_EVERY_MS
-    purge = getattr(engine.store, "purge_buffered_signals", None)
-    if purge is None:
-        return 0  # a store without bounded buffering has nothing that expires
     try:
-        removed = int(await purge(expired_only=True))
+        removed = await engine.store.purge_buffered_signals(expired_only=True)
     except Exception:
         log.exception("purging expired buffered signals failed; retrying at the next sweep")
         return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from durably._store.protocol import StateStore
+from durably._store.protocol import StateStore, require_store
 
 
 def open_store(store: Any) -> tuple[StateStore, bool]:
@@ -27,4 +27,4 @@ def open_store(store: Any) -> tuple[StateStore, bool]:
         from durably._store.sql import SqlStateStore
 
         return SqlStateStore(store), False
-    return store, False
+    return require_store(store), False  # a partial store fails here, naming what it lacks

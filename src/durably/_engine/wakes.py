@@ -33,8 +33,7 @@ class WakeLink:
         return self._bus is not None
 
     async def open(self) -> None:
-        make_bus = getattr(self._engine.store, "wake_bus", None)
-        bus = make_bus() if make_bus is not None else None
+        bus = self._engine.store.wake_bus()  # None: the store has no cross-process channel
         if bus is not None:
             await bus.start(self._on_wake)
             self._bus = bus

@@ -1,10 +1,9 @@
-"""Read-side data objects for run lists, facets, wait descriptors and worker health
-(run-detail.md §2–§6).
+"""Read-side data objects for run lists, wait descriptors and worker health.
 
-Same style as `durably._read.models`: immutable slotted dataclasses with snake_case
-attributes; `to_json()` / `from_json()` use the spec's camelCase keys and omit absent optional
-fields (never `null`), except the documented nullable ones (`RunFacetRow.origin`,
-`RunValueFacetRow.value`), which are always present.
+Immutable slotted dataclasses with snake_case attributes; `to_json()` / `from_json()` use
+camelCase keys and omit absent optional fields (never `null`). The facet rows a store returns
+(`RunFacetRow`, `RunValueFacetRow`, `LeaseOwnerRow`, ...) are defined in
+`durably._core.run_facets` and re-exported here.
 """
 
 from __future__ import annotations
@@ -13,7 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from durably._core.models import RunStatus, WorkflowRun
+from durably._core.models import WorkflowRun
+from durably._core.run_facets import (
+    COLUMN_AXES,
+    RUN_VALUE_FACET_LIMIT,
+    RUN_VALUE_FACET_SCAN,
+    LeaseOwnerRow,
+    RunFacetRow,
+    RunValueAxis,
+    RunValueFacetOptions,
+    RunValueFacetRow,
+)
 
 __all__ = [
     "COLUMN_AXES",
@@ -33,25 +42,16 @@ __all__ = [
     "WorkerStatus",
 ]
 
-#: run-detail.md §5 defaults.
-RUN_VALUE_FACET_LIMIT = 100
-RUN_VALUE_FACET_SCAN = 5000
-
 WaitingOn = Literal["signal", "webhook", "child", "breakpoint"]
-RunValueField = Literal[
-    "workflow", "status", "origin", "namespace", "tag", "attributeKey", "attributeValue"
-]
-#: The axes that are columns of `durable_workflow_runs` (`axis_is_run_column`).
-COLUMN_AXES: frozenset[str] = frozenset({"workflow", "status", "origin", "namespace"})
-_FIELDS: frozenset[str] = COLUMN_AXES | {"tag", "attributeKey", "attributeValue"}
 
 
-# ---------------------------------------------------------------- §2 list rows
+# ---------------------------------------------------------------- list rows
 
 
 @dataclass(frozen=True, slots=True)
 class RunWaiting:
-    """What an event-parked suspended run waits on (run-detail.md §2)."""
+    """What an event-parked suspended run waits on: a signal, a webhook, a child or a
+    breakpoint, and its name."""
 
     on: WaitingOn
     name: str
@@ -64,13 +64,13 @@ class RunWaiting:
         return cls(on=cast(WaitingOn, str(data["on"])), name=str(data["name"]))
 
 
-#: Payload fields a list row (`RunListRow`, run-detail.md §12.3) leaves out.
+#: Payload fields the HTTP list row leaves out (a list never ships payloads).
 _PAYLOAD_KEYS = ("input", "output", "error")
 
 
 @dataclass(frozen=True, slots=True)
 class RunListItem:
-    """`RunListItem = WorkflowRun + {waiting?}` (run-detail.md §2). The JSON is the run's own
+    """A listed run plus what it waits on, when it waits on something. The JSON is the run's own
     JSON with a `waiting` key when the run resolves to one."""
 
     run: WorkflowRun
@@ -83,7 +83,7 @@ class RunListItem:
         return out
 
     def to_row_json(self) -> dict[str, Any]:
-        """The HTTP list row (`RunListRow`, §12.3): no `input`, `output` or `error`."""
+        """The HTTP list row: no `input`, `output` or `error`."""
         out = self.to_json()
         for key in _PAYLOAD_KEYS:
             out.pop(key, None)
@@ -98,128 +98,7 @@ class RunListItem:
         )
 
 
-# ---------------------------------------------------------------- §4 run facets
-
-
-@dataclass(frozen=True, slots=True)
-class RunFacetRow:
-    """One `GROUP BY status, origin` cell (run-detail.md §4); `origin` None = unattributed
-    (always present in JSON, as `null`)."""
-
-    status: RunStatus
-    origin: str | None
-    count: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "origin": self.origin, "count": self.count}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunFacetRow:
-        origin = data.get("origin")
-        return cls(
-            status=cast(RunStatus, str(data["status"])),
-            origin=origin if isinstance(origin, str) else None,
-            count=int(data["count"]),
-        )
-
-
-# ---------------------------------------------------------------- §5 value facets
-
-
-@dataclass(frozen=True, slots=True)
-class RunValueAxis:
-    """`{field}` or `{field: 'attributeValue', key}` (run-detail.md §5)."""
-
-    field: RunValueField
-    key: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.field not in _FIELDS:
-            raise ValueError(f"unknown run value facet field {self.field!r}")
-        if self.field == "attributeValue" and not isinstance(self.key, str):
-            raise ValueError("the attributeValue axis needs a `key`")
-
-    def to_json(self) -> dict[str, Any]:
-        if self.field == "attributeValue":
-            return {"field": self.field, "key": self.key}
-        return {"field": self.field}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunValueAxis:
-        key = data.get("key")
-        return cls(
-            field=cast(RunValueField, str(data["field"])),
-            key=key if isinstance(key, str) else None,
-        )
-
-    @classmethod
-    def of(cls, axis: RunValueAxis | Mapping[str, Any] | str) -> RunValueAxis:
-        """Accept an axis, its JSON mapping, or a bare field name (`'tag'`)."""
-        if isinstance(axis, RunValueAxis):
-            return axis
-        if isinstance(axis, str):
-            return cls(field=cast(RunValueField, axis))
-        return cls.from_json(axis)
-
-
-@dataclass(frozen=True, slots=True)
-class RunValueFacetOptions:
-    """`{limit?, scan?}` (run-detail.md §5); defaults 100 / 5000."""
-
-    limit: int | None = None
-    scan: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.limit is not None:
-            out["limit"] = self.limit
-        if self.scan is not None:
-            out["scan"] = self.scan
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunValueFacetOptions:
-        def pick(key: str) -> int | None:
-            v = data.get(key)
-            return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-        return cls(limit=pick("limit"), scan=pick("scan"))
-
-    @classmethod
-    def of(cls, opts: RunValueFacetOptions | Mapping[str, Any] | None) -> RunValueFacetOptions:
-        if opts is None:
-            return cls()
-        if isinstance(opts, RunValueFacetOptions):
-            return opts
-        return cls.from_json(opts)
-
-    @property
-    def effective_limit(self) -> int:
-        return self.limit if self.limit else RUN_VALUE_FACET_LIMIT
-
-    @property
-    def effective_scan(self) -> int:
-        return self.scan if self.scan else RUN_VALUE_FACET_SCAN
-
-
-@dataclass(frozen=True, slots=True)
-class RunValueFacetRow:
-    """`{value, count}` (run-detail.md §5); `value` None only for the origin axis's
-    unattributed bucket (always present in JSON)."""
-
-    value: str | None
-    count: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"value": self.value, "count": self.count}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunValueFacetRow:
-        value = data.get("value")
-        return cls(value=value if isinstance(value, str) else None, count=int(data["count"]))
-
-
-# ---------------------------------------------------------------- §6 worker health
+# ---------------------------------------------------------------- worker health
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +128,7 @@ class WorkerConcurrency:
 
 @dataclass(frozen=True, slots=True)
 class WorkerStatus:
-    """`WorkerStatus` (run-detail.md §6). Only `concurrency`/`inFlight` are required; the
+    """What one worker reports about itself. Only `concurrency`/`inFlight` are required; the
     best-effort measurements are omitted when unmeasured."""
 
     concurrency: WorkerConcurrency
@@ -301,7 +180,8 @@ class WorkerStatus:
 
 @dataclass(frozen=True, slots=True)
 class WorkerHeartbeat:
-    """`{group, instanceId, lastBeatAt: ms, status?}` (run-detail.md §6)."""
+    """One live worker of a group: its instance id, when it was last seen alive (epoch
+    ms) and, for the asking engine itself, its status."""
 
     group: str
     instance_id: str
@@ -331,7 +211,7 @@ class WorkerHeartbeat:
 
 @dataclass(frozen=True, slots=True)
 class GroupHealth:
-    """`{group, depth, liveWorkers, kind?}` (run-detail.md §6)."""
+    """One worker group: its backlog (`depth`) and the workers seen alive in it."""
 
     group: str
     depth: int
@@ -362,26 +242,3 @@ class GroupHealth:
             live_workers=tuple(WorkerHeartbeat.from_json(w) for w in data.get("liveWorkers", ())),
             kind=cast(Literal["workflow", "step"], kind) if kind else None,
         )
-
-
-# ---------------------------------------------------------------- leases (durably)
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseOwnerRow:
-    """(durably) One `GROUP BY namespace, locked_by` cell over live leases: `owner` holds
-    `runs` unexpired leases in `namespace`, the latest running until `lease_until` (ms).
-    What `worker_health` reads instead of a heartbeat table."""
-
-    namespace: str
-    owner: str
-    runs: int
-    lease_until: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "owner": self.owner,
-            "runs": self.runs,
-            "leaseUntil": self.lease_until,
-        }

@@ -1,6 +1,6 @@
 """The store-aggregate read path.
 
-Used when `aggregates_checkpoints(store)`: the same answers as the in-memory reference
+Every store aggregates its checkpoints; this path gives the same answers as the in-memory reference
 (`summarize.py`: `summarize_run_in_memory` / `page_fan`) for the same rows, read from one
 `GROUP BY` (`checkpoint_stats`) plus a bounded number of rows (`query_checkpoints`, filtered
 and paged by the store). It never calls `list_checkpoints`. What it reads:

@@ -1,8 +1,9 @@
-"""The payload codec wrapper (store.md §11): `CodecStateStore(inner, codec)`.
+"""The payload codec wrapper: `CodecStateStore(inner, codec)`.
 
 A `Codec` turns a JSON payload into another JSON value at rest and back (`encode`/`decode`,
 synchronous, exact inverses; `None` is never passed to it and stays `None`). The wrapper
-encodes on every write and decodes on every read of:
+implements the whole `StateStore` contract over any complete store, encoding on every write
+and decoding on every read of:
 
 - run `input`/`output` (create, update when the key is in the patch, every run read);
 - checkpoint `input`/`output` (every checkpoint write and read, bulk ones included);
@@ -14,25 +15,18 @@ tags, search attributes, namespace, origin, timestamps, `error` (a structured er
 readable), checkpoint `events`, waiter rows, and every aggregate (counts, facets,
 `checkpoint_stats`), which read no payload.
 
-Optional methods (store.md §2) exist on the wrapper only when the inner store has them,
-so `getattr(wrapper, name, None)` answers exactly as it would on the inner store and the
-engine keeps its fallbacks. The exceptions are the ones §11 names as always present:
-`ensure_schema` (a no-op without the inner one), `get_latest_checkpoint_by_name` and
-`list_checkpoints_by_name_prefix` (the inner targeted read, else a `list_checkpoints` scan
-that decodes only the matches) and `transaction` (raises without the inner one). Optional
-methods this module does not know are NOT forwarded — a payload-carrying method the wrapper
-cannot encode must look absent rather than write cleartext — while plain data attributes
-(test hooks such as `statement_count`) are readable through the wrapper.
+Methods outside the contract are NOT forwarded — a payload-carrying method the wrapper
+cannot encode must fail rather than write cleartext — while plain data attributes (test
+hooks such as `statement_count`) are readable through the wrapper.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from durably._core.aggregates import CheckpointQuery
+from durably._core.aggregates import CheckpointQuery, CheckpointStat
 from durably._core.buffered_signals import BufferedSignalInfo, BufferScope
 from durably._core.models import (
     BufferedEvent,
@@ -47,11 +41,19 @@ from durably._core.models import (
     WorkflowRun,
     replace,
 )
+from durably._core.run_facets import (
+    LeaseOwnerRow,
+    RunFacetRow,
+    RunValueAxis,
+    RunValueFacetOptions,
+    RunValueFacetRow,
+)
+from durably._store.protocol import InstanceHold, StateStore, WakeBus, require_store
 
 
 @runtime_checkable
 class Codec(Protocol):
-    """store.md §11: `decode(encode(v)) == v` for every JSON value `v` other than None.
+    """`decode(encode(v)) == v` for every JSON value `v` other than None.
     The encoded form must itself be JSON (it is stored in the payload's JSON column)."""
 
     def encode(self, value: JSONValue) -> JSONValue: ...
@@ -62,53 +64,12 @@ class CodecError(ValueError):
     """A stored value could not be decoded (wrong key, tampered or foreign data)."""
 
 
-# Optional methods that carry payloads: bound (to the `_`-prefixed implementation below)
-# only when the inner store has them.
-_ENCODING_OPTIONAL = (
-    "save_checkpoint_if_pending",
-    "save_checkpoints_if_pending",
-    "query_checkpoints",
-    "update_run_if_status",
-    "claim_run",
-    "claim_runs",
-    "claim_pending_runs",
-    "list_orphaned_suspended",
-    "register_child_waits",
-    "create_runs",
-    "deliver_signals",
-    "fold_checkpoints",
-)
-
-# Optional methods that read or write no payload: the inner bound method itself, when present.
-_VERBATIM_OPTIONAL = (
-    "count_runs",
-    "count_checkpoints",
-    "checkpoint_stats",
-    "run_facets",
-    "run_value_facets",
-    "lease_owners",
-    "prune_terminal_runs",
-    "renew_run_locks",
-    "release_locks_of",
-    "hold_instance",
-    "wake_bus",
-    "close",
-)
-
-
 class CodecStateStore:
-    """store.md §11. `inner` is any StateStore; `codec` any `Codec`."""
+    """Any complete `StateStore` (`inner`) with its payloads encoded by `codec` at rest."""
 
     def __init__(self, inner: Any, codec: Codec):
-        self._inner = inner
+        self._inner: StateStore = require_store(inner)
         self._codec = codec
-        for name in _ENCODING_OPTIONAL:
-            if getattr(inner, name, None) is not None:
-                setattr(self, name, getattr(self, f"_{name}"))
-        for name in _VERBATIM_OPTIONAL:
-            method = getattr(inner, name, None)
-            if method is not None:
-                setattr(self, name, method)
 
     @property
     def inner(self) -> Any:
@@ -179,12 +140,13 @@ class CodecStateStore:
     def _cps_out(self, cps: Sequence[StepCheckpoint]) -> list[StepCheckpoint]:
         return [self._cp_out(cp) for cp in cps]
 
-    # ------------------------------------------------------------------ runs (§3.1)
+    # ------------------------------------------------------------------ runs
 
     async def ensure_schema(self) -> None:
-        ensure = getattr(self._inner, "ensure_schema", None)
-        if ensure is not None:
-            await ensure()
+        await self._inner.ensure_schema()
+
+    async def close(self) -> None:
+        await self._inner.close()
 
     async def create_run(self, run: WorkflowRun) -> None:
         await self._inner.create_run(self._run_in(run))
@@ -199,16 +161,16 @@ class CodecStateStore:
     async def delete_run(self, run_id: str) -> None:
         await self._inner.delete_run(run_id)
 
-    async def _update_run_if_status(
+    async def update_run_if_status(
         self, run_id: str, patch: RunPatch, statuses: Sequence[RunStatus]
     ) -> bool:
         return bool(await self._inner.update_run_if_status(run_id, self._patch_in(patch), statuses))
 
-    async def _create_runs(self, runs: Sequence[WorkflowRun]) -> list[str | None]:
+    async def create_runs(self, runs: Sequence[WorkflowRun]) -> list[str | None]:
         result: list[str | None] = await self._inner.create_runs([self._run_in(r) for r in runs])
         return result
 
-    # ------------------------------------------------------------------ checkpoints (§3.2)
+    # ------------------------------------------------------------------ checkpoints
 
     async def get_checkpoint(self, run_id: str, seq: int) -> StepCheckpoint | None:
         cp: StepCheckpoint | None = self._cp_out(await self._inner.get_checkpoint(run_id, seq))
@@ -221,50 +183,42 @@ class CodecStateStore:
         return self._cps_out(await self._inner.list_checkpoints(run_id))
 
     async def get_latest_checkpoint_by_name(self, run_id: str, name: str) -> StepCheckpoint | None:
-        lookup = getattr(self._inner, "get_latest_checkpoint_by_name", None)
-        if lookup is not None:
-            found: StepCheckpoint | None = self._cp_out(await lookup(run_id, name))
-            return found
-        latest: StepCheckpoint | None = None
-        for cp in await self._inner.list_checkpoints(run_id):
-            if cp.name == name and (latest is None or cp.seq > latest.seq):
-                latest = cp
-        hit: StepCheckpoint | None = self._cp_out(latest)
-        return hit
+        found: StepCheckpoint | None = self._cp_out(
+            await self._inner.get_latest_checkpoint_by_name(run_id, name)
+        )
+        return found
 
     async def list_checkpoints_by_name_prefix(
         self, run_id: str, prefixes: Sequence[str]
     ) -> list[StepCheckpoint]:
-        if not prefixes:
-            return []
-        lookup = getattr(self._inner, "list_checkpoints_by_name_prefix", None)
-        if lookup is not None:
-            return self._cps_out(await lookup(run_id, prefixes))
-        wanted = tuple(prefixes)
-        rows = [
-            cp for cp in await self._inner.list_checkpoints(run_id) if cp.name.startswith(wanted)
-        ]
-        rows.sort(key=lambda cp: cp.seq)
-        return self._cps_out(rows)
+        return self._cps_out(await self._inner.list_checkpoints_by_name_prefix(run_id, prefixes))
 
-    async def _save_checkpoint_if_pending(self, cp: StepCheckpoint) -> bool:
+    async def count_checkpoints(
+        self, run_id: str, from_seq: int, to_seq: int, statuses: Sequence[str]
+    ) -> int:
+        return await self._inner.count_checkpoints(run_id, from_seq, to_seq, statuses)
+
+    async def checkpoint_stats(self, run_id: str, group: str | None = None) -> list[CheckpointStat]:
+        return await self._inner.checkpoint_stats(run_id, group)
+
+    async def save_checkpoint_if_pending(self, cp: StepCheckpoint) -> bool:
         return bool(await self._inner.save_checkpoint_if_pending(self._cp_in(cp)))
 
-    async def _save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
+    async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
         result: list[bool] = await self._inner.save_checkpoints_if_pending(
             [self._cp_in(cp) for cp in cps]
         )
         return result
 
-    async def _query_checkpoints(self, run_id: str, query: CheckpointQuery) -> list[StepCheckpoint]:
+    async def query_checkpoints(self, run_id: str, query: CheckpointQuery) -> list[StepCheckpoint]:
         return self._cps_out(await self._inner.query_checkpoints(run_id, query))
 
-    async def _fold_checkpoints(
+    async def fold_checkpoints(
         self, run_id: str, first_seq: int, last_seq: int, cp: StepCheckpoint
     ) -> None:
         await self._inner.fold_checkpoints(run_id, first_seq, last_seq, self._cp_in(cp))
 
-    async def _register_child_waits(self, waits: Sequence[ChildWait]) -> None:
+    async def register_child_waits(self, waits: Sequence[ChildWait]) -> None:
         await self._inner.register_child_waits(
             [
                 w if w.placeholder is None else replace(w, placeholder=self._cp_in(w.placeholder))
@@ -272,7 +226,7 @@ class CodecStateStore:
             ]
         )
 
-    async def _deliver_signals(
+    async def deliver_signals(
         self, payloads: Sequence[tuple[str, JSONValue]], at: datetime
     ) -> list[StepCheckpoint]:
         encoded = [(token, self._enc(payload)) for token, payload in payloads]
@@ -293,7 +247,7 @@ class CodecStateStore:
     ) -> list[WorkflowRun]:
         return self._runs_out(await self._inner.list_due_timers(now_ms, namespace, limit))
 
-    async def _list_orphaned_suspended(
+    async def list_orphaned_suspended(
         self, now_ms: int, namespace: str | None = None, limit: int = 100
     ) -> list[WorkflowRun]:
         return self._runs_out(await self._inner.list_orphaned_suspended(now_ms, namespace, limit))
@@ -307,7 +261,19 @@ class CodecStateStore:
     async def renew_run_lock(self, run_id: str, owner: str, lease_until_ms: int) -> bool:
         return bool(await self._inner.renew_run_lock(run_id, owner, lease_until_ms))
 
-    async def _claim_run(
+    async def renew_run_locks(self, owner: str, lease_until_ms: int) -> int:
+        return await self._inner.renew_run_locks(owner, lease_until_ms)
+
+    async def release_locks_of(self, owner: str) -> int:
+        return await self._inner.release_locks_of(owner)
+
+    async def hold_instance(self, instance_id: str) -> InstanceHold | None:
+        return await self._inner.hold_instance(instance_id)
+
+    def wake_bus(self) -> WakeBus | None:
+        return self._inner.wake_bus()
+
+    async def claim_run(
         self, run_id: str, owner: str, lease_until_ms: int, now_ms: int
     ) -> WorkflowRun | None:
         run: WorkflowRun | None = self._run_out(
@@ -315,12 +281,12 @@ class CodecStateStore:
         )
         return run
 
-    async def _claim_runs(
+    async def claim_runs(
         self, ids: Sequence[str], owner: str, lease_until_ms: int, now_ms: int
     ) -> list[WorkflowRun]:
         return self._runs_out(await self._inner.claim_runs(ids, owner, lease_until_ms, now_ms))
 
-    async def _claim_pending_runs(
+    async def claim_pending_runs(
         self,
         owner: str,
         lease_until_ms: int,
@@ -408,48 +374,34 @@ class CodecStateStore:
     async def remove_buffered_event(self, event_id: str) -> bool:
         return bool(await self._inner.remove_buffered_event(event_id))
 
-    # ------------------------------------------------------------------ listing (§3.10)
+    # ------------------------------------------------------------------ listing and counting
 
     async def list_runs(self, query: RunQuery) -> list[WorkflowRun]:
         return self._runs_out(await self._inner.list_runs(query))
 
-    # ------------------------------------------------------------------ transaction (§3.9)
+    async def count_runs(self, query: RunQuery) -> int:
+        return await self._inner.count_runs(query)
 
-    async def transaction(self, work: Callable[[Any], Any]) -> Any:
-        """Run `work(tx)` in the inner store's transaction with `tx.save_checkpoint`
-        encoding; raises when the inner store has no transactions (store.md §11)."""
-        begin = getattr(self._inner, "transaction", None)
-        if begin is None:
-            raise NotImplementedError("the wrapped store does not support transactions")
+    async def run_facets(self, query: RunQuery) -> list[RunFacetRow]:
+        return await self._inner.run_facets(query)
 
-        async def wrapped(tx: Any) -> Any:
-            result = work(_CodecTransaction(tx, self))
-            return await result if inspect.isawaitable(result) else result
+    async def run_value_facets(
+        self,
+        axis: RunValueAxis,
+        query: RunQuery,
+        opts: RunValueFacetOptions | None = None,
+    ) -> list[RunValueFacetRow]:
+        return await self._inner.run_value_facets(axis, query, opts)
 
-        return await begin(wrapped)
-
-
-class _CodecTransaction:
-    """The `tx` a wrapped transaction hands to `work` (store.md §3.9): the inner `raw`
-    handle, and `save_checkpoint` encoding first. Nothing else is exposed."""
-
-    def __init__(self, tx: Any, store: CodecStateStore):
-        self._tx = tx
-        self._store = store
-
-    @property
-    def raw(self) -> Any:
-        return self._tx.raw
-
-    def save_checkpoint(self, cp: StepCheckpoint) -> Any:
-        return self._tx.save_checkpoint(self._store._cp_in(cp))
+    async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
+        return await self._inner.lease_owners(now_ms, namespace)
 
 
 def wrap_store(store: Any, codec: Codec | None) -> Any:
     """`Engine(codec=...)`: the store wrapped in a `CodecStateStore` (unchanged for None)."""
     if codec is None:
         return store
-    if not callable(getattr(codec, "encode", None)) or not callable(getattr(codec, "decode", None)):
+    if not isinstance(codec, Codec):
         raise TypeError("codec must have encode(value) and decode(value) methods")
     return CodecStateStore(store, codec)
 

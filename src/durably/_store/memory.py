@@ -1,17 +1,17 @@
-"""InMemoryStateStore: the reference StateStore (store.md §3, §12).
+"""InMemoryStateStore: the reference StateStore.
 
 Everything lives in plain dicts on the instance. Every method body runs without an `await`,
 so each call is atomic with respect to other asyncio tasks: compare-and-set, take-once and
 lease semantics need no lock.
 
-Parity with the SQL stores (store.md §5.3) is deliberate, so that tests written against this
+Parity with the SQL stores is deliberate, so that tests written against this
 store hold for the others:
 - payloads (`input`, `output`, `error.details`, event data, buffered payloads) must be strict
   JSON (no NaN/Infinity) and are stored as their JSON round trip, raising
   `SerializationError` otherwise, before anything is written;
 - datetimes are stored at millisecond precision in UTC;
 - `namespace=None` is written as `'default'`;
-- a missing run in `update_run` is a no-op (store.md §3.1, durably).
+- a missing run in `update_run` is a no-op.
 
 Every read returns a fresh copy: mutating a returned run's `search_attributes` or `input`
 never changes the store.
@@ -172,7 +172,7 @@ def _norm_checkpoint(cp: StepCheckpoint) -> StepCheckpoint:
         events=_norm_events(cp.events),
         started_at=started,
         finished_at=_ms(cp.finished_at),
-        # store.md §3.2: `enqueuedAt` absent is written as `startedAt`.
+        # `enqueuedAt` absent is written as `startedAt` (a step that was never queued).
         enqueued_at=_ms(cp.enqueued_at) if cp.enqueued_at is not None else started,
     )
 
@@ -214,22 +214,22 @@ def _norm_patch_value(run_id: str, key: str, value: Any) -> Any:
 
 
 class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySignalBuffer):
-    """The reference StateStore (store.md §12).
+    """The reference StateStore: what every other store must answer.
 
     Test hooks: `last_attribute_candidates`, `last_checkpoint_rows_read`,
-    `checkpoint_rows_read` (store.md §12) and `statement_count` (one per method call).
+    `checkpoint_rows_read` and `statement_count` (one per method call).
     """
 
     def __init__(self, *, clock: Callable[[], datetime] | None = None) -> None:
         self._clock: Callable[[], datetime] = clock or now_utc
         self._runs: dict[str, WorkflowRun] = {}
-        # run_id -> seq -> row (store.md §12 "runId:seq key", grouped by run for cheap scans)
+        # run_id -> seq -> row (keyed by (run_id, seq), grouped by run for cheap scans)
         self._checkpoints: dict[str, dict[int, StepCheckpoint]] = {}
         self._waiters: dict[str, SignalWaiter] = {}
-        # buffered signals: token -> FIFO of rows (store.md §3.7; memory_signals.py)
+        # buffered signals: token -> FIFO of rows (memory_signals.py)
         self._init_signal_buffer()
         self._events: dict[str, BufferedEvent] = {}
-        # attribute index: key -> run_id -> typed value (store.md §7.4)
+        # attribute index: key -> run_id -> typed value (narrows attribute filters)
         self._attr_index: dict[str, dict[str, AttributeValue]] = {}
 
         self._wake_handlers: list[WakeHandler] = []
@@ -262,7 +262,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
                     del self._attr_index[key]
 
     def _attribute_candidates(self, filters: Sequence[AttributeFilter]) -> set[str]:
-        """Index pass: intersect the per-filter candidate sets (store.md §7.4)."""
+        """Index pass: intersect the per-filter candidate sets."""
         candidates: set[str] | None = None
         for flt in filters:
             bucket = self._attr_index.get(flt.key, {})
@@ -289,7 +289,16 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
             return []
         return [rows[seq] for seq in sorted(rows)]
 
-    # ------------------------------------------------------------------ runs (§3.1)
+    # ------------------------------------------------------------------ lifecycle
+
+    async def ensure_schema(self) -> None:
+        """Nothing to create: the dicts exist from construction."""
+
+    async def close(self) -> None:
+        """Nothing to release; the rows stay readable (an engine may close a store it was
+        handed while the test that made it still inspects it)."""
+
+    # ------------------------------------------------------------------ runs
 
     async def create_run(self, run: WorkflowRun) -> None:
         self._tick()
@@ -300,7 +309,8 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
         self._index_attributes(run.id, stored.search_attributes)
 
     async def update_run(self, run_id: str, patch: RunPatch) -> None:
-        """Presence-based patch (store.md §3.1)."""
+        """Presence-based patch: a key absent from `patch` is left alone, a key set to None
+        clears the field."""
         self._tick()
         self._patch_run(run_id, patch)
 
@@ -328,7 +338,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
     async def update_run_if_status(
         self, run_id: str, patch: RunPatch, statuses: Sequence[RunStatus]
     ) -> bool:
-        """(durably) `update_run` only while the run's status is one of `statuses`."""
+        """`update_run` only while the run's status is one of `statuses`."""
         self._tick()
         current = self._runs.get(run_id)
         if current is None or current.status not in statuses:
@@ -351,7 +361,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
         for token in [t for t, w in self._waiters.items() if w.run_id == run_id]:
             del self._waiters[token]
 
-    # ------------------------------------------------------------------ checkpoints (§3.2)
+    # ------------------------------------------------------------------ checkpoints
 
     async def get_checkpoint(self, run_id: str, seq: int) -> StepCheckpoint | None:
         self._tick()
@@ -379,7 +389,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
         return True
 
     async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
-        """Batched CAS (0.79): per-entry results in order, all-or-nothing on failure."""
+        """Batched CAS: per-entry results in order, all-or-nothing on failure."""
         self._tick()
         if not cps:
             return []
@@ -430,7 +440,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
     async def count_checkpoints(
         self, run_id: str, from_seq: int, to_seq: int, statuses: Sequence[str]
     ) -> int:
-        """Rows with `from_seq <= seq <= to_seq` (both inclusive, durably) and a listed status."""
+        """Rows with `from_seq <= seq <= to_seq` (both inclusive) and a listed status."""
         self._tick()
         if not statuses:
             return 0
@@ -441,7 +451,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
             if from_seq <= seq <= to_seq and cp.status in wanted
         )
 
-    # ------------------------------------------------------------------ pick-up scans (§3.3)
+    # ------------------------------------------------------------------ pick-up scans
 
     async def list_incomplete_runs(self, namespace: str | None = None) -> list[WorkflowRun]:
         self._tick()
@@ -469,7 +479,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
     async def list_due_timers(
         self, now_ms: int, namespace: str | None = None, limit: int | None = None
     ) -> list[WorkflowRun]:
-        """Suspended runs with `wake_at <= now_ms`, ordered by (wake_at, id) (durably)."""
+        """Suspended runs with `wake_at <= now_ms`, ordered by (wake_at, id)."""
         self._tick()
         rows = [
             r
@@ -487,7 +497,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
     async def list_orphaned_suspended(
         self, now_ms: int, namespace: str | None = None, limit: int = 100
     ) -> list[WorkflowRun]:
-        """(durably) Suspended runs whose owner's lease lapsed (SupportsOrphanScan)."""
+        """Suspended runs whose owner's lease lapsed."""
         self._tick()
         rows = [
             r
@@ -501,7 +511,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
         rows.sort(key=lambda r: (r.locked_until or 0, r.id))
         return [_read_run(r) for r in rows[: max(limit, 0)]]
 
-    # ------------------------------------------------------------------ leases (§3.4)
+    # ------------------------------------------------------------------ leases
 
     def _try_lock(self, run_id: str, owner: str, lease_until_ms: int, now_ms: int) -> bool:
         run = self._runs.get(run_id)
@@ -532,7 +542,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
         self._runs[run_id] = dataclasses.replace(run, locked_until=lease_until_ms)
         return True
 
-    # --- durably bulk leases (protocol.SupportsBulkLeases)
+    # --- leases in bulk: one call per engine instance, not per run
 
     async def renew_run_locks(self, owner: str, lease_until_ms: int) -> int:
         self._tick()
@@ -568,7 +578,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
         limit: int,
         namespace: str | None = None,
     ) -> list[WorkflowRun]:
-        """(durably) Lease up to `limit` pending runs, oldest first (SupportsClaimPending)."""
+        """Lease up to `limit` pending runs, oldest first."""
         self._tick()
         rows = [
             r
@@ -587,7 +597,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
     async def claim_runs(
         self, ids: Sequence[str], owner: str, lease_until_ms: int, now_ms: int
     ) -> list[WorkflowRun]:
-        """(durably) Lease the listed runs still `pending` (SupportsBulkFans)."""
+        """Lease the listed runs still `pending`."""
         self._tick_chunks(len(ids))
         claimed = []
         for run_id in dict.fromkeys(ids):
@@ -598,18 +608,18 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
         return claimed
 
     async def hold_instance(self, instance_id: str) -> _MemoryHold | None:
-        """(durably) One live engine per `instance_id` on this store (SupportsInstanceHold)."""
+        """One live engine per `instance_id` on this store."""
         if instance_id in self._instance_holds:
             return None
         self._instance_holds.add(instance_id)
         return _MemoryHold(self._instance_holds, instance_id)
 
     def wake_bus(self) -> InMemoryWakeBus:
-        """(durably) Wake-ups between engines that share THIS store object (SupportsWakeBus):
+        """Wake-ups between engines that share THIS store object:
         the in-process analogue of PostgreSQL's LISTEN/NOTIFY."""
         return InMemoryWakeBus(self._wake_handlers)
 
-    # ------------------------------------------------------------------ waiters (§3.5)
+    # ------------------------------------------------------------------ waiters
 
     async def put_signal_waiter(self, waiter: SignalWaiter) -> None:
         """Upsert by token: a later put for the same token replaces the row."""
@@ -692,7 +702,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
         if current is not None and current.run_id == waiter.run_id and current.seq == waiter.seq:
             del self._waiters[waiter.token]
 
-    # ------------------------------------------------------------------ buffers (§3.7–3.8)
+    # ------------------------------------------------------------------ buffers
     # Buffered signals: memory_signals.MemorySignalBuffer.
 
     async def buffer_event(self, event: BufferedEvent) -> None:
@@ -712,7 +722,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
         self._tick()
         return self._events.pop(event_id, None) is not None
 
-    # ------------------------------------------------------------------ listing (§3.10, §6)
+    # ------------------------------------------------------------------ listing
 
     async def list_runs(self, query: RunQuery) -> list[WorkflowRun]:
         """Matching runs, newest first (created_at DESC, id DESC), then offset/limit."""
@@ -758,28 +768,10 @@ class InMemoryWakeBus:
 
 
 if TYPE_CHECKING:
-    from durably._store.protocol import (
-        StateStore,
-        SupportsBulkLeases,
-        SupportsCheckpointCAS,
-        SupportsCheckpointLookups,
-        SupportsClaimPending,
-        SupportsConditionalUpdate,
-        SupportsCountRuns,
-        SupportsInstanceHold,
-        SupportsWakeBus,
-        WakeBus,
-    )
+    from durably._store.protocol import StateStore, WakeBus
 
+    # mypy proves the reference store implements the whole contract.
     _as_state_store: StateStore = InMemoryStateStore()
-    _as_cas: SupportsCheckpointCAS = InMemoryStateStore()
-    _as_count: SupportsCountRuns = InMemoryStateStore()
-    _as_lookups: SupportsCheckpointLookups = InMemoryStateStore()
-    _as_bulk: SupportsBulkLeases = InMemoryStateStore()
-    _as_claim: SupportsClaimPending = InMemoryStateStore()
-    _as_conditional: SupportsConditionalUpdate = InMemoryStateStore()
-    _as_wake: SupportsWakeBus = InMemoryStateStore()
-    _as_hold: SupportsInstanceHold = InMemoryStateStore()
     _as_bus: WakeBus = InMemoryWakeBus([])
 
 

@@ -1,11 +1,11 @@
-"""Checkpoint aggregates of the in-memory reference store (store.md §3.2, §12, §13; 0.79).
+"""Checkpoint aggregates of the in-memory reference store.
 
 `checkpoint_stats` is `checkpoint_stats_of` over the run's rows and `query_checkpoints` is
 `query_checkpoints_of`: the reference answers the SQL stores must reproduce.
 
-Test hooks (store.md §12): `query_checkpoints` adds the rows it returns to
+Test hooks: `query_checkpoints` adds the rows it returns to
 `checkpoint_rows_read` and sets `last_checkpoint_rows_read`; `checkpoint_stats` returns no
-rows and adds nothing there. (durably) `checkpoint_stats_rows_read` counts the buckets every
+rows and adds nothing there. `checkpoint_stats_rows_read` counts the buckets every
 `checkpoint_stats` call returned — the rows a SQL store's `GROUP BY` sends back — so one test
 can compare the two store families.
 """
@@ -28,7 +28,7 @@ from durably._core.models import StepCheckpoint
 class MemoryCheckpointAggregates:
     """Mixed into `InMemoryStateStore` (which provides what is declared here)."""
 
-    #: (durably) buckets returned by `checkpoint_stats` since construction.
+    #: buckets returned by `checkpoint_stats` since construction.
     checkpoint_stats_rows_read: int = 0
 
     if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class MemoryCheckpointAggregates:
         def _run_checkpoints(self, run_id: str) -> list[StepCheckpoint]: ...
 
     async def checkpoint_stats(self, run_id: str, group: str | None = None) -> list[CheckpointStat]:
-        """One bucket per `(parallelGroup, status, nameKind)` (store.md §3.2), ordered by
+        """One bucket per `(parallelGroup, status, nameKind)` , ordered by
         `min_seq`; only `group`'s checkpoints when given."""
         self._tick()
         stats = checkpoint_stats_of(self._checkpoints.get(run_id, {}).values(), group)

@@ -1,4 +1,4 @@
-"""Buffered signals of the in-memory reference store (store.md §3.7 with durably's bounds).
+"""Buffered signals of the in-memory reference store, with their expiry and caps.
 
 The contract is written on `durably._store.protocol.StateStore`. Every method body runs
 without an `await`, so the cap check and the insert of `buffer_signal_bounded` are one atomic

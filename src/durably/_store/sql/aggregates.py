@@ -1,4 +1,4 @@
-"""Checkpoint aggregates of the SQL store (store.md §3.2, §13; 0.79), SQLite and PostgreSQL.
+"""Checkpoint aggregates of the SQL store, SQLite and PostgreSQL.
 
 - `checkpoint_stats` is ONE prebuilt `GROUP BY` statement (`Statements.cp_stats*`, built by
   `checkpoint_stats_statements`): it reads no payload column and sends back one row per
@@ -6,16 +6,17 @@
 - `query_checkpoints` filters, orders and pages in SQL (`query_checkpoints_statement`).
 
 Agreement with the in-memory reference (`checkpoint_stats_of`, `query_checkpoints_of`):
-- the name-kind `CASE` is store.md §13's, on `substr` (exact and case-sensitive, never LIKE);
+- the name-kind `CASE` mirrors `checkpoint_name_kind`, on `substr` (exact and
+  case-sensitive, never LIKE);
 - `MIN(name)`/`MAX(name)` compare by code point: SQLite's default BINARY collation already
   does (UTF-8 byte order); PostgreSQL takes `COLLATE "C"` so a database created with a
   linguistic collation (`en_US.UTF-8` ignores punctuation at the first level) agrees too;
 - `enqueued_at` NULL (an old row) is read as `started_at`, as `list_checkpoints` reads it.
 
-Test hooks, mirroring the in-memory store's (store.md §12): `checkpoint_rows_read` (cumulative)
+Test hooks, mirroring the in-memory store's: `checkpoint_rows_read` (cumulative)
 and `last_checkpoint_rows_read` count the rows `query_checkpoints` returned;
 `checkpoint_stats` returns no checkpoint rows and adds nothing there.
-`checkpoint_stats_rows_read` (durably) counts the rows the `GROUP BY` sent back (one per
+`checkpoint_stats_rows_read` counts the rows the `GROUP BY` sent back (one per
 bucket), which is what proves a 40 000-row run's stats cost O(buckets) rows on the wire.
 `_count_checkpoint_rows(n)` is there for the store's other checkpoint reads.
 """
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from durably._store.sql.dialect import SqlDialect
     from durably._store.sql.statements import Statements
 
-# store.md §13, in the order the CASE tests them.
+# The name prefixes of each kind, in the order the CASE tests them (first match wins).
 _NAME_KIND_PREFIXES: tuple[tuple[str, NameKind], ...] = (
     ("signal:child:", "child"),
     ("fan:", "folded"),
@@ -59,7 +60,7 @@ def _sql_literal(value: str | int) -> sa.ColumnElement[Any]:
 
 
 def name_kind_case(name: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
-    """store.md §13's `CASE WHEN substr(name,1,13) = 'signal:child:' THEN 'child' … END`."""
+    """`CASE WHEN substr(name,1,13) = 'signal:child:' THEN 'child' … END`."""
     whens = [
         (
             sa.func.substr(name, _sql_literal(1), _sql_literal(len(prefix)))
@@ -72,7 +73,7 @@ def name_kind_case(name: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
 
 
 def checkpoint_stats_statements(dialect: SqlDialect) -> tuple[sa.Select[Any], sa.Select[Any]]:
-    """(every group, one group) variants of store.md §13's reference `GROUP BY`; binds
+    """(every group, one group) variants of the aggregate `GROUP BY`; binds
     `run_id` (and `group`). Buckets ordered by their first seq (one total order: a seq lives
     in one bucket)."""
     c = checkpoints.c
@@ -126,7 +127,7 @@ def stat_from_row(row: Sequence[Any]) -> CheckpointStat:
 def query_checkpoints_statement(
     dialect: SqlDialect, run_id: str, query: CheckpointQuery
 ) -> sa.Select[Any] | None:
-    """store.md §3.2's reference `SELECT … ORDER BY seq LIMIT … OFFSET …`; None when the query
+    """The `SELECT … ORDER BY seq LIMIT … OFFSET …`; None when the query
     can match nothing (`statuses=[]`, `name_prefixes=[]`, `limit=0`): no statement needed."""
     c = checkpoints.c
     where: list[sa.ColumnElement[bool]] = [c.run_id == run_id]
@@ -159,11 +160,11 @@ def query_checkpoints_statement(
 class SqlCheckpointAggregates:
     """Mixed into `SqlStateStore` (which provides what is declared here)."""
 
-    #: rows returned by checkpoint reads since construction (store.md §12 mirror).
+    #: rows returned by checkpoint reads since construction (as the in-memory store counts them).
     checkpoint_rows_read: int = 0
     #: rows returned by the last counted checkpoint read.
     last_checkpoint_rows_read: int = 0
-    #: (durably) rows the `checkpoint_stats` GROUP BY sent back (one per bucket), cumulative.
+    #: rows the `checkpoint_stats` GROUP BY sent back (one per bucket), cumulative.
     checkpoint_stats_rows_read: int = 0
 
     if TYPE_CHECKING:
@@ -180,7 +181,7 @@ class SqlCheckpointAggregates:
             self.last_checkpoint_rows_read = n
 
     async def checkpoint_stats(self, run_id: str, group: str | None = None) -> list[CheckpointStat]:
-        """One bucket per `(parallelGroup, status, nameKind)` (store.md §3.2), ordered by
+        """One bucket per `(parallelGroup, status, nameKind)` , ordered by
         `min_seq`; only `group`'s checkpoints when given. One `GROUP BY` statement."""
         if group is None:
             found = await self._read_all(self._q.cp_stats, {"run_id": run_id})

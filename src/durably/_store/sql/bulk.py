@@ -1,9 +1,8 @@
-"""Multi-row operations of the SQL store, used by fans (engine.md §3.8, issue #4).
+"""Multi-row operations of the SQL store, used by fans.
 
 A fan of N members must cost O(N / batch) round trips, not O(N): these methods take a list
 and write it with one `executemany` (or look it up with one `IN` list) per chunk, inside
-one transaction where the contract asks for atomicity. Each is optional for a store (the
-engine falls back to the per-row methods, `_engine/bulk.py`); the in-memory reference store
+one transaction where the contract asks for atomicity. The in-memory reference store
 implements the same contracts.
 """
 
@@ -50,7 +49,7 @@ class BulkOps:
         async def _many(self, s: Session, stmt: Any, params: list[dict[str, Any]]) -> None: ...
 
     async def register_child_waits(self, waits: Sequence[ChildWait]) -> None:
-        """store.md §3.6 (durably's `ChildWait`): in ONE transaction, upsert every waiter and
+        """In ONE transaction, upsert every waiter and
         insert each placeholder whose `(run_id, seq)` has no row yet (an existing row, e.g. a
         completion already delivered, is never overwritten)."""
         if not waits:
@@ -75,7 +74,7 @@ class BulkOps:
         await self._cx.write(work, tx=True)
 
     async def create_runs(self, new_runs: Sequence[WorkflowRun]) -> list[str | None]:
-        """(durably) Insert every run whose id is free, in ONE transaction; for each entry,
+        """Insert every run whose id is free, in ONE transaction; for each entry,
         `None` when this call created it, else the workflow name of the run already holding
         the id (the caller decides between idempotent and conflicting)."""
         if not new_runs:
@@ -106,7 +105,7 @@ class BulkOps:
     async def deliver_signals(
         self, payloads: Sequence[tuple[str, JSONValue]], at: datetime
     ) -> list[StepCheckpoint]:
-        """(durably) engine.md §3.5 delivery for many tokens in ONE transaction: take every
+        """Signal delivery for many tokens in ONE transaction: take every
         existing waiter (`DELETE … WHERE token IN … RETURNING`) and upsert its `signal:<token>`
         checkpoint; a crash can't take a waiter without writing its row. Returns the rows
         written (tokens without a waiter are left to the caller)."""
@@ -137,7 +136,7 @@ class BulkOps:
     async def fold_checkpoints(
         self, run_id: str, first_seq: int, last_seq: int, cp: StepCheckpoint
     ) -> None:
-        """(durably) engine.md §3.8.4: replace the rows of `first_seq..last_seq` by ONE folded
+        """Replace the rows of `first_seq..last_seq` by ONE folded
         `fan:` row (`cp`, at `first_seq`), in one transaction."""
         row = _rows.checkpoint_to_sql(cp)
         params = {"run_id": run_id, "lo": first_seq, "hi": last_seq}
@@ -151,7 +150,7 @@ class BulkOps:
     async def claim_runs(
         self, ids: Sequence[str], owner: str, lease_until_ms: int, now_ms: int
     ) -> list[WorkflowRun]:
-        """(durably) `claim_pending_runs` for known ids (the children this engine just
+        """`claim_pending_runs` for known ids (the children this engine just
         created): lease those still `pending` with a free or expired lease, by primary key
         (no scan of the pending backlog, whose plan degrades while a wide fan churns it)."""
         if not ids:

@@ -1,4 +1,4 @@
-"""Run facets of the SQL store (run-detail.md §4–§6, store.md §3.10), SQLite and PostgreSQL.
+"""Run facets of the SQL store, SQLite and PostgreSQL.
 
 Each call is ONE statement, filtered in SQL by the shared predicate builder
 (`run_query_predicates`: tags and search attributes as correlated `EXISTS` over
@@ -13,7 +13,7 @@ Each call is ONE statement, filtered in SQL by the shared predicate builder
   BY created_at DESC, id DESC LIMIT :scan)`), the same window the in-memory reference counts,
   so both store families agree exactly. Attribute values are formatted with `js_string` in
   Python, never in SQL.
-- `lease_owners` (durably): `GROUP BY namespace, locked_by` over unexpired leases — what
+- `lease_owners`: `GROUP BY namespace, locked_by` over unexpired leases — what
   `worker_health` reads in place of a heartbeat table.
 
 Every answer is piped through the shared merges (`merge_run_facet_rows`,
@@ -29,14 +29,12 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from durably._core.models import RunQuery
-from durably._read.list_models import (
+from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
     RunValueAxis,
     RunValueFacetOptions,
     RunValueFacetRow,
-)
-from durably._read.lists import (
     facet_origin,
     facet_query,
     js_string,
@@ -145,7 +143,7 @@ def _value_rows(axis: RunValueAxis, found: Sequence[Sequence[Any]]) -> list[tupl
 class SqlRunFacets:
     """Mixed into `SqlStateStore` (which provides what is declared here)."""
 
-    #: (durably) rows the facet `GROUP BY`s sent back since construction.
+    #: Test hook: rows the facet `GROUP BY`s sent back since construction.
     facet_rows_read: int = 0
 
     if TYPE_CHECKING:
@@ -162,7 +160,7 @@ class SqlRunFacets:
 
     async def run_facets(self, query: RunQuery) -> list[RunFacetRow]:
         """`(status, origin, count)` cells over every run matching `query` minus its
-        status/origin predicates and page (run-detail.md §4); one `GROUP BY`."""
+        status/origin predicates and page; one `GROUP BY`."""
         found = await self._facet_rows(run_facets_statement(query))
         return merge_run_facet_rows((row[0], row[1], int(row[2])) for row in found)
 
@@ -173,14 +171,14 @@ class SqlRunFacets:
         opts: RunValueFacetOptions | Mapping[str, Any] | None = None,
     ) -> list[RunValueFacetRow]:
         """Values of `axis` over the runs matching `query` (page ignored) with their counts,
-        most frequent first, at most `opts.limit` (100) (run-detail.md §5); one `GROUP BY`."""
+        most frequent first, at most `opts.limit` (100); one `GROUP BY`."""
         ax = RunValueAxis.of(axis)
         options = RunValueFacetOptions.of(opts)
         found = await self._facet_rows(run_value_facets_statement(ax, query, options))
         return merge_run_value_facet_rows(_value_rows(ax, found), options)
 
     async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
-        """(durably) Unexpired leases grouped by `(namespace, owner)`; one `GROUP BY`."""
+        """Unexpired leases grouped by `(namespace, owner)`; one `GROUP BY`."""
         found = await self._facet_rows(lease_owners_statement(now_ms, namespace))
         rows = [
             LeaseOwnerRow(namespace=str(ns), owner=str(owner), runs=int(n), lease_until=int(until))

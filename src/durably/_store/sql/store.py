@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam
@@ -34,7 +34,7 @@ from durably._core.models import (
     WorkflowRun,
     now_utc,
 )
-from durably._store.protocol import InstanceHold, WakeBus
+from durably._store.protocol import InstanceHold, StateStore, WakeBus
 from durably._store.query import DEFAULT_NAMESPACE
 from durably._store.sql import instance as _instance
 from durably._store.sql import pg as _pg
@@ -70,7 +70,7 @@ def _cas_params(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuffer):
-    """The SQL StateStore (store.md §3, §5–§8) for SQLite (aiosqlite) and PostgreSQL (asyncpg).
+    """The SQL StateStore for SQLite (aiosqlite) and PostgreSQL (asyncpg).
 
     Construct with an `AsyncEngine` (`owns_engine=True` makes `close()` dispose it) or with
     `SqlStateStore.from_url(url, **engine_options)`. Call `ensure_schema()` once at boot.
@@ -230,7 +230,7 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
         if self._owns_engine:
             await self.engine.dispose()
 
-    # ------------------------------------------------------------------ runs (§3.1)
+    # ------------------------------------------------------------------ runs
 
     async def create_run(self, run: WorkflowRun) -> None:
         params = _rows.run_to_sql(run)
@@ -250,13 +250,14 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
         await self._cx.write(work, tx=True)
 
     async def update_run(self, run_id: str, patch: RunPatch) -> None:
-        """Presence-based patch (store.md §3.1); a missing run is a silent no-op."""
+        """Presence-based patch (a key absent from `patch` is left alone); a missing run is a
+        silent no-op."""
         await self._update_run(run_id, patch, self._q.update_run)
 
     async def update_run_if_status(
         self, run_id: str, patch: RunPatch, statuses: Sequence[RunStatus]
     ) -> bool:
-        """(durably) `update_run` only while the status is one of `statuses`: one
+        """`update_run` only while the status is one of `statuses`: one
         conditional UPDATE whose row count is the answer (the engine's settle writes)."""
         key = tuple(statuses)
         stmt = self._update_if_status_stmts.get(key)
@@ -326,7 +327,7 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
 
         await self._cx.write(work, tx=True)
 
-    # ------------------------------------------------------------------ checkpoints (§3.2)
+    # ------------------------------------------------------------------ checkpoints
 
     async def get_checkpoint(self, run_id: str, seq: int) -> StepCheckpoint | None:
         row = await self._read_first(self._q.get_cp, {"run_id": run_id, "seq": seq})
@@ -425,7 +426,7 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
         }
         return await self._read_scalar(self._q.count_cps, params, point=True)
 
-    # ------------------------------------------------------------------ pick-up scans (§3.3)
+    # ------------------------------------------------------------------ pick-up scans
 
     async def _scan(
         self,
@@ -462,12 +463,12 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
     async def list_orphaned_suspended(
         self, now_ms: int, namespace: str | None = None, limit: int = 100
     ) -> list[WorkflowRun]:
-        """(durably) Suspended runs still leased by an owner whose lease lapsed: a process
-        died while their bodies were parked in its memory (SupportsOrphanScan)."""
+        """Suspended runs still leased by an owner whose lease lapsed: a process
+        died while their bodies were parked in its memory."""
         params = {"now": int(now_ms), "lim": max(int(limit), 0)}
         return await self._scan(self._q.orphaned, namespace, params)
 
-    # ------------------------------------------------------------------ leases (§3.4)
+    # ------------------------------------------------------------------ leases
 
     async def try_lock_run(self, run_id: str, owner: str, lease_until_ms: int, now_ms: int) -> bool:
         """One conditional UPDATE: free or expired (`locked_until <= now_ms`) leases only."""
@@ -482,11 +483,11 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
         return await self._write(self._q.renew, params) == 1
 
     async def renew_run_locks(self, owner: str, lease_until_ms: int) -> int:
-        """(durably) Extend every lease held by `owner` in one UPDATE; rows touched."""
+        """Extend every lease held by `owner` in one UPDATE; rows touched."""
         return await self._write(self._q.renew_all, {"w_owner": owner, "w_until": lease_until_ms})
 
     async def release_locks_of(self, owner: str) -> int:
-        """(durably) Clear every lease held by `owner` in one UPDATE; rows touched."""
+        """Clear every lease held by `owner` in one UPDATE; rows touched."""
         return await self._write(self._q.release_all, {"w_owner": owner})
 
     async def claim_run(
@@ -514,8 +515,9 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
         limit: int,
         namespace: str | None = None,
     ) -> list[WorkflowRun]:
-        """(durably) Lease up to `limit` pending runs whose lease is free or expired, oldest
-        first (`created_at`, `id`; namespace rule of §3.3 before the limit), in ONE statement:
+        """Lease up to `limit` pending runs whose lease is free or expired, oldest
+        first (`created_at`, `id`; the namespace filter applies before the limit), in ONE
+        statement:
         `UPDATE … WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED) RETURNING *` on
         PostgreSQL, so concurrent claimers never get the same run and never wait on each
         other; SQLite has a single writer and needs no row locks."""
@@ -560,7 +562,7 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
     # ------------------------------------------------------------------ one live process per id
 
     async def hold_instance(self, instance_id: str) -> InstanceHold | None:
-        """(durably) Hold `instance_id` for this process's life (see `instance.py`); None
+        """Hold `instance_id` for this process's life (see `instance.py`); None
         while a live incarnation holds it."""
         if not self.dialect.is_sqlite:
             return await _instance.hold_pg(
@@ -571,10 +573,10 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
             return await _instance.hold_file(database, instance_id)
         return _instance.hold_local(self.engine, instance_id)
 
-    # ------------------------------------------------------------------ wake-ups (issue #3)
+    # ------------------------------------------------------------------ wake-ups
 
     def wake_bus(self) -> WakeBus | None:
-        """(durably) A new LISTEN/NOTIFY `WakeBus` on PostgreSQL (see `wakebus.py`), closed
+        """A new LISTEN/NOTIFY `WakeBus` on PostgreSQL (see `wakebus.py`), closed
         with the store at the latest. None on SQLite (no cross-process channel: processes
         sharing a file rely on the engine's polling) and for PostgreSQL drivers other than
         asyncpg (likewise)."""
@@ -603,7 +605,7 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
     async def _notify(self, channel: str, payload: str) -> None:
         await self._write(self._q.notify, {"channel": channel, "payload": payload})
 
-    # ------------------------------------------------------------------ waiters (§3.5)
+    # ------------------------------------------------------------------ waiters
 
     async def put_signal_waiter(self, waiter: SignalWaiter) -> None:
         """Upsert by token (replaces run_id, seq, parallel_group)."""
@@ -646,7 +648,7 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
         params = {"token": waiter.token, "run_id": waiter.run_id, "seq": waiter.seq}
         await self._write(self._q.remove_waiter, params)
 
-    # ------------------------------------------------------------------ buffers (§3.7–3.8)
+    # ------------------------------------------------------------------ buffers
 
     # Buffered signals: signal_buffer.SqlSignalBuffer.
 
@@ -668,7 +670,7 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
     async def remove_buffered_event(self, event_id: str) -> bool:
         return await self._write(self._q.remove_event, {"id": event_id}) == 1
 
-    # ------------------------------------------------------------------ listing (§3.10, §6)
+    # ------------------------------------------------------------------ listing
 
     async def list_runs(self, query: RunQuery) -> list[WorkflowRun]:
         """Matching runs, newest first (created_at DESC, id DESC), paged in SQL."""
@@ -691,3 +693,8 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
 
 
 __all__ = ["SqlStateStore"]
+
+
+if TYPE_CHECKING:
+    # mypy proves the SQL store implements the whole contract.
+    _as_state_store: StateStore = SqlStateStore(create_engine("sqlite://"))
