@@ -8,6 +8,7 @@ EXPECTED_EXPORTS = [
     "AesGcmCodec",
     "AttributeFilter",
     "BufferedSignalInfo",
+    "Client",
     "Codec",
     "CodecStateStore",
     "ConcurrencyLimitError",

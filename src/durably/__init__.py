@@ -41,6 +41,7 @@ from durably._core.models import (
     StepEvent,
     WorkflowRun,
 )
+from durably._engine.client import Client
 from durably._engine.ctx import WorkflowCtx
 from durably._engine.engine import Engine
 from durably._engine.events import EngineEvent, MetricsSnapshot
@@ -67,6 +68,7 @@ __all__ = [
     "AesGcmCodec",
     "AttributeFilter",
     "BufferedSignalInfo",
+    "Client",
     "Codec",
     "CodecStateStore",
     "ConcurrencyLimitError",

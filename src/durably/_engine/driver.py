@@ -6,8 +6,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from durably._core.errors import (
     ContinueAsNew,
+    InputValidationError,
     RunEvicted,
     SerializationError,
     WorkflowSuspended,
@@ -28,6 +31,7 @@ from durably._engine.ctx import WorkflowCtx
 from durably._engine.events import EngineEvent
 from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, StoreFailure
 from durably._engine.registry import Workflow
+from durably._engine.typed_io import validation_details
 
 if TYPE_CHECKING:
     from durably._engine.engine import Engine
@@ -112,7 +116,9 @@ async def _prepare_turn(
     ):
         await store.release_run_lock(run.id)
         return None
-    workflow = engine.registration(run.workflow, run.workflow_version)
+    # An empty version: started by name without one, by a process without the workflow's
+    # code (`durably.Client`) — this engine's newest registered version runs it.
+    workflow = engine.registration(run.workflow, run.workflow_version or None)
     if workflow is None:
         # Not registered here: the run waits (the prior version must stay deployed so
         # in-flight runs drain).
@@ -127,7 +133,12 @@ async def _prepare_turn(
         return None
     fresh = engine.fresh_runs.pop(run.id, False)
     if run.status == "pending":
-        if not await update_if_live(engine, run.id, {"status": "running"}):
+        started: RunPatch = {"status": "running"}
+        if not run.workflow_version:
+            # Pin the version it runs now, so every later turn (on any worker) replays it.
+            started["workflow_version"] = workflow.version
+            run = replace(run, workflow_version=workflow.version)
+        if not await update_if_live(engine, run.id, started):
             await store.release_run_lock(run.id)  # cancelled between claim and start
             return None
         run = replace(run, status="running")
@@ -153,7 +164,7 @@ async def _turn(engine: Engine, ex: Execution) -> None:
     workflow = ex.workflow
     token = AMBIENT_CTX.set(ctx)
     try:
-        input_value = workflow.input_codec.from_json(ex.run.input)
+        input_value = _decode_input(workflow, ex.run.input)
         result = await workflow.invoke(ctx, input_value)
     except ReplayNow:
         await ex.close()
@@ -232,6 +243,18 @@ async def _turn(engine: Engine, ex: Execution) -> None:
         )
         return
     await settle_completed(engine, ex.run, output)
+
+
+def _decode_input(workflow: Workflow[Any, Any], stored: Any) -> Any:
+    """The body's input from its stored JSON. A run started by name by a process without the
+    workflow's code was not validated at its start: an input that does not fit the
+    annotation fails the run with `InputValidationError`, naming what is wrong."""
+    try:
+        return workflow.input_codec.from_json(stored)
+    except ValidationError as exc:
+        raise InputValidationError(
+            workflow.name, str(exc).replace("\n", "; "), validation_details(exc)
+        ) from None
 
 
 async def release_quietly(engine: Engine, run_id: str) -> None:

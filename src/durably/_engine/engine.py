@@ -12,37 +12,38 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
-
 from durably._core.errors import (
-    InputValidationError,
-    RunIdConflictError,
     RunNotFoundError,
-    SerializationError,
     WorkflowNotFoundError,
 )
 from durably._core.ids import given_run_id
 from durably._core.models import (
     JSONValue,
-    RunQuery,
     RunResult,
     SignalWaiter,
     StepCheckpoint,
     WorkflowRun,
-    now_utc,
     replace,
 )
 from durably._engine import driver, operator, poller, publish, routing, signals, unsupported
 from durably._engine.children import ChildMailbox
+from durably._engine.client import Client
+from durably._engine.client import prepare_input as validated_input
+from durably._engine.control import ControlPlane
+from durably._engine.engine_hooks import EngineRuns
 from durably._engine.events import EngineEvent, EventBus, Listener, MetricsSnapshot
 from durably._engine.execution import Execution, ResidentSet
 from durably._engine.handle import RunHandle, WaitUntil, is_settled
-from durably._engine.read_api import ReadApi
+from durably._engine.read_api import ReadApi, WorkerHealthApi
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
-from durably._engine.signal_api import SIGNAL_BUFFER_DEFAULTS, SignalApi, buffer_policy
+from durably._engine.signal_api import (
+    SIGNAL_BUFFER_DEFAULTS,
+    BufferedSignalsApi,
+    SignalApi,
+    buffer_policy,
+)
 from durably._engine.stores import open_store
 from durably._engine.transport import InProcessTransport
-from durably._engine.typed_io import validation_details
 from durably._engine.wakes import WakeLink
 from durably._store.codec import wrap_store
 from durably._store.protocol import InstanceHold
@@ -77,7 +78,7 @@ _TUNING_DEFAULTS: dict[str, Any] = {
 }
 
 
-class Engine(ReadApi, SignalApi):
+class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
     """The durable workflow engine.
 
     `Engine()` uses the embedded SQLite default (`DURABLY_STORE`, else `sqlite:///durably.db`).
@@ -172,6 +173,17 @@ class Engine(ReadApi, SignalApi):
         self._claimed: dict[str, WorkflowRun] = {}
         self.wakes = WakeLink(self)
         self.mailbox = ChildMailbox(self)
+        # Start, signal, cancel, retry, … are the client's; the engine adds, through its
+        # hooks, what driving runs in this process needs (drive, wake, interrupt them).
+        self._plane = ControlPlane(
+            self.store,
+            clock=self.clock,
+            signal_buffer=self.signal_buffer,
+            announce=self.wakes.announce,
+            namespace=namespace,
+            local=EngineRuns(self),
+        )
+        self._client = Client._for_engine(self._plane, self._ensure_open)
         self.pending_backlog = False  # run_pending stopped for lack of room (poller.py)
         self.local_backlog: deque[str] = deque()  # runs created here to claim by id
         self._instance_hold: InstanceHold | None = None
@@ -342,21 +354,7 @@ class Engine(ReadApi, SignalApi):
 
     def prepare_input(self, workflow: Workflow[Any, Any], input: Any) -> JSONValue:
         """Validate a start input against the workflow's annotation/validator → JSON."""
-        try:
-            typed = workflow.input_codec.validate(input)
-        except ValidationError as exc:
-            raise InputValidationError(
-                workflow.name, str(exc).replace("\n", "; "), validation_details(exc)
-            ) from None
-        try:
-            json_input = workflow.input_codec.to_json(typed)
-        except SerializationError as exc:
-            raise InputValidationError(workflow.name, str(exc)) from None
-        if workflow.validate_input is not None:
-            verdict = workflow.validate_input(typed)
-            if isinstance(verdict, str) and verdict:
-                raise InputValidationError(workflow.name, verdict)
-        return json_input
+        return validated_input(workflow, input)
 
     async def start(
         self,
@@ -398,43 +396,16 @@ class Engine(ReadApi, SignalApi):
         priority: int | None = None,
         namespace: str | None = None,
     ) -> str:
-        rid = given_run_id(run_id) or str(uuid.uuid4())  # every start, derived ids included
-        merged = list(dict.fromkeys([*wf.tags, *(tags or ())]))
-        merged = [t for t in merged if t != "durable:singleton:admitted"]
-        now = now_utc()
-        run = WorkflowRun(
-            id=rid,
-            workflow=wf.name,
-            workflow_version=wf.version,
-            status="pending",
-            input=json_input,
-            tags=tuple(merged) if merged else None,
-            search_attributes=dict(search_attributes) if search_attributes else None,
-            namespace=namespace or self.namespace or "default",
+        return await self._plane.create_run(
+            wf.name,
+            wf.version,
+            json_input,
+            run_id=run_id,
+            tags=[*wf.tags, *(tags or ())],
+            search_attributes=search_attributes,
             priority=priority,
-            created_at=now,
-            updated_at=now,
+            namespace=namespace,
         )
-        try:
-            # Insert first and read only on conflict: one round trip for a new run.
-            await self.store.create_run(run)
-        except SerializationError:
-            raise
-        except Exception:
-            # A run with this id exists — the start is idempotent
-            # (same workflow) or a conflict (another workflow).
-            existing = await self.store.get_run(rid)
-            if existing is None:
-                raise
-            if existing.workflow != wf.name:
-                raise RunIdConflictError(rid, existing.workflow, wf.name) from None
-            return rid
-        self.fresh_runs[rid] = True
-        if self.drive_runs:
-            self.dispatch(rid)
-        else:
-            await self.wakes.announce("ready", rid)
-        return rid
 
     async def start_raw(
         self,
@@ -603,10 +574,6 @@ class Engine(ReadApi, SignalApi):
         await self._ensure_open()
         return await publish.publish_event(self, name, payload, id=id, buffer=buffer)
 
-    async def get_event(self, run_id: str, key: str) -> Any:
-        """The latest value `ctx.set_event(key, …)` recorded, or None."""
-        return await publish.get_event(self, run_id, key)
-
     def latest_workflows(self) -> list[Workflow[Any, Any]]:
         return list(self._workflows.latest.values())
 
@@ -617,15 +584,6 @@ class Engine(ReadApi, SignalApi):
         self._update_validators[(wf_name, name)] = fn
 
     # ================================================================== reading
-
-    async def get_run(self, run_id: str) -> WorkflowRun | None:
-        return await self.store.get_run(run_id)
-
-    async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
-        return await self.store.list_checkpoints(run_id)
-
-    async def list_runs(self, **query: Any) -> list[WorkflowRun]:
-        return await self.store.list_runs(RunQuery(**query))
 
     async def wait_for_run(
         self, run_id: str, timeout: float | None = None, until: WaitUntil = "settled"
@@ -720,34 +678,28 @@ class Engine(ReadApi, SignalApi):
 
     # ================================================================== operator actions
 
+    # cancel, requeue, retry_with_input, continue_run, delete_run: the engine's client.
+
     async def cancel(self, run_id: str, *, compensate: bool = False) -> RunResult | None:
-        await self._ensure_open()
-        return await operator.cancel(self, run_id, compensate=compensate)
+        return await self._client.cancel(run_id, compensate=compensate)
 
     async def requeue(self, run_id: str) -> RunResult | None:
-        await self._ensure_open()
-        return await operator.requeue(self, run_id)
+        return await self._client.retry(run_id)
 
     async def retry_with_input(
         self, run_id: str, input: Any, *, new_run_id: str | None = None
     ) -> str | None:
-        await self._ensure_open()
-        return await operator.retry_with_input(self, run_id, input, new_run_id)
+        return await self._client.retry_with_input(run_id, input, new_run_id=new_run_id)
 
     async def continue_run(self, run_id: str) -> RunResult | None:
-        await self._ensure_open()
-        return await operator.continue_run(self, run_id)
+        return await self._client.continue_run(run_id)
 
     async def redispatch_pending(self, run_id: str) -> dict[str, Any] | None:
         await self._ensure_open()
-        return await operator.redispatch_pending(self, run_id)
+        return await operator.redispatch_pending(self._plane, run_id)
 
     async def delete_run(self, run_id: str) -> int:
-        await self._ensure_open()
-        return await operator.delete_run(self, run_id)
-
-    async def get_run_children(self, run_id: str) -> list[str]:
-        return await operator.get_run_children(self, run_id)
+        return await self._client.delete_run(run_id)
 
     async def resume(self, run_id: str) -> None:
         """Explicit re-drive of a run on this instance."""

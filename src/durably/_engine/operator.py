@@ -1,15 +1,18 @@
-"""Operator actions: cancel, retry, continue, redispatch, delete."""
+"""Operator actions: cancel, retry, continue, redispatch, delete.
+
+Each takes the `ControlPlane` of the client that asks (its store, clock, wake announcements
+and — inside an `Engine` — the hooks of the runs this process drives), never an engine."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
-from durably._core.ids import given_run_id
 from durably._core.models import (
     CHILD_EDGE_PREFIXES,
     HANDOFF_SEQ_BASE,
+    LIVE_RUN_STATUSES,
     RunPatch,
     RunResult,
     SignalWaiter,
@@ -18,11 +21,10 @@ from durably._core.models import (
     replace,
     utc_from_ms,
 )
-from durably._engine import signals
-from durably._engine.events import EngineEvent
 
 if TYPE_CHECKING:
-    from durably._engine.engine import Engine
+    from durably._engine.control import ControlPlane
+    from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
 
@@ -36,10 +38,10 @@ def _result(run: WorkflowRun) -> RunResult:
     return RunResult(run.id, run.status, run.output, run.error)
 
 
-async def cancel(engine: Engine, run_id: str, *, compensate: bool = False) -> RunResult | None:
+async def cancel(plane: ControlPlane, run_id: str, *, compensate: bool = False) -> RunResult | None:
     """Cancel a run (plain, or compensating for a suspended/running one). Terminal and
     failed runs are returned untouched, with no cascade; `cancelling` is idempotent."""
-    run = await engine.store.get_run(run_id)
+    run = await plane.store.get_run(run_id)
     if run is None:
         return None
     if run.status in ("completed", "cancelled", "dead", "failed"):
@@ -47,42 +49,32 @@ async def cancel(engine: Engine, run_id: str, *, compensate: bool = False) -> Ru
     if run.status == "cancelling":
         return RunResult(run.id, "cancelling")
     if compensate and run.status in ("suspended", "running"):
-        return await _compensating_cancel(engine, run)
-    if await cancel_with(engine, run, CANCELLED):
+        return await _compensating_cancel(plane, run)
+    if await cancel_with(plane, run, CANCELLED):
         return RunResult(run.id, "cancelled", error=CANCELLED)
-    fresh = await engine.store.get_run(run_id)
+    fresh = await plane.store.get_run(run_id)
     return _result(fresh) if fresh else None
 
 
-async def _compensating_cancel(engine: Engine, run: WorkflowRun) -> RunResult | None:
+async def _compensating_cancel(plane: ControlPlane, run: WorkflowRun) -> RunResult | None:
     """Write `cancelling`, wake the run so its turn reaches an exit and
     unwinds (saga.compensate_and_cancel), cascade compensating cancel to the children."""
-    from durably._engine.driver import update_if_status
-
     patch: RunPatch = {"status": "cancelling", "wake_at": None}
-    if not await update_if_status(engine, run.id, patch, ("suspended", "running")):
-        fresh = await engine.store.get_run(run.id)
+    if not await plane.store.update_run_if_status(run.id, patch, ("suspended", "running")):
+        fresh = await plane.store.get_run(run.id)
         return _result(fresh) if fresh else None
-    execution = engine.executions.get(run.id)
-    if execution is not None:
-        # A resident turn: end its waits (RunEvicted → the exit runs the unwind); a
-        # turn mid-step reaches its next exit non-resident.
-        execution.cancel_requested = True
-        execution.evict()
-    else:
-        engine.dispatch(run.id)
-    for child_id in await get_run_children(engine, run.id):
+    if not plane.request_cancel(run.id):
+        await plane.run_ready(run.id)
+    for child_id in await get_run_children(plane.store, run.id):
         try:
-            await cancel(engine, child_id, compensate=True)
+            await cancel(plane, child_id, compensate=True)
         except Exception:
             log.exception("cancel cascade to %s failed", child_id)
     return RunResult(run.id, "cancelling")
 
 
-async def cancel_with(engine: Engine, run: WorkflowRun, error: StepError) -> bool:
+async def cancel_with(plane: ControlPlane, run: WorkflowRun, error: StepError) -> bool:
     """Plain cancel: write `cancelled`, stop a local turn, cascade to children."""
-    from durably._engine.driver import update_if_live
-
     patch: RunPatch = {
         "status": "cancelled",
         "error": error,
@@ -90,33 +82,19 @@ async def cancel_with(engine: Engine, run: WorkflowRun, error: StepError) -> boo
         "locked_by": None,
         "locked_until": None,
     }
-    if not await update_if_live(engine, run.id, patch):
+    if not await plane.store.update_run_if_status(run.id, patch, LIVE_RUN_STATUSES):
         return False
-    execution = engine.executions.get(run.id)
-    if execution is not None:
-        execution.cancelled = True
-        execution.evict()
-        if execution.task is not None and execution.task is not _current_task():
-            execution.task.cancel()
-    engine.events.emit(
-        EngineEvent(
-            type="run.failed",
-            run_id=run.id,
-            workflow=run.workflow,
-            namespace=run.namespace,
-            error=error,
-        )
-    )
-    for child_id in await get_run_children(engine, run.id):
+    plane.stop(run.id)
+    plane.run_cancelled(run, error)
+    for child_id in await get_run_children(plane.store, run.id):
         try:
-            child = await engine.store.get_run(child_id)
+            child = await plane.store.get_run(child_id)
             if child is not None and not child.is_terminal and child.status != "failed":
-                await cancel_with(engine, child, CANCELLED)
+                await cancel_with(plane, child, CANCELLED)
         except Exception:
             log.exception("cancel cascade to %s failed", child_id)
-    engine.fire_cancel(run.id)
-    engine.wakes.announce_soon("settled", run.id)
-    engine.notify_parent(
+    await plane.announce("settled", run.id)
+    await plane.notify_parent(
         run,
         CANCELLED_COMPLETION
         if error is CANCELLED
@@ -125,22 +103,21 @@ async def cancel_with(engine: Engine, run: WorkflowRun, error: StepError) -> boo
     return True
 
 
-def _current_task() -> Any:
-    import asyncio
-
+def current_task() -> asyncio.Task[Any] | None:
+    """The running task, or None outside one (a cancel must not cancel its own caller)."""
     try:
         return asyncio.current_task()
     except RuntimeError:
         return None
 
 
-async def get_run_children(engine: Engine, run_id: str) -> list[str]:
+async def get_run_children(store: StateStore, run_id: str) -> list[str]:
     """A run's children: live `child:` waiters of the run ∪ ids its child-edge rows name."""
     ids: dict[str, None] = {}
-    for waiter in await engine.store.list_signal_waiters("child:"):
+    for waiter in await store.list_signal_waiters("child:"):
         if waiter.run_id == run_id:
             ids[waiter.token[len("child:") :]] = None
-    rows = await engine.store.list_checkpoints_by_name_prefix(run_id, list(CHILD_EDGE_PREFIXES))
+    rows = await store.list_checkpoints_by_name_prefix(run_id, list(CHILD_EDGE_PREFIXES))
     for cp in rows:
         if cp.name.startswith("signal:child:"):
             ids[cp.name[len("signal:child:") :]] = None
@@ -156,7 +133,7 @@ async def get_run_children(engine: Engine, run_id: str) -> list[str]:
 
 
 async def requeue(
-    engine: Engine, run_id: str, _visited: set[str] | None = None
+    plane: ControlPlane, run_id: str, _visited: set[str] | None = None
 ) -> RunResult | None:
     """Retry (console "retry"): reset failure state so replay re-executes the failed parts
     (failed children are requeued too), then re-enqueue."""
@@ -164,15 +141,15 @@ async def requeue(
     if run_id in visited:
         return None
     visited.add(run_id)
-    store = engine.store
+    store = plane.store
     run = await store.get_run(run_id)
     if run is None:
         return None
     resurrecting = run.status in ("failed", "dead")
     if resurrecting:
-        now = engine.clock()
+        now = plane.clock()
         cps = await store.list_checkpoints(run_id)
-        await _retire_handoff(engine, run_id, cps)
+        await _retire_handoff(store, run_id, cps)
         for cp in cps:
             if cp.seq >= HANDOFF_SEQ_BASE:
                 continue
@@ -207,7 +184,7 @@ async def requeue(
                 has_success = any(isinstance(p, dict) and p.get("ok") for p in buffered)
                 child = await store.get_run(child_id)
                 if not has_success and child is not None and child.status in ("failed", "dead"):
-                    await requeue(engine, child_id, visited)
+                    await requeue(plane, child_id, visited)
     patch: RunPatch = {
         "status": "pending",
         "error": None,
@@ -220,11 +197,11 @@ async def requeue(
     if run.tags and "durable:singleton:admitted" in run.tags:
         patch["tags"] = tuple(t for t in run.tags if t != "durable:singleton:admitted")
     await store.update_run(run_id, patch)
-    engine.dispatch(run_id)
+    await plane.run_ready(run_id)
     return RunResult(run_id, "pending")
 
 
-async def _retire_handoff(engine: Engine, run_id: str, cps: list[Any]) -> None:
+async def _retire_handoff(store: StateStore, run_id: str, cps: list[Any]) -> None:
     """Rename the live handoff row to its retired name (kept for the
     timeline, status unchanged, never followed) — first, before anything else is reset."""
     from durably._engine import routing
@@ -234,84 +211,68 @@ async def _retire_handoff(engine: Engine, run_id: str, cps: list[Any]) -> None:
         return
     handler_id = routing.handoff_handler_id(run_id, live)
     assert handler_id is not None
-    await engine.store.save_checkpoint(replace(live, name=routing.retired_handoff_name(handler_id)))
+    await store.save_checkpoint(replace(live, name=routing.retired_handoff_name(handler_id)))
     # A waiter left behind by a handler that never completed must not wake the new attempt.
-    await engine.store.remove_signal_waiter(
+    await store.remove_signal_waiter(
         SignalWaiter(token=f"child:{handler_id}", run_id=run_id, seq=live.seq)
     )
 
 
-_ENGINE_MINTED = ("singleton:", "concurrency:", "version:undeclared", "durable:")
+ENGINE_MINTED_TAGS = ("singleton:", "concurrency:", "version:undeclared", "durable:")
 
 
-async def retry_with_input(
-    engine: Engine, run_id: str, input: Any, new_run_id: str | None
-) -> str | None:
-    """Fix-and-replay as a NEW run `<runId>~retry~<8>`; its success is also delivered to
-    the origin's parent."""
-    given_run_id(new_run_id, what="new run id")  # "" is refused, not made a random id
-    run = await engine.store.get_run(run_id)
-    if run is None:
-        return None
-    new_id = new_run_id or f"{run_id}~retry~{uuid.uuid4().hex[:8]}"
-    tags = [t for t in (run.tags or ()) if not t.startswith(_ENGINE_MINTED)]
-    workflow = engine.registration(run.workflow)
-    static = set(workflow.tags) if workflow is not None else set()
-    tags = [t for t in tags if t not in static]
-    await engine.start(run.workflow, input, run_id=new_id, tags=tags, namespace=run.namespace)
-    return new_id
+def retry_tags(run: WorkflowRun, static: tuple[str, ...]) -> list[str]:
+    """The tags a fix-and-replay run inherits: the origin's, minus the engine-minted ones and
+    the workflow's declared tags (its start adds those again)."""
+    tags = [t for t in (run.tags or ()) if not t.startswith(ENGINE_MINTED_TAGS)]
+    return [t for t in tags if t not in set(static)]
 
 
-async def continue_run(engine: Engine, run_id: str) -> RunResult | None:
+async def continue_run(plane: ControlPlane, run_id: str) -> RunResult | None:
     """Release the first pending breakpoint of the run.
 
-    `bp:` tokens are reserved for the engine (an external `Engine.signal` is refused), so the
+    `bp:` tokens are reserved for the engine (an external signal is refused), so the
     release goes through the internal signal path, once the pending row is found."""
-    for cp in await engine.store.list_checkpoints(run_id):
+    for cp in await plane.store.list_checkpoints(run_id):
         if cp.status == "pending" and cp.name.startswith("breakpoint"):
-            return await signals.signal(
-                engine, f"bp:{run_id}:{cp.seq}", None, want_result=True, buffer="bounded"
+            return await plane.signal(
+                f"bp:{run_id}:{cp.seq}", None, want_result=True, buffer="bounded"
             )
     return None
 
 
-async def redispatch_pending(engine: Engine, run_id: str) -> dict[str, Any] | None:
+async def redispatch_pending(plane: ControlPlane, run_id: str) -> dict[str, Any] | None:
     """Re-send every dispatched-but-unsettled step of the run.
 
     With the in-process transport an unsettled remote row is re-executed by re-driving the
     run: its turn finds the `pending` row and runs that step again (at-least-once).
     """
-    run = await engine.store.get_run(run_id)
+    run = await plane.store.get_run(run_id)
     if run is None:
         return None
     count = 0
-    now = utc_from_ms(engine.clock())
-    for cp in await engine.store.list_checkpoints(run_id):
+    now = utc_from_ms(plane.clock())
+    for cp in await plane.store.list_checkpoints(run_id):
         if cp.kind == "remote" and cp.status == "pending":
-            await engine.store.save_checkpoint(
+            await plane.store.save_checkpoint(
                 replace(
                     cp, attempts=cp.attempts + 1, enqueued_at=now, started_at=now, finished_at=now
                 )
             )
             count += 1
     if count and not run.is_terminal:
-        await engine.redrive(run_id)
+        await plane.redrive(run_id)
     return {"runId": run_id, "status": run.status, "redispatched": count}
 
 
-async def delete_run(engine: Engine, run_id: str) -> int:
+async def delete_run(plane: ControlPlane, run_id: str) -> int:
     """Delete the run and its children depth-first; the number deleted."""
-    run = await engine.store.get_run(run_id)
+    run = await plane.store.get_run(run_id)
     if run is None:
         return 0
     deleted = 0
-    for child_id in await get_run_children(engine, run_id):
-        deleted += await delete_run(engine, child_id)
-    execution = engine.executions.get(run_id)
-    if execution is not None:
-        execution.cancelled = True
-        execution.evict()
-        if execution.task is not None:
-            execution.task.cancel()
-    await engine.store.delete_run(run_id)
+    for child_id in await get_run_children(plane.store, run_id):
+        deleted += await delete_run(plane, child_id)
+    plane.stop(run_id)
+    await plane.store.delete_run(run_id)
     return deleted + 1

@@ -227,7 +227,7 @@ async def sweep_timeouts(engine: Engine) -> int:
             created_ms = int(run.created_at.timestamp() * 1000)
             if created_ms <= now - timeout:
                 error = StepError(message="execution timeout", code="execution_timeout")
-                if await operator.cancel_with(engine, run, error):
+                if await operator.cancel_with(engine._plane, run, error):
                     swept += 1
     return swept
 

@@ -56,9 +56,3 @@ async def publish_event(
                 await engine.store.buffer_event(event)  # put it back: nobody took it
             break
     return 0
-
-
-async def get_event(engine: Engine, run_id: str, key: str) -> Any:
-    """engine.md §3.13: the latest value `ctx.set_event(key, …)` recorded, or None."""
-    cp = await engine.store.get_latest_checkpoint_by_name(run_id, f"event:{key}")
-    return cp.output if cp is not None else None

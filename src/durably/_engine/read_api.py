@@ -1,10 +1,11 @@
-"""The Engine's public read methods for the console: run detail, fan pages, facets.
+"""The public read methods of `Client` and `Engine`: runs, run detail, fan pages, facets.
 
-`ReadApi` is mixed into `Engine`: `get_run_detail` and `get_fan_members` answer through the
-store-backed gateway functions (`durably._read.gateway`), so an aggregating store (every
+`ReadApi` needs nothing but the store, so a `Client` in a process without any workflow code
+answers exactly what an `Engine` does. `get_run_detail` and `get_fan_members` answer through
+the store-backed gateway functions (`durably._read.gateway`), so an aggregating store (every
 first-party store) summarises wide fans from a `GROUP BY` plus a bounded number of rows, and
-a matching `if_none_match` answers not-modified without reading the timeline. `get_run` and
-`list_runs(**query)` (keyword filters of `RunQuery`) live on `Engine` itself.
+a matching `if_none_match` answers not-modified without reading the timeline.
+`WorkerHealthApi` (the health of worker groups, this engine included) is the engine's alone.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from durably._core.models import RunQuery, StepCheckpoint, WorkflowRun
+from durably._engine.operator import get_run_children
 from durably._read import lists
 from durably._read.gateway import store_fan_members, store_run_detail
 from durably._read.list_models import (
@@ -28,24 +31,35 @@ from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 if TYPE_CHECKING:
     from durably._store.protocol import StateStore
 
-__all__ = ["ReadApi"]
+__all__ = ["ReadApi", "WorkerHealthApi"]
 
 
 class ReadApi:
-    """Mixed into `Engine` (which provides `store` and `get_run_children`)."""
+    """Mixed into `Client` and `Engine` (which provide `store`)."""
 
     if TYPE_CHECKING:
         store: StateStore
-        namespace: str | None
-        drive_runs: bool
-        instance_id: str
-        lease_ms: int
-        max_concurrent_runs: int
-        executions: Mapping[str, Any]
 
-        def clock(self) -> int: ...
+    async def get_run(self, run_id: str) -> WorkflowRun | None:
+        """The run, or None when unknown."""
+        return await self.store.get_run(run_id)
 
-        async def get_run_children(self, run_id: str) -> list[str]: ...
+    async def list_runs(self, **query: Any) -> list[WorkflowRun]:
+        """Runs matching the keyword filters of `RunQuery` (status, workflow, tags, …)."""
+        return await self.store.list_runs(RunQuery(**query))
+
+    async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
+        """The run's checkpoint rows in seq order."""
+        return await self.store.list_checkpoints(run_id)
+
+    async def get_run_children(self, run_id: str) -> list[str]:
+        """The ids of the runs this run started (children, fan members, handlers)."""
+        return await get_run_children(self.store, run_id)
+
+    async def get_event(self, run_id: str, key: str) -> Any:
+        """The latest value `ctx.set_event(key, …)` recorded, or None."""
+        cp = await self.store.get_latest_checkpoint_by_name(run_id, f"event:{key}")
+        return cp.output if cp is not None else None
 
     async def get_run_detail(
         self,
@@ -115,6 +129,25 @@ class ReadApi:
         a timer; one waiter read for the whole list."""
         return await lists.waiting_for(self.store, run_ids)
 
+    async def count_runs(self, **query: Any) -> int:
+        """How many runs match `query` (its page ignored): exact while the list is paged."""
+        return await lists.count_runs(self.store, lists.as_run_query(**query))
+
+
+class WorkerHealthApi:
+    """Mixed into `Engine`: worker health lists this engine itself when it drives runs."""
+
+    if TYPE_CHECKING:
+        store: StateStore
+        namespace: str | None
+        drive_runs: bool
+        instance_id: str
+        lease_ms: int
+        max_concurrent_runs: int
+        executions: Mapping[str, Any]
+
+        def clock(self) -> int: ...
+
     async def worker_health(self) -> list[GroupHealth]:
         """Worker groups and their health, derived from the live leases in the store (see
         `durably._read.lists.worker_health`); this engine is listed when it drives runs."""
@@ -130,7 +163,3 @@ class ReadApi:
             namespace=self.namespace,
             local=local,
         )
-
-    async def count_runs(self, **query: Any) -> int:
-        """How many runs match `query` (its page ignored): exact while the list is paged."""
-        return await lists.count_runs(self.store, lists.as_run_query(**query))

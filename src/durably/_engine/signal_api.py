@@ -1,8 +1,8 @@
-"""The Engine's public signal methods: `signal`, `update`, and operator access to the signal
-buffer (`list_buffered_signals`, `count_buffered_signals`, `purge_buffered_signals`).
+"""The public signal methods: `signal`, `update`, and operator access to the signal buffer
+(`list_buffered_signals`, `count_buffered_signals`, `purge_buffered_signals`).
 
-`SignalApi` is mixed into `Engine`. Every signal that enters here came from outside the
-engine, so:
+`SignalApi` is mixed into `Engine` (its `signal` is its client's); `BufferedSignalsApi` into
+both `Client` and `Engine`. Every signal that enters here came from outside the engine, so:
 
 - its token must not belong to one of the engine's own waiter namespaces (a child's
   completion, a breakpoint, an update, an event wait, …: `durably._core.tokens`) —
@@ -34,9 +34,16 @@ from durably._engine import signals
 from durably._engine.handle import UpdateResult
 
 if TYPE_CHECKING:
+    from durably._engine.client import Client
     from durably._store.protocol import StateStore
 
-__all__ = ["SIGNAL_BUFFER_DEFAULTS", "SignalApi", "SignalBufferPolicy", "buffer_policy"]
+__all__ = [
+    "SIGNAL_BUFFER_DEFAULTS",
+    "BufferedSignalsApi",
+    "SignalApi",
+    "SignalBufferPolicy",
+    "buffer_policy",
+]
 
 # The `Engine(...)` keywords of the signal buffer and their defaults (merged into the
 # engine's tuning defaults).
@@ -60,16 +67,17 @@ class SignalBufferPolicy:
     next_sweep_ms: int = 0  # engine clock; signals.sweep_expired_signals
 
 
-def _cap(name: str, value: Any) -> int:
+def _cap(owner: str, name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"Engine({name}=…) must be a whole number >= 1, not {value!r}")
+        raise ValueError(f"{owner}({name}=…) must be a whole number >= 1, not {value!r}")
     if value < 1:
-        raise ValueError(f"Engine({name}=…) must be >= 1, not {value}")
+        raise ValueError(f"{owner}({name}=…) must be >= 1, not {value}")
     return value
 
 
-def buffer_policy(options: Mapping[str, Any]) -> SignalBufferPolicy:
-    """The policy from the engine's options, or a ValueError naming the bad option."""
+def buffer_policy(options: Mapping[str, Any], owner: str = "Engine") -> SignalBufferPolicy:
+    """The policy from the options of an `Engine` or a `Client` (`owner`, named in errors),
+    or a ValueError naming the bad option."""
     ttl = options["signal_buffer_ttl"]
     try:
         if ttl is None:
@@ -77,15 +85,17 @@ def buffer_policy(options: Mapping[str, Any]) -> SignalBufferPolicy:
         ttl_ms = to_ms(ttl)
     except (TypeError, ValueError) as exc:
         raise ValueError(
-            f"Engine(signal_buffer_ttl={ttl!r}): {exc} (a number of seconds, a timedelta, "
+            f"{owner}(signal_buffer_ttl={ttl!r}): {exc} (a number of seconds, a timedelta, "
             'or a string such as "24h")'
         ) from None
     if ttl_ms < 1:
-        raise ValueError(f"Engine(signal_buffer_ttl={ttl!r}) must be a positive duration")
+        raise ValueError(f"{owner}(signal_buffer_ttl={ttl!r}) must be a positive duration")
     return SignalBufferPolicy(
         ttl_ms=ttl_ms,
-        per_token=_cap("signal_buffer_per_token", options["signal_buffer_per_token"]),
-        per_namespace=_cap("signal_buffer_per_namespace", options["signal_buffer_per_namespace"]),
+        per_token=_cap(owner, "signal_buffer_per_token", options["signal_buffer_per_token"]),
+        per_namespace=_cap(
+            owner, "signal_buffer_per_namespace", options["signal_buffer_per_namespace"]
+        ),
     )
 
 
@@ -113,6 +123,7 @@ class SignalApi:
     if TYPE_CHECKING:
         store: StateStore
         signal_buffer: SignalBufferPolicy
+        _client: Client
         _update_validators: dict[tuple[str, str], Callable[[Any], Any]]
 
         async def _ensure_open(self) -> None: ...
@@ -121,27 +132,8 @@ class SignalApi:
         self, token: str, payload: Any = None, *, buffer: bool = True
     ) -> RunResult | None:
         """Deliver `payload` to the run waiting on `token` and return that
-        run's current state.
-
-        No run waits on it yet: with `buffer=True` the payload is buffered (bounded by the
-        engine's `signal_buffer_*` options) and the next wait on the token receives it;
-        returns None. With `buffer=False` nothing is stored; returns None.
-
-        Raises `ReservedTokenError` for a token of the engine's own waits (use `update`,
-        `continue_run`, `publish_event` for those), `SignalBufferFullError` when the buffer's
-        cap for the token or its namespace is reached (nothing stored).
-        """
-        signals.check_external_token(token)
-        if not isinstance(buffer, bool):
-            raise TypeError(f"buffer must be True or False, not {buffer!r}")
-        await self._ensure_open()
-        return await signals.signal(
-            self,  # type: ignore[arg-type]
-            token,
-            payload,
-            want_result=True,
-            buffer="bounded" if buffer else "none",
-        )
+        run's current state (the engine's client does it: `Client.signal`)."""
+        return await self._client.signal(token, payload, buffer=buffer)
 
     async def update(self, run_id: str, name: str, arg: Any = None) -> UpdateResult:
         """Validate, then deliver to `ctx.on_update(name)`. An update sent
@@ -168,7 +160,14 @@ class SignalApi:
         )
         return UpdateResult(True, None, result is not None)
 
-    # ------------------------------------------------------------------ operators
+
+class BufferedSignalsApi:
+    """Operator access to the signal buffer; mixed into `Client` and `Engine`."""
+
+    if TYPE_CHECKING:
+        store: StateStore
+
+        async def _ensure_open(self) -> None: ...
 
     async def list_buffered_signals(
         self, *, prefix: str | None = None, limit: int = DEFAULT_LIST_LIMIT, offset: int = 0

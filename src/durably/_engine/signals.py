@@ -8,7 +8,7 @@ waiter namespaces included (child completions, breakpoints, updates). The public
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from durably._core.errors import ReservedTokenError, SignalBufferFullError
 from durably._core.models import (
@@ -26,6 +26,8 @@ from durably._engine.typed_io import PLAIN
 
 if TYPE_CHECKING:
     from durably._engine.engine import Engine
+    from durably._engine.signal_api import SignalBufferPolicy
+    from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
 
@@ -45,6 +47,19 @@ BufferMode = Literal["durable", "bounded", "none"]
 SWEEP_EVERY_MS = 60_000
 
 
+class SignalRoute(Protocol):
+    """What delivering or buffering a signal needs: the store, the buffer's bounds, and a
+    way to write the delivery and wake the run (an `Engine`, or a client's `ControlPlane`)."""
+
+    @property
+    def store(self) -> StateStore: ...
+
+    @property
+    def signal_buffer(self) -> SignalBufferPolicy: ...
+
+    async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> None: ...
+
+
 def check_external_token(token: object) -> str:
     """The token of an external signal, or a clear error: a token is a non-empty string
     outside the engine's own waiter namespaces (`durably._core.tokens`)."""
@@ -59,7 +74,7 @@ def check_external_token(token: object) -> str:
 
 
 async def signal(
-    engine: Engine,
+    route: SignalRoute,
     token: str,
     payload: Any,
     *,
@@ -68,14 +83,14 @@ async def signal(
 ) -> RunResult | None:
     """Take the waiter and deliver; else buffer (per `buffer`), then
     re-take the waiter (a wait that registered meanwhile) and hand it the buffered payload."""
-    store = engine.store
+    store = route.store
     payload = PLAIN.to_json(payload)
     waiter = await store.take_signal_waiter(token)
     if waiter is None:
         if buffer == "none":
             return None
         if buffer == "bounded":
-            await buffer_bounded(engine, token, payload)
+            await buffer_bounded(route, token, payload)
         else:
             await store.buffer_signal(token, payload)
         waiter = await store.take_signal_waiter(token)
@@ -85,18 +100,18 @@ async def signal(
         if hit is None:
             return None  # the waiting side consumed it itself
         payload = hit.payload
-    await deliver(engine, waiter, payload)
+    await route.deliver(waiter, payload)
     if not want_result:
         return None
     run = await store.get_run(waiter.run_id)
     return RunResult(run.id, run.status, run.output, run.error) if run else None
 
 
-async def buffer_bounded(engine: Engine, token: str, payload: JSONValue) -> None:
+async def buffer_bounded(route: SignalRoute, token: str, payload: JSONValue) -> None:
     """Buffer under the engine's TTL and caps (one store statement); over a cap nothing is
     stored and `SignalBufferFullError` says which cap and how to raise it."""
-    policy = engine.signal_buffer
-    refused = await engine.store.buffer_signal_bounded(
+    policy = route.signal_buffer
+    refused = await route.store.buffer_signal_bounded(
         token,
         payload,
         ttl_ms=policy.ttl_ms,
