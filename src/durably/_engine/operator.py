@@ -21,6 +21,7 @@ from durably._core.models import (
     replace,
     utc_from_ms,
 )
+from durably._engine import routing
 
 if TYPE_CHECKING:
     from durably._engine.control import ControlPlane
@@ -204,8 +205,6 @@ async def requeue(
 async def _retire_handoff(store: StateStore, run_id: str, cps: list[Any]) -> None:
     """Rename the live handoff row to its retired name (kept for the
     timeline, status unchanged, never followed) — first, before anything else is reset."""
-    from durably._engine import routing
-
     live = routing.live_handoff(run_id, cps)
     if live is None:
         return
