@@ -521,6 +521,20 @@ LOOSE: list[tuple[str, Callable[[Any], Any], dict[str, Any]]] = [
         BufferedSignalInfo.from_json,
         {"token": "t", "sizeBytes": "3", "bufferedAt": "2026-03-04T07:06:07+02:00"},
     ),
+    ("run_waiting_coerced", RunWaiting.from_json, {"on": "signal", "name": 7}),
+    ("worker_concurrency_empty", WorkerConcurrency.from_json, {}),
+    ("worker_status_empty", WorkerStatus.from_json, {}),
+    (
+        "worker_status_loose",
+        WorkerStatus.from_json,
+        {"inFlight": "2", "runtime": "", "lastAdjust": {"at": 1}},
+    ),
+    ("group_health_loose", GroupHealth.from_json, {"group": 5, "kind": None}),
+    (
+        "worker_heartbeat_odd_status",
+        WorkerHeartbeat.from_json,
+        {"group": "g", "instanceId": "i", "lastBeatAt": "12", "status": []},
+    ),
 ]
 
 LOOSE_PINNED: dict[str, str] = {
@@ -541,6 +555,12 @@ LOOSE_PINNED: dict[str, str] = {
     "fan_page_loose": "FanPage(items=(), total=4, etag=None, not_modified=True)",
     "buffered_signal_loose": "BufferedSignalInfo(token='5', size_bytes=0, buffered_at=None, expires_at=None)",
     "buffered_signal_offset_dates": "BufferedSignalInfo(token='t', size_bytes=3, buffered_at=datetime.datetime(2026, 3, 4, 7, 6, 7, tzinfo=datetime.timezone(datetime.timedelta(seconds=7200))), expires_at=None)",
+    "run_waiting_coerced": "RunWaiting(on='signal', name='7')",
+    "worker_concurrency_empty": "WorkerConcurrency(mode='fixed', limit=0, min=None, max=None)",
+    "worker_status_empty": "WorkerStatus(concurrency=WorkerConcurrency(mode='fixed', limit=0, min=None, max=None), in_flight=0, runtime=None, rss_bytes=None, rss_limit_bytes=None, rss_pct=None, cpu_pct=None, throughput_per_min=None, p95_ms=None, last_adjust=None)",
+    "worker_status_loose": "WorkerStatus(concurrency=WorkerConcurrency(mode='fixed', limit=0, min=None, max=None), in_flight=2, runtime=None, rss_bytes=None, rss_limit_bytes=None, rss_pct=None, cpu_pct=None, throughput_per_min=None, p95_ms=None, last_adjust={'at': 1})",
+    "group_health_loose": "GroupHealth(group='5', depth=0, live_workers=(), kind=None)",
+    "worker_heartbeat_odd_status": "WorkerHeartbeat(group='g', instance_id='i', last_beat_at=12, status=None)",
 }
 
 
@@ -580,6 +600,7 @@ def test_an_unusable_value_is_named() -> None:
 
 def test_converters_are_built_once_per_class() -> None:
     StepCheckpoint.from_json(CP_FULL.to_json())
-    # After the first use the class holds converters written for it, not the lazy builders.
-    assert StepCheckpoint.to_json.__qualname__ == "StepCheckpoint.to_json"
-    assert StepCheckpoint.from_json.__qualname__ == "StepCheckpoint.from_json"
+    # After the first use the class holds converters generated for it (no per-field loop
+    # at call time), not the lazy builders it inherits.
+    assert StepCheckpoint.to_json.__code__.co_filename == "<jsonshape StepCheckpoint>"
+    assert StepCheckpoint.from_json.__code__.co_filename == "<jsonshape StepCheckpoint>"

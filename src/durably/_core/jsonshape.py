@@ -22,7 +22,8 @@ The rules, one place for all objects:
 - Reading is lenient the way a JSON reader of stored rows must be: a missing or `null` key
   takes the field's default (or `json_field(read_default=...)`); a value of the wrong JSON type
   in an optional str/int/bool field reads as absent; required strings and ints are coerced
-  (`str(...)`, `int(...)`). A missing required key, or a value that cannot be coerced, raises
+  (`str(...)`, `int(...)`); an optional `Literal` reads a value outside its choices as absent.
+  A missing required key, or a value that cannot be coerced, raises
   `ValueError` naming the class and the key.
 """
 
@@ -368,6 +369,10 @@ def _decode_expr(gen: _Gen, tp: Any, nullable: bool, opts: _FieldOptions) -> tup
         return ("_num(v)", False) if nullable else ("int(v)", True)
     if tp is bool:
         return ("v if v.__class__ is bool else None", False) if nullable else ("v is True", False)
+    if nullable and typing.get_origin(tp) is Literal:
+        # An optional choice reads a value outside its choices as absent; a required one is
+        # kept as given (a newer writer's status must not make a whole row unreadable).
+        return f"v if v in {gen.const(tuple(typing.get_args(tp)))} else None", False
     if _is_json_object(tp):
         return f"{gen.const(tp)}.from_json(v) if isinstance(v, Mapping) else None", True
     item = _tuple_item(tp)
