@@ -535,6 +535,13 @@ LOOSE: list[tuple[str, Callable[[Any], Any], dict[str, Any]]] = [
         WorkerHeartbeat.from_json,
         {"group": "g", "instanceId": "i", "lastBeatAt": "12", "status": []},
     ),
+    (
+        "run_facet_row_loose",
+        RunFacetRow.from_json,
+        {"status": "running", "origin": 5, "count": "2"},
+    ),
+    ("run_value_facet_row_loose", RunValueFacetRow.from_json, {"value": 3, "count": 1.0}),
+    ("run_value_facet_options_loose", RunValueFacetOptions.from_json, {"limit": True, "scan": 9.5}),
 ]
 
 LOOSE_PINNED: dict[str, str] = {
@@ -561,6 +568,9 @@ LOOSE_PINNED: dict[str, str] = {
     "worker_status_loose": "WorkerStatus(concurrency=WorkerConcurrency(mode='fixed', limit=0, min=None, max=None), in_flight=2, runtime=None, rss_bytes=None, rss_limit_bytes=None, rss_pct=None, cpu_pct=None, throughput_per_min=None, p95_ms=None, last_adjust={'at': 1})",
     "group_health_loose": "GroupHealth(group='5', depth=0, live_workers=(), kind=None)",
     "worker_heartbeat_odd_status": "WorkerHeartbeat(group='g', instance_id='i', last_beat_at=12, status=None)",
+    "run_facet_row_loose": "RunFacetRow(status='running', origin=None, count=2)",
+    "run_value_facet_row_loose": "RunValueFacetRow(value=None, count=1)",
+    "run_value_facet_options_loose": "RunValueFacetOptions(limit=None, scan=9)",
 }
 
 

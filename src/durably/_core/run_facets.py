@@ -22,10 +22,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal, cast
 
+from durably._core.jsonshape import JsonObject, json_field
 from durably._core.models import UNSET, RunQuery, RunStatus, WorkflowRun
 
 __all__ = [
@@ -86,25 +87,13 @@ def facet_query(query: RunQuery) -> RunQuery:
 
 
 @dataclass(frozen=True, slots=True)
-class RunFacetRow:
+class RunFacetRow(JsonObject):
     """One `GROUP BY status, origin` cell; `origin` None = unattributed
     (always present in JSON, as `null`)."""
 
     status: RunStatus
-    origin: str | None
+    origin: str | None = field(metadata=json_field(write="always"))
     count: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "origin": self.origin, "count": self.count}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunFacetRow:
-        origin = data.get("origin")
-        return cls(
-            status=cast(RunStatus, str(data["status"])),
-            origin=origin if isinstance(origin, str) else None,
-            count=int(data["count"]),
-        )
 
 
 def facet_origin(origin: object) -> str | None:
@@ -179,28 +168,12 @@ class RunValueAxis:
 
 
 @dataclass(frozen=True, slots=True)
-class RunValueFacetOptions:
+class RunValueFacetOptions(JsonObject):
     """How many value rows to answer (`limit`, default 100) and how many of the newest
     matching runs the tag and attribute axes look at (`scan`, default 5000)."""
 
     limit: int | None = None
     scan: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.limit is not None:
-            out["limit"] = self.limit
-        if self.scan is not None:
-            out["scan"] = self.scan
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunValueFacetOptions:
-        def pick(key: str) -> int | None:
-            v = data.get(key)
-            return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-        return cls(limit=pick("limit"), scan=pick("scan"))
 
     @classmethod
     def of(cls, opts: RunValueFacetOptions | Mapping[str, Any] | None) -> RunValueFacetOptions:
@@ -220,20 +193,12 @@ class RunValueFacetOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class RunValueFacetRow:
+class RunValueFacetRow(JsonObject):
     """One value and how many runs carry it; `value` None only for the origin axis's
     unattributed bucket (always present in JSON)."""
 
-    value: str | None
+    value: str | None = field(metadata=json_field(write="always"))
     count: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"value": self.value, "count": self.count}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunValueFacetRow:
-        value = data.get("value")
-        return cls(value=value if isinstance(value, str) else None, count=int(data["count"]))
 
 
 def js_string(value: object) -> str:
@@ -333,7 +298,7 @@ def run_value_facets_from_runs(
 
 
 @dataclass(frozen=True, slots=True)
-class LeaseOwnerRow:
+class LeaseOwnerRow(JsonObject):
     """One `GROUP BY namespace, locked_by` cell over live leases: `owner` holds
     `runs` unexpired leases in `namespace`, the latest running until `lease_until` (ms).
     What `worker_health` reads instead of a heartbeat table."""
@@ -342,14 +307,6 @@ class LeaseOwnerRow:
     owner: str
     runs: int
     lease_until: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "owner": self.owner,
-            "runs": self.runs,
-            "leaseUntil": self.lease_until,
-        }
 
 
 def lease_owners_from_runs(

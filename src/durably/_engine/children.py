@@ -34,13 +34,12 @@ from durably._core.models import (
     now_utc,
     utc_from_ms,
 )
+from durably._engine import signals
 from durably._engine.registry import Workflow
+from durably._engine.vocab import next_continuation_id, parent_tag
 
 if TYPE_CHECKING:
     from durably._engine.engine import Engine
-
-# `signals` is imported where used: it imports the driver, which imports the ctx, which
-# imports fans, which imports this module.
 
 log = logging.getLogger("durably")
 
@@ -80,8 +79,6 @@ async def create_children(
     replayed launch is idempotent). A member that cannot start (unknown workflow, invalid
     input, its id held by another workflow) gets its failed Completion delivered to the
     parent like any child result. Returns the ids that existed before this call."""
-    from durably._engine import signals
-
     name = workflow.name if isinstance(workflow, Workflow) else workflow
     failed: dict[str, str] = {}
     new_runs: list[WorkflowRun] = []
@@ -91,7 +88,7 @@ async def create_children(
         failed = {child_id: str(exc) for child_id, _ in members}
     else:
         now = now_utc()
-        tags = tuple(dict.fromkeys([*wf.tags, signals.parent_tag(parent.id)]))
+        tags = tuple(dict.fromkeys([*wf.tags, parent_tag(parent.id)]))
         for child_id, input in members:
             try:
                 # A member id derived from a long parent id can break the id rule: that
@@ -144,8 +141,6 @@ def check_continuation_id(run_id: str) -> None:
     (`<id>~<n>`) would break the id rule. The run is completed before its continuation is
     started, so a refusal at that start would lose the continuation; refused here, the run
     fails with the reason instead."""
-    from durably._engine.driver import next_continuation_id
-
     validate_run_id(next_continuation_id(run_id), what="continuation run id")
 
 
@@ -168,8 +163,6 @@ class ChildMailbox:
         self._engine.spawn(self._drain(parent_id))
 
     async def _drain(self, parent_id: str) -> None:
-        from durably._engine import signals
-
         await asyncio.sleep(0)  # let the rest of a burst of completions queue up
         while True:
             queue = self._queues[parent_id]
@@ -192,8 +185,6 @@ class ChildMailbox:
                         log.exception("delivering %s to %s failed", token, parent_id)
 
     async def _deliver(self, parent_id: str, batch: list[tuple[str, JSONValue]]) -> None:
-        from durably._engine import signals
-
         engine = self._engine
         at = utc_from_ms(engine.clock())
         written = await deliver_signals(engine.store, batch, at)
@@ -211,8 +202,6 @@ class ChildMailbox:
 
 async def wake_parent(engine: Engine, run_id: str, cps: list[StepCheckpoint]) -> None:
     """At most one wake of the parent per delivered batch, behind the join barrier."""
-    from durably._engine import signals
-
     execution = engine.executions.get(run_id)
     if execution is not None and execution.resident:
         for cp in cps:
@@ -296,12 +285,10 @@ async def recover_completions(ex: Any, members: dict[str, int]) -> list[StepChec
     tests/faults/test_fan_faults.py). One tag query for many members, else one read each."""
     if not members:
         return []
-    from durably._engine import signals
-
     store = ex.store
     finished: list[WorkflowRun] = []
     if len(members) > 16:
-        query = RunQuery(tag=signals.parent_tag(ex.run_id), statuses=list(_PARENT_TERMINAL))
+        query = RunQuery(tag=parent_tag(ex.run_id), statuses=list(_PARENT_TERMINAL))
         finished = [run for run in await store.list_runs(query) if run.id in members]
     else:
         for child_id in members:

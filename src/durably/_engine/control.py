@@ -29,6 +29,7 @@ from durably._core.models import (
 )
 from durably._engine import signals
 from durably._engine.signal_api import SignalBufferPolicy
+from durably._engine.vocab import may_have_parent
 
 if TYPE_CHECKING:
     from durably._engine.registry import Workflow
@@ -213,7 +214,7 @@ class ControlPlane:
         if self.local is not None:
             self.local.notify_parent(run, completion)
             return
-        if not signals.may_have_parent(run):
+        if not may_have_parent(run):
             return
         await self.signal(f"child:{run.id}", completion)
         if "~retry~" in run.id and completion.get("ok"):

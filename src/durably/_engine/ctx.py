@@ -24,7 +24,14 @@ from durably._core.errors import (
 )
 from durably._core.ids import given_run_id
 from durably._core.jsonutil import compact
-from durably._core.models import ChildWait, JSONValue, SignalWaiter, StepCheckpoint, ms_from_utc
+from durably._core.models import (
+    ChildWait,
+    JSONValue,
+    SignalWaiter,
+    StepCheckpoint,
+    ms_from_utc,
+    replace,
+)
 from durably._engine import children, fans, saga, unsupported
 from durably._engine.execution import STEP_SCOPE, Execution
 from durably._engine.fans import FanMode, Settled
@@ -675,8 +682,6 @@ class WorkflowCtx:
         merged = {**(ex.run.search_attributes or {}), **attrs}
         _validate_attributes(ex.workflow, merged)
         await self._ex.store.update_run(ex.run_id, {"search_attributes": merged})
-        from durably._core.models import replace
-
         ex.run = replace(ex.run, search_attributes=merged)
         await ex.save(ex.instant(seq, "searchAttributes", "local", output=attrs))
 

@@ -17,10 +17,8 @@ from durably._core.errors import (
     error_of,
 )
 from durably._core.models import (
-    LIVE_RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
     RunPatch,
-    RunStatus,
     StepCheckpoint,
     StepError,
     WorkflowRun,
@@ -31,28 +29,21 @@ from durably._engine.ctx import WorkflowCtx
 from durably._engine.events import EngineEvent
 from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, StoreFailure
 from durably._engine.registry import Workflow
+from durably._engine.settle import (
+    release_quietly,
+    run_event,
+    settle_completed,
+    settle_failed_unrouted,
+    settle_terminal,
+    update_if_live,
+)
 from durably._engine.typed_io import validation_details
+from durably._engine.vocab import next_continuation_id
 
 if TYPE_CHECKING:
     from durably._engine.engine import Engine
 
 log = logging.getLogger("durably")
-
-# Statuses a turn may still settle over; anything else was changed under it (cancel, ...).
-_LIVE = LIVE_RUN_STATUSES
-
-
-async def update_if_live(engine: Engine, run_id: str, patch: RunPatch) -> bool:
-    """Write a settle patch unless the run was settled meanwhile (never resurrect a run
-    another process cancelled)."""
-    return await update_if_status(engine, run_id, patch, _LIVE)
-
-
-async def update_if_status(
-    engine: Engine, run_id: str, patch: RunPatch, statuses: tuple[RunStatus, ...]
-) -> bool:
-    """A write that only lands while the run is still in one of `statuses`."""
-    return await engine.store.update_run_if_status(run_id, patch, statuses)
 
 
 async def run_one(engine: Engine, run_id: str) -> bool:
@@ -83,7 +74,7 @@ async def drive(engine: Engine, run: WorkflowRun) -> None:
         # The store failed before the turn began: give the lease back so the run is
         # retried at once once the store answers again, not a whole lease later.
         log.warning("run %s: could not start its turn (%s); it will be retried", run.id, exc)
-        await _release_quietly(engine, run.id)
+        await release_quietly(engine, run.id)
         return
     if prepared is None:
         return
@@ -93,7 +84,7 @@ async def drive(engine: Engine, run: WorkflowRun) -> None:
             await routing.follow_handoff(engine, prepared[0], prepared[2])
         except Exception as exc:
             log.warning("run %s: could not follow its onError handoff (%s)", run.id, exc)
-            await _release_quietly(engine, run.id)
+            await release_quietly(engine, run.id)
         return
     execution = Execution(engine, *prepared)
     engine.executions[run.id] = execution
@@ -179,7 +170,7 @@ async def _turn(engine: Engine, ex: Execution) -> None:
             ex.run_id,
             failure.cause,
         )
-        await _release_quietly(engine, ex.run_id)
+        await release_quietly(engine, ex.run_id)
         return
     except RunEvicted:
         await ex.close()
@@ -206,7 +197,7 @@ async def _turn(engine: Engine, ex: Execution) -> None:
     except asyncio.CancelledError:
         if ex.cancelled:
             return  # engine.cancel wrote the outcome and released the lease
-        await _release_quietly(engine, ex.run_id)
+        await release_quietly(engine, ex.run_id)
         raise
     except Exception as exc:
         await ex.close()
@@ -218,7 +209,7 @@ async def _turn(engine: Engine, ex: Execution) -> None:
         # Unwind the saga BEFORE settle(failed) and its onError routing; the run fails
         # with the ORIGINAL error.
         if ex.compensations and not await saga.unwind(ex):
-            await _release_quietly(engine, ex.run_id)  # store failed: recovery re-drives
+            await release_quietly(engine, ex.run_id)  # store failed: recovery re-drives
             return
         await settle_failed(engine, ex.run, error_of(exc))
         return
@@ -257,77 +248,12 @@ def _decode_input(workflow: Workflow[Any, Any], stored: Any) -> Any:
         ) from None
 
 
-async def release_quietly(engine: Engine, run_id: str) -> None:
-    await _release_quietly(engine, run_id)
-
-
-async def _release_quietly(engine: Engine, run_id: str) -> None:
-    try:
-        await engine.store.release_run_lock(run_id)
-    except Exception:
-        log.debug("could not release the lease of %s", run_id, exc_info=True)
-
-
-async def settle_terminal(
-    engine: Engine,
-    run: WorkflowRun,
-    patch: RunPatch,
-    event: EngineEvent,
-    completion: dict[str, Any],
-    *,
-    statuses: tuple[RunStatus, ...] = _LIVE,
-) -> bool:
-    """The one way a turn ends a run: a conditional write that also drops the lease, then
-    the run's event, its parent's completion and a `settled` wake for other processes."""
-    final: RunPatch = {**patch, "wake_at": None, "locked_by": None, "locked_until": None}
-    if not await update_if_status(engine, run.id, final, statuses):
-        await _release_quietly(engine, run.id)  # settled elsewhere meanwhile: never resurrect
-        return False
-    engine.events.emit(event)
-    engine.notify_parent(run, completion)
-    engine.wakes.announce_soon("settled", run.id)
-    return True
-
-
-def _event(type_: Any, run: WorkflowRun, **fields: Any) -> EngineEvent:
-    return EngineEvent(
-        type=type_, run_id=run.id, workflow=run.workflow, namespace=run.namespace, **fields
-    )
-
-
-async def settle_completed(engine: Engine, run: WorkflowRun, output: Any) -> None:
-    await settle_terminal(
-        engine,
-        run,
-        {"status": "completed", "output": output, "error": None},
-        _event("run.completed", run, output=output),
-        {"ok": True, "value": output},
-    )
-
-
-async def settle_failed(
-    engine: Engine, run: WorkflowRun, error: StepError, *, route: bool = True
-) -> None:
-    # onError routing first; a failure settled by follow_handoff passes route=False and
-    # is never routed again.
-    if route and await routing.route_failure(engine, run, error):
+async def settle_failed(engine: Engine, run: WorkflowRun, error: StepError) -> None:
+    # onError routing first; a failure settled by follow_handoff is final and never
+    # routed again (it calls settle.settle_failed_unrouted directly).
+    if await routing.route_failure(engine, run, error):
         return
-    await settle_terminal(
-        engine,
-        run,
-        {"status": "failed", "error": error},
-        _event("run.failed", run, error=error),
-        completion_of_failure(error),
-    )
-
-
-def completion_of_failure(error: StepError) -> dict[str, Any]:
-    completion: dict[str, Any] = {"ok": False, "error": error.message}
-    if error.code is not None:
-        completion["code"] = error.code
-    if error.details is not None:
-        completion["details"] = error.details
-    return completion
+    await settle_failed_unrouted(engine, run, error)
 
 
 async def _settle_suspended(engine: Engine, ex: Execution, wake_at: int | None) -> None:
@@ -341,7 +267,7 @@ async def _settle_suspended(engine: Engine, ex: Execution, wake_at: int | None) 
         "locked_until": None,
     }
     if not await update_if_live(engine, ex.run_id, patch):
-        await _release_quietly(engine, ex.run_id)
+        await release_quietly(engine, ex.run_id)
         return
     engine.events.emit(
         EngineEvent(
@@ -374,7 +300,7 @@ async def _settle_continued(engine: Engine, ex: Execution, new_input: Any) -> No
         engine,
         run,
         {"status": "completed", "output": None, "error": None},
-        _event("run.completed", run),
+        run_event("run.completed", run),
         {"ok": True, "value": None},
     )
     if completed:
@@ -387,10 +313,3 @@ async def _settle_continued(engine: Engine, ex: Execution, new_input: Any) -> No
                 tags=run.tags,
             )
         )
-
-
-def next_continuation_id(run_id: str) -> str:
-    base, sep, n = run_id.rpartition("~")
-    if sep and n.isdigit() and "~retry~" not in run_id[-(len(n) + 7) :]:
-        return f"{base}~{int(n) + 1}"
-    return f"{run_id}~1"

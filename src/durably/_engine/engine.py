@@ -44,6 +44,7 @@ from durably._engine.signal_api import (
 )
 from durably._engine.stores import open_store
 from durably._engine.transport import InProcessTransport
+from durably._engine.vocab import parent_tag
 from durably._engine.wakes import WakeLink
 from durably._store.codec import wrap_store
 from durably._store.protocol import InstanceHold
@@ -464,7 +465,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
                     wf,
                     self.prepare_input(wf, input),
                     run_id=child_id,
-                    tags=[signals.parent_tag(parent.id)],
+                    tags=[parent_tag(parent.id)],
                     namespace=parent.namespace,
                     priority=priority,
                 )

@@ -22,17 +22,13 @@ from durably._core.models import (
     utc_from_ms,
 )
 from durably._engine import routing
+from durably._engine.vocab import CANCELLED, CANCELLED_COMPLETION
 
 if TYPE_CHECKING:
     from durably._engine.control import ControlPlane
     from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
-
-CANCELLED = StepError(message="cancelled")
-# Decision: a parent awaiting a cancelled child is told, so
-# it fails loudly instead of waiting forever.
-CANCELLED_COMPLETION = {"ok": False, "error": "cancelled", "code": "cancelled"}
 
 
 def _result(run: WorkflowRun) -> RunResult:

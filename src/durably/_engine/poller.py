@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from durably._core.models import StepError, WorkflowRun, replace
 from durably._engine import operator, signals
-from durably._engine.driver import settle_terminal, update_if_status
 from durably._engine.events import EngineEvent
+from durably._engine.settle import settle_terminal, update_if_status
 
 if TYPE_CHECKING:
     from durably._engine.engine import Engine

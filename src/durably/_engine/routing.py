@@ -21,9 +21,14 @@ from durably._core.models import (
     WorkflowRun,
     utc_from_ms,
 )
-from durably._engine import driver
 from durably._engine.events import EngineEvent
 from durably._engine.registry import OnErrorInput, OnErrorRoute
+from durably._engine.settle import (
+    release_quietly,
+    settle_completed,
+    settle_failed_unrouted,
+    update_if_live,
+)
 
 if TYPE_CHECKING:
     from durably._engine.engine import Engine
@@ -146,11 +151,11 @@ async def route_failure(engine: Engine, run: WorkflowRun, error: StepError) -> b
         "locked_by": None,
         "locked_until": None,
     }
-    if not await driver.update_if_live(engine, run.id, patch):
+    if not await update_if_live(engine, run.id, patch):
         # Settled elsewhere meanwhile (cancelled): never resurrect; the handoff row stays
         # as a record, nothing is started.
         await store.remove_signal_waiter(SignalWaiter(f"child:{handler_id}", run.id, seq))
-        await driver.release_quietly(engine, run.id)
+        await release_quietly(engine, run.id)
         return True
     engine.events.emit(
         EngineEvent(
@@ -180,7 +185,7 @@ async def follow_handoff(engine: Engine, run: WorkflowRun, cps: Sequence[StepChe
     if cp.status == "completed":
         completion = cp.output if isinstance(cp.output, dict) else {"ok": True, "value": cp.output}
         if completion.get("ok"):
-            await driver.settle_completed(engine, run, completion.get("value"))
+            await settle_completed(engine, run, completion.get("value"))
         else:
             failure = StepError(
                 message=str(completion.get("error", "onError handler failed")),
@@ -188,18 +193,18 @@ async def follow_handoff(engine: Engine, run: WorkflowRun, cps: Sequence[StepChe
                 details=completion.get("details"),
             )
             # The handler's failure is final: this settle does NOT route again.
-            await driver.settle_failed(engine, run, failure, route=False)
+            await settle_failed_unrouted(engine, run, failure)
         return True
     handler = await engine.store.get_run(handler_id)
     if handler is not None and handler.status == "completed":
-        await driver.settle_completed(engine, run, handler.output)
+        await settle_completed(engine, run, handler.output)
         return True
     if handler is not None and handler.status in ("failed", "dead", "cancelled"):
         # failed/dead → its error; cancelled → failed with its error.
         failure = handler.error or StepError(
             message=f"onError handler {handler_id} {handler.status}"
         )
-        await driver.settle_failed(engine, run, failure, route=False)
+        await settle_failed_unrouted(engine, run, failure)
         return True
     if handler is None:
         # The turn that handed off crashed before the deferred start: start it now.
@@ -216,8 +221,8 @@ async def follow_handoff(engine: Engine, run: WorkflowRun, cps: Sequence[StepChe
         "locked_by": None,
         "locked_until": None,
     }
-    if not await driver.update_if_live(engine, run.id, patch):
-        await driver.release_quietly(engine, run.id)
+    if not await update_if_live(engine, run.id, patch):
+        await release_quietly(engine, run.id)
     return True
 
 

@@ -12,12 +12,15 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durably._core.errors import _ControlFlow, error_of
 from durably._core.models import CheckpointKind, JSONValue, StepError
+from durably._engine.events import EngineEvent
 from durably._engine.registry import RetryPolicy, Step
+from durably._engine.settle import SettleHost, release_quietly, settle_terminal
 from durably._engine.typed_io import PLAIN
+from durably._engine.vocab import CANCELLED, CANCELLED_COMPLETION
 
 if TYPE_CHECKING:
     from durably._engine.execution import Execution
@@ -182,20 +185,23 @@ async def _attempt(ex: Execution, entry: Compensation) -> tuple[JSONValue, StepE
     return None, None
 
 
-async def compensate_and_cancel(engine: Any, ex: Execution) -> None:
+class CancelHost(SettleHost, Protocol):
+    """What a compensating cancel needs: settling, and telling this process's cancel
+    listeners (the `Engine`)."""
+
+    def fire_cancel(self, run_id: str) -> None: ...
+
+
+async def compensate_and_cancel(host: CancelHost, ex: Execution) -> None:
     """Compensating cancel, at whatever exit a cancel-requested turn
     reaches: unwind, then `cancelling` → `cancelled` with `{message: 'cancelled'}` and
     `run.failed`. durably: undos run in-process, so the unwind never waits on one."""
-    from durably._engine.driver import release_quietly, settle_terminal
-    from durably._engine.events import EngineEvent
-    from durably._engine.operator import CANCELLED, CANCELLED_COMPLETION
-
     if not await unwind(ex):
-        await release_quietly(engine, ex.run_id)  # store failed: recovery re-drives
+        await release_quietly(host, ex.run_id)  # store failed: recovery re-drives
         return
     run = ex.run
     await settle_terminal(
-        engine,
+        host,
         run,
         {"status": "cancelled", "error": CANCELLED},
         EngineEvent(
@@ -208,4 +214,4 @@ async def compensate_and_cancel(engine: Any, ex: Execution) -> None:
         CANCELLED_COMPLETION,
         statuses=("cancelling",),
     )
-    engine.fire_cancel(run.id)
+    host.fire_cancel(run.id)

@@ -21,8 +21,9 @@ from durably._core.models import (
     utc_from_ms,
 )
 from durably._core.tokens import reserved_token_hint, reserved_token_kind, token_namespace
-from durably._engine import driver
+from durably._engine.settle import update_if_live
 from durably._engine.typed_io import PLAIN
+from durably._engine.vocab import PARENT_TAG_PREFIX, may_have_parent
 
 if TYPE_CHECKING:
     from durably._engine.engine import Engine
@@ -173,20 +174,8 @@ async def nudge(engine: Engine, run_id: str) -> None:
     """The run is driven elsewhere (another process holds its lease, or this engine does
     not drive): make it due now, so the holder's timer poll wakes it,
     and announce it on the wake bus so that happens within milliseconds."""
-    if await driver.update_if_live(engine, run_id, {"wake_at": engine.clock()}):
+    if await update_if_live(engine, run_id, {"wake_at": engine.clock()}):
         await engine.wakes.announce("ready", run_id)
-
-
-PARENT_TAG_PREFIX = "durable:parent:"
-
-
-def parent_tag(parent_run_id: str) -> str:
-    """The engine-minted tag naming the run that started a child."""
-    return PARENT_TAG_PREFIX + parent_run_id
-
-
-def may_have_parent(run: WorkflowRun) -> bool:
-    return "~retry~" in run.id or any(t.startswith(PARENT_TAG_PREFIX) for t in run.tags or ())
 
 
 def notify_parent(engine: Engine, run: WorkflowRun | str, completion: dict[str, Any]) -> None:
