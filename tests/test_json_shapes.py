@@ -47,6 +47,7 @@ from durably._read.list_models import (
     WorkerStatus,
 )
 from durably._read.models import FanPageQuery, RunDetailOptions
+from durably._read.vocabulary import FoldedFailure
 
 # One instant with sub-millisecond digits (the two date forms differ there) and one without.
 T1 = datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
@@ -332,6 +333,27 @@ CASES: list[tuple[str, Any, bool]] = [
         ),
         True,
     ),
+    (
+        "checkpoint_stat_ungrouped",
+        CheckpointStat(
+            group=None,
+            status="failed",
+            name_kind="child",
+            count=1,
+            min_seq=4,
+            max_seq=4,
+            min_name="signal:child:c",
+            max_name="signal:child:c",
+            min_enqueued_at=T2,
+            min_started_at=T2,
+            max_started_at=T2,
+            max_finished_at=T2,
+            sum_attempts=1,
+        ),
+        True,
+    ),
+    ("folded_failure_min", FoldedFailure(id="p.1"), False),
+    ("folded_failure_full", FoldedFailure(id="p.2", error="boom", code="E", details=[1]), False),
 ]
 
 PINNED: dict[str, str] = {
@@ -387,6 +409,9 @@ PINNED: dict[str, str] = {
     "checkpoint_stat": '{"group": "all:1:2", "status": "completed", "nameKind": "step", "count": 2, "minSeq": 1, "maxSeq": 2, "minName": "a", "maxName": "b", "minEnqueuedAt": "2026-03-04T05:06:07.891234Z", "minStartedAt": "2026-03-04T05:06:07.891234Z", "maxStartedAt": "2026-03-04T05:06:09Z", "maxFinishedAt": "2026-03-04T05:06:09Z", "sumAttempts": 3}',
     "checkpoint_query_min": "{}",
     "checkpoint_query_full": '{"group": "all:1:2", "excludeGroups": ["x"], "statuses": ["failed"], "namePrefixes": ["fan:"], "offset": 1, "limit": 2}',
+    "checkpoint_stat_ungrouped": '{"group": null, "status": "failed", "nameKind": "child", "count": 1, "minSeq": 4, "maxSeq": 4, "minName": "signal:child:c", "maxName": "signal:child:c", "minEnqueuedAt": "2026-03-04T05:06:09Z", "minStartedAt": "2026-03-04T05:06:09Z", "maxStartedAt": "2026-03-04T05:06:09Z", "maxFinishedAt": "2026-03-04T05:06:09Z", "sumAttempts": 1}',
+    "folded_failure_min": '{"id": "p.1", "error": null}',
+    "folded_failure_full": '{"id": "p.2", "error": "boom", "code": "E", "details": [1]}',
 }
 
 # (case id, reader, loose JSON input): what `from_json` has always made of it, as repr.

@@ -15,17 +15,12 @@ the rows `query_checkpoints` returns.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from durably._core.models import (
-    CheckpointStatus,
-    StepCheckpoint,
-    _iso,
-    _parse_dt,
-    checkpoint_name_kind,
-)
+from durably._core.jsonshape import JsonObject, json_field
+from durably._core.models import CheckpointStatus, StepCheckpoint, checkpoint_name_kind
 
 NameKind = Literal["child", "folded", "spawn", "step"]
 NAME_KINDS: tuple[NameKind, ...] = ("child", "folded", "spawn", "step")
@@ -37,11 +32,11 @@ def name_kind(name: str) -> NameKind:
 
 
 @dataclass(frozen=True, slots=True)
-class CheckpointStat:
+class CheckpointStat(JsonObject):
     """One `checkpoint_stats` bucket: the checkpoints of one run sharing
     `(parallelGroup, status, nameKind)`. `group` is None for ungrouped checkpoints."""
 
-    group: str | None
+    group: str | None = field(metadata=json_field(write="always"))
     status: CheckpointStatus
     name_kind: NameKind
     count: int
@@ -59,47 +54,6 @@ class CheckpointStat:
     def key(self) -> tuple[str | None, str, str]:
         """The bucket identity `(group, status, name_kind)`."""
         return (self.group, self.status, self.name_kind)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "status": self.status,
-            "nameKind": self.name_kind,
-            "count": self.count,
-            "minSeq": self.min_seq,
-            "maxSeq": self.max_seq,
-            "minName": self.min_name,
-            "maxName": self.max_name,
-            "minEnqueuedAt": _iso(self.min_enqueued_at),
-            "minStartedAt": _iso(self.min_started_at),
-            "maxStartedAt": _iso(self.max_started_at),
-            "maxFinishedAt": _iso(self.max_finished_at),
-            "sumAttempts": self.sum_attempts,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CheckpointStat:
-        def dt(key: str) -> datetime:
-            value = _parse_dt(data.get(key))
-            if value is None:
-                raise ValueError(f"CheckpointStat.{key} is required")
-            return value
-
-        return cls(
-            group=data.get("group"),
-            status=data["status"],
-            name_kind=data["nameKind"],
-            count=int(data["count"]),
-            min_seq=int(data["minSeq"]),
-            max_seq=int(data["maxSeq"]),
-            min_name=str(data["minName"]),
-            max_name=str(data["maxName"]),
-            min_enqueued_at=dt("minEnqueuedAt"),
-            min_started_at=dt("minStartedAt"),
-            max_started_at=dt("maxStartedAt"),
-            max_finished_at=dt("maxFinishedAt"),
-            sum_attempts=int(data["sumAttempts"]),
-        )
 
 
 def stat_sort_key(stat: CheckpointStat) -> tuple[bool, str, str, str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypedDict, TypeGuard, TypeVar
 
-from durably._core.jsonshape import JsonObject, iso_utc, json_field, parse_datetime
+from durably._core.jsonshape import JsonObject, json_field
 
 _T = TypeVar("_T")
 
@@ -73,14 +73,6 @@ def ms_from_utc(value: datetime) -> int:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return round(value.timestamp() * 1000)
-
-
-def _iso(value: datetime | None) -> str | None:
-    """The persisted date form (full precision, UTC, `Z`); None stays None."""
-    return None if value is None else iso_utc(value)
-
-
-_parse_dt = parse_datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,10 @@ a hand-edited row): it never raises, it reads what is there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from durably._core.jsonshape import JsonObject, json_field
 from durably._core.models import CHILD_EDGE_PREFIXES, JSONValue, StepCheckpoint
 
 # ---------------------------------------------------------------- constants
@@ -155,23 +156,16 @@ def folded_child_ids(cp: StepCheckpoint) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class FoldedFailure:
+class FoldedFailure(JsonObject):
     """One failed member inside a folded row: `{id, error, code?, details?}`.
 
-    `error` is whatever the Completion carried (a string when the engine wrote it)."""
+    `error` is whatever the Completion carried (a string when the engine wrote it); the key
+    is always written, as `null` when it carried none."""
 
     id: str
-    error: JSONValue = None
+    error: JSONValue = field(default=None, metadata=json_field(write="always"))
     code: JSONValue = None
     details: JSONValue = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "error": self.error}
-        if self.code is not None:
-            out["code"] = self.code
-        if self.details is not None:
-            out["details"] = self.details
-        return out
 
 
 def folded_failures(cp: StepCheckpoint) -> list[FoldedFailure]:
