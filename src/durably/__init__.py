@@ -47,6 +47,7 @@ from durably._engine.engine import Engine
 from durably._engine.events import EngineEvent, MetricsSnapshot
 from durably._engine.fans import Fulfilled, Rejected, Settled
 from durably._engine.handle import RunHandle, UpdateResult
+from durably._engine.options import EngineOptions
 from durably._engine.registry import (
     OnErrorInput,
     OnErrorRoute,
@@ -74,6 +75,7 @@ __all__ = [
     "ConcurrencyLimitError",
     "Engine",
     "EngineEvent",
+    "EngineOptions",
     "FanPage",
     "FanSummary",
     "FatalError",

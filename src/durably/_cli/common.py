@@ -201,15 +201,13 @@ def load_app(spec: str) -> Engine:
 def replica_of(app: Engine) -> Engine:
     """A `drive=False` engine over the app engine's store and workflows: it starts, signals
     and controls runs but never executes one (the app engine stays unopened)."""
-    bounds = app.signal_buffer  # a signal buffered from here obeys the app's own bounds
+    # Every option of the app (a signal buffered from here obeys the app's own bounds).
     return Engine(
         app.store,
         workflows=app.registered_workflows(),
         namespace=app.namespace,
         drive=False,
-        signal_buffer_ttl=bounds.ttl_ms / 1000.0,
-        signal_buffer_per_token=bounds.per_token,
-        signal_buffer_per_namespace=bounds.per_namespace,
+        options=app.options,
     )
 
 

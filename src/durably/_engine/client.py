@@ -17,11 +17,11 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import ValidationError
 
+from durably._core.durations import Duration
 from durably._core.errors import (
     InputValidationError,
     RunNotFoundError,
@@ -33,10 +33,10 @@ from durably._core.models import JSONValue, RunResult, WorkflowRun
 from durably._engine import operator, signals
 from durably._engine.control import UNPINNED_VERSION, ControlPlane
 from durably._engine.handle import RunHandle, WaitUntil, is_settled
+from durably._engine.options import UNSET, EngineOptions, Unset, merge_options
 from durably._engine.read_api import ReadApi
 from durably._engine.registry import Workflow
 from durably._engine.signal_api import (
-    SIGNAL_BUFFER_DEFAULTS,
     BufferedSignalsApi,
     SignalBufferPolicy,
     buffer_policy,
@@ -55,8 +55,6 @@ __all__ = ["Client", "prepare_input"]
 
 I = TypeVar("I")
 O = TypeVar("O")
-
-Duration = float | int | timedelta | str
 
 
 def prepare_input(workflow: Workflow[Any, Any], input: Any) -> JSONValue:
@@ -96,7 +94,9 @@ class Client(ReadApi, BufferedSignalsApi):
     embedded SQLite default), like `Engine(store=…)`. `codec` encrypts payloads at rest
     exactly as `Engine(codec=…)` does — a client and the workers it talks to must use the
     same one. `namespace` is where the runs it starts live. The `signal_buffer_*` options
-    bound the signals it buffers for runs not waiting yet, as on `Engine`.
+    bound the signals it buffers for runs not waiting yet, as on `Engine`: give them as
+    keywords or in `options=EngineOptions(...)` (a keyword wins); a bad value raises
+    `ValueError` naming it.
 
     Use it as `async with Client(...) as client:`; calls made before open it lazily.
     """
@@ -107,18 +107,26 @@ class Client(ReadApi, BufferedSignalsApi):
         *,
         codec: Codec | None = None,
         namespace: str | None = "default",
-        signal_buffer_ttl: Duration = SIGNAL_BUFFER_DEFAULTS["signal_buffer_ttl"],
-        signal_buffer_per_token: int = SIGNAL_BUFFER_DEFAULTS["signal_buffer_per_token"],
-        signal_buffer_per_namespace: int = SIGNAL_BUFFER_DEFAULTS["signal_buffer_per_namespace"],
+        options: EngineOptions | None = None,
+        # The options that apply to a client, as on `Engine` (documented on
+        # `EngineOptions`); a keyword given here overrides the same field of `options`.
+        signal_buffer_ttl: Duration | Unset = UNSET,
+        signal_buffer_per_token: int | Unset = UNSET,
+        signal_buffer_per_namespace: int | Unset = UNSET,
     ):
-        policy = buffer_policy(
+        # A client only buffers signals, so of `options` it uses the signal-buffer bounds
+        # and ignores the rest (they tune the worker runtime, which a client does not run);
+        # taking the whole value lets a web tier share one EngineOptions with its workers.
+        settings = merge_options(
+            "Client",
+            options,
             {
                 "signal_buffer_ttl": signal_buffer_ttl,
                 "signal_buffer_per_token": signal_buffer_per_token,
                 "signal_buffer_per_namespace": signal_buffer_per_namespace,
             },
-            owner="Client",
         )
+        policy = buffer_policy(settings)
         opened, owns = open_store(store)
         self._setup(
             wrap_store(opened, codec),

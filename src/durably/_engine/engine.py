@@ -10,8 +10,9 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Never, TypeVar
 
+from durably._core.durations import Duration
 from durably._core.errors import (
     RunNotFoundError,
     WorkflowNotFoundError,
@@ -34,49 +35,29 @@ from durably._engine.engine_hooks import EngineRuns
 from durably._engine.events import EngineEvent, EventBus, Listener, MetricsSnapshot
 from durably._engine.execution import Execution, ResidentSet
 from durably._engine.handle import RunHandle, WaitUntil, is_settled
+from durably._engine.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
 from durably._engine.read_api import ReadApi, WorkerHealthApi
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
 from durably._engine.signal_api import (
-    SIGNAL_BUFFER_DEFAULTS,
     BufferedSignalsApi,
     SignalApi,
     buffer_policy,
 )
 from durably._engine.stores import open_store
 from durably._engine.transport import InProcessTransport
+from durably._engine.unsupported import refuse_engine_options
 from durably._engine.vocab import parent_tag
 from durably._engine.wakes import WakeLink
-from durably._store.codec import wrap_store
-from durably._store.protocol import InstanceHold
+from durably._store.codec import Codec, wrap_store
+from durably._store.protocol import InstanceHold, StateStore
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger("durably")
 
 I = TypeVar("I")
 O = TypeVar("O")
-
-_TUNING_DEFAULTS: dict[str, Any] = {
-    "lease_ms": 30_000,
-    "timer_poll_ms": 1_000,
-    "reconcile_ms": 300_000,
-    "max_recovery_attempts": None,
-    "drain_timeout_ms": 10_000,
-    "event_scan_limit": 50,
-    "track_step_start": True,
-    "compensation_retries": 1,  # tries of each local compensation (saga undo)
-    # durably
-    "always_replay": False,
-    "step_threads": 256,  # started lazily; a blocking sync step holds one while it blocks
-    "pending_batch": 100,
-    "max_resident_runs": 10_000,
-    "max_concurrent_runs": 1_000,
-    "claim_batch": 16,
-    "fan_window": 1_000,  # in-process step-fan members in flight at once (fans.py)
-    "fold_fans_over": 1_000,  # workflow fans this wide fold settled waves
-    "instance_wait_ms": None,
-    # bounds of buffered external signals (signal_api.py): signal_buffer_ttl (24 h),
-    # signal_buffer_per_token (100), signal_buffer_per_namespace (10,000)
-    **SIGNAL_BUFFER_DEFAULTS,
-}
 
 
 class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
@@ -86,26 +67,23 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
     Use it as `async with Engine(...) as engine:` so pollers, recovery and drain run; calls
     made before that open it lazily.
 
-    Tuning keywords: `lease_ms`, `timer_poll_ms`, `reconcile_ms`,
-    `max_recovery_attempts`, `drain_timeout_ms`, `event_scan_limit`, `track_step_start`,
-    plus durably's `always_replay` (test mode: evict after every step and replay),
-    `step_threads` (size of the engine's own thread pool for sync user code),
-    `pending_batch`, `max_resident_runs` (parked bodies kept in memory; past it the
-    longest-parked run is evicted and replayed when it wakes), `max_concurrent_runs` (runs
-    this instance picks up from the shared backlog at once) and `claim_batch` (runs leased
-    per pick-up statement).
-
-    Signals sent before any run waits on their token are buffered, bounded by
-    `signal_buffer_ttl` (a duration: seconds, a timedelta or a string such as "24h"; default
-    24 hours — an expired signal is never delivered and is purged), `signal_buffer_per_token`
-    (100) and `signal_buffer_per_namespace` (10,000; a namespace is the token's text before
-    its first ':'): over a cap a new signal is refused with `SignalBufferFullError`.
+    Options: every tuning option is a typed keyword here and a documented field of
+    `EngineOptions` (see it for each option's meaning and default). `*_ms` options are
+    whole milliseconds; `signal_buffer_ttl` is seconds, a `timedelta` or a string such as
+    "24h". Pass keywords, an `options=EngineOptions(...)` value, or both: a keyword given
+    here overrides the same field of `options`. Every value is checked here and a bad one
+    raises `ValueError` naming it; an option of a feature durably does not have yet
+    (`schedules=`, `retention=`, …) raises `NotImplementedError` naming the feature, and a
+    misspelt one a `TypeError` suggesting the right name. `engine.options` holds the
+    result.
     """
 
     def __init__(
         self,
-        store: Any = None,
-        transport: Any = None,
+        store: StateStore | AsyncEngine | str | None = None,
+        # Declared so that a transport passed positionally is refused by name below (and
+        # by mypy): remote transports are planned, steps run in-process today.
+        transport: None = None,
         *,
         workflows: Iterable[Workflow[Any, Any]] | None = None,
         steps: Iterable[Step[Any, Any]] | None = None,
@@ -113,15 +91,67 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         drive: bool = True,
         instance_id: str | None = None,
         clock: Callable[[], int] | None = None,
-        codec: Any = None,
-        **tuning: Any,
+        codec: Codec | None = None,
+        options: EngineOptions | None = None,
+        # The tuning options, each documented on `EngineOptions`. UNSET means "take it from
+        # `options` (or the default)", so an explicit keyword always wins over `options`.
+        lease_ms: int | Unset = UNSET,
+        timer_poll_ms: int | Unset = UNSET,
+        reconcile_ms: int | Unset = UNSET,
+        max_recovery_attempts: int | Unset | None = UNSET,
+        drain_timeout_ms: int | Unset = UNSET,
+        instance_wait_ms: int | Unset | None = UNSET,
+        max_concurrent_runs: int | Unset = UNSET,
+        claim_batch: int | Unset = UNSET,
+        pending_batch: int | Unset = UNSET,
+        max_resident_runs: int | Unset = UNSET,
+        step_threads: int | Unset = UNSET,
+        fan_window: int | Unset = UNSET,
+        fold_fans_over: int | Unset = UNSET,
+        event_scan_limit: int | Unset = UNSET,
+        compensation_retries: int | Unset = UNSET,
+        track_step_start: bool | Unset = UNSET,
+        always_replay: bool | Unset = UNSET,
+        signal_buffer_ttl: Duration | Unset = UNSET,
+        signal_buffer_per_token: int | Unset = UNSET,
+        signal_buffer_per_namespace: int | Unset = UNSET,
+        # Anything else is refused at run time with a message naming the planned feature
+        # (`schedules=`, `retention=`, …) or the option it was probably meant to be. Typed
+        # `Never` so that mypy rejects every such keyword before the code ever runs.
+        **unsupported: Never,
     ):
-        unsupported.refuse_engine_options(tuning, _TUNING_DEFAULTS)
+        refuse_engine_options(unsupported, OPTION_NAMES)
         if transport is not None:
             raise NotImplementedError(
                 "remote transports are not supported yet; omit `transport` to run steps in-process"
             )
-        opts = {**_TUNING_DEFAULTS, **tuning}
+        opts = merge_options(
+            "Engine",
+            options,
+            {
+                "lease_ms": lease_ms,
+                "timer_poll_ms": timer_poll_ms,
+                "reconcile_ms": reconcile_ms,
+                "max_recovery_attempts": max_recovery_attempts,
+                "drain_timeout_ms": drain_timeout_ms,
+                "instance_wait_ms": instance_wait_ms,
+                "max_concurrent_runs": max_concurrent_runs,
+                "claim_batch": claim_batch,
+                "pending_batch": pending_batch,
+                "max_resident_runs": max_resident_runs,
+                "step_threads": step_threads,
+                "fan_window": fan_window,
+                "fold_fans_over": fold_fans_over,
+                "event_scan_limit": event_scan_limit,
+                "compensation_retries": compensation_retries,
+                "track_step_start": track_step_start,
+                "always_replay": always_replay,
+                "signal_buffer_ttl": signal_buffer_ttl,
+                "signal_buffer_per_token": signal_buffer_per_token,
+                "signal_buffer_per_namespace": signal_buffer_per_namespace,
+            },
+        )
+        self.options = opts
         self.store, self._owns_store = open_store(store)
         self.store = wrap_store(self.store, codec)  # encrypts payloads at rest (unchanged for None)
         self.namespace = namespace
@@ -129,27 +159,25 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         self._explicit_instance = instance_id is not None
         self.instance_id = instance_id or f"durably-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.clock: Callable[[], int] = clock or (lambda: int(time.time() * 1000))
-        self.lease_ms = int(opts["lease_ms"])
-        self.timer_poll_ms = int(opts["timer_poll_ms"])
-        self.reconcile_ms = int(opts["reconcile_ms"])
-        self.max_recovery_attempts: int | None = opts["max_recovery_attempts"]
-        self.drain_timeout_ms = int(opts["drain_timeout_ms"])
-        self.event_scan_limit = int(opts["event_scan_limit"])
-        self.track_step_start = bool(opts["track_step_start"])
-        self.compensation_retries = int(opts["compensation_retries"])
-        self.always_replay = bool(opts["always_replay"])
-        self.pending_batch = int(opts["pending_batch"])
-        self.max_concurrent_runs = int(opts["max_concurrent_runs"])
-        self.claim_batch = int(opts["claim_batch"])
-        self.fan_window = max(1, int(opts["fan_window"]))
-        self.fold_fans_over = int(opts["fold_fans_over"])
+        # The runtime reads its options as attributes of the engine.
+        self.lease_ms = opts.lease_ms
+        self.timer_poll_ms = opts.timer_poll_ms
+        self.reconcile_ms = opts.reconcile_ms
+        self.max_recovery_attempts = opts.max_recovery_attempts
+        self.drain_timeout_ms = opts.drain_timeout_ms
+        self.event_scan_limit = opts.event_scan_limit
+        self.track_step_start = opts.track_step_start
+        self.compensation_retries = opts.compensation_retries
+        self.always_replay = opts.always_replay
+        self.pending_batch = opts.pending_batch
+        self.max_concurrent_runs = opts.max_concurrent_runs
+        self.claim_batch = opts.claim_batch
+        self.fan_window = opts.fan_window
+        self.fold_fans_over = opts.fold_fans_over
         # how long a restart with an explicit instance_id waits for a live predecessor
-        wait = opts["instance_wait_ms"]
-        self.instance_wait_ms = (
-            int(wait) if wait is not None else self.drain_timeout_ms + 2 * self.lease_ms
-        )
-        self._step_threads = int(opts["step_threads"])
-        self.signal_buffer = buffer_policy(opts)  # ValueError naming a bad option
+        self.instance_wait_ms = opts.effective_instance_wait_ms
+        self._step_threads = opts.step_threads
+        self.signal_buffer = buffer_policy(opts)
 
         if workflows is None:
             self._workflows = DEFAULT_REGISTRY
@@ -167,7 +195,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         self.events = EventBus()
         self.events.on_run_events(self._wake_watchers)
         self.executions: dict[str, Execution] = {}
-        self.resident = ResidentSet(int(opts["max_resident_runs"]))
+        self.resident = ResidentSet(opts.max_resident_runs)
         self.fresh_runs: dict[str, bool] = {}
         self.dispatching: set[str] = set()
         self._again: set[str] = set()

@@ -16,42 +16,30 @@ both `Client` and `Engine`. Every signal that enters here came from outside the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from durably._core.buffered_signals import (
     DEFAULT_LIST_LIMIT,
-    DEFAULT_SIGNAL_BUFFER_PER_NAMESPACE,
-    DEFAULT_SIGNAL_BUFFER_PER_TOKEN,
-    DEFAULT_SIGNAL_BUFFER_TTL_MS,
     MAX_LIST_LIMIT,
     BufferedSignalInfo,
 )
-from durably._core.durations import to_ms
 from durably._core.models import RunResult
 from durably._engine import signals
 from durably._engine.handle import UpdateResult
 
 if TYPE_CHECKING:
     from durably._engine.client import Client
+    from durably._engine.options import EngineOptions
     from durably._store.protocol import StateStore
 
 __all__ = [
-    "SIGNAL_BUFFER_DEFAULTS",
     "BufferedSignalsApi",
     "SignalApi",
     "SignalBufferPolicy",
     "buffer_policy",
 ]
-
-# The `Engine(...)` keywords of the signal buffer and their defaults (merged into the
-# engine's tuning defaults).
-SIGNAL_BUFFER_DEFAULTS: dict[str, Any] = {
-    "signal_buffer_ttl": DEFAULT_SIGNAL_BUFFER_TTL_MS / 1000.0,  # seconds, like any duration
-    "signal_buffer_per_token": DEFAULT_SIGNAL_BUFFER_PER_TOKEN,
-    "signal_buffer_per_namespace": DEFAULT_SIGNAL_BUFFER_PER_NAMESPACE,
-}
 
 # Largest offset accepted by the listing (a 32-bit integer in every store's SQL).
 _MAX_OFFSET = 2**31 - 1
@@ -67,35 +55,13 @@ class SignalBufferPolicy:
     next_sweep_ms: int = 0  # engine clock; signals.sweep_expired_signals
 
 
-def _cap(owner: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{owner}({name}=…) must be a whole number >= 1, not {value!r}")
-    if value < 1:
-        raise ValueError(f"{owner}({name}=…) must be >= 1, not {value}")
-    return value
-
-
-def buffer_policy(options: Mapping[str, Any], owner: str = "Engine") -> SignalBufferPolicy:
-    """The policy from the options of an `Engine` or a `Client` (`owner`, named in errors),
-    or a ValueError naming the bad option."""
-    ttl = options["signal_buffer_ttl"]
-    try:
-        if ttl is None:
-            raise ValueError("a duration is required")
-        ttl_ms = to_ms(ttl)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"{owner}(signal_buffer_ttl={ttl!r}): {exc} (a number of seconds, a timedelta, "
-            'or a string such as "24h")'
-        ) from None
-    if ttl_ms < 1:
-        raise ValueError(f"{owner}(signal_buffer_ttl={ttl!r}) must be a positive duration")
+def buffer_policy(options: EngineOptions) -> SignalBufferPolicy:
+    """The signal-buffer bounds of an engine's or a client's options (already validated
+    when the options were built)."""
     return SignalBufferPolicy(
-        ttl_ms=ttl_ms,
-        per_token=_cap(owner, "signal_buffer_per_token", options["signal_buffer_per_token"]),
-        per_namespace=_cap(
-            owner, "signal_buffer_per_namespace", options["signal_buffer_per_namespace"]
-        ),
+        ttl_ms=options.signal_buffer_ttl_ms,
+        per_token=options.signal_buffer_per_token,
+        per_namespace=options.signal_buffer_per_namespace,
     )
 
 

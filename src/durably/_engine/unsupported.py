@@ -60,8 +60,8 @@ REMOTE_WORKERS = (
 )
 
 # Engine options of planned features that durably does not implement yet: each is refused
-# with a message naming the feature (never silently ignored). Anything else
-# that is not a known tuning keyword is a typo and gets a plain TypeError with a suggestion.
+# with a message naming the feature (never silently ignored). Any other keyword the engine
+# does not declare is a typo and gets a plain TypeError with a suggestion.
 _ENGINE_OPTIONS: dict[str, str] = {
     "schedules": (
         "schedules are not supported yet: nothing starts runs on a timetable; start them "
@@ -109,8 +109,9 @@ def refuse_priority(priority: int | None, where: str) -> None:
 
 
 def refuse_engine_options(given: Iterable[str], known: Iterable[str]) -> None:
-    """Check `Engine(**tuning)` keywords: a named NotImplementedError for an option of a
-    feature durably lacks, a TypeError (with the closest known name) for anything else."""
+    """Refuse the keywords `Engine(...)` does not declare (its `**unsupported`, which mypy
+    already rejects): a NotImplementedError naming the feature for an option of a feature
+    durably lacks, a TypeError with the closest option name for anything else."""
     known = sorted(known)
     unknown = sorted(set(given) - set(known))
     for option in unknown:
