@@ -27,7 +27,6 @@ from durably._engine.vocab import PARENT_TAG_PREFIX, may_have_parent
 
 if TYPE_CHECKING:
     from durably._engine.engine import Engine
-    from durably._engine.signal_api import SignalBufferPolicy
     from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
@@ -48,6 +47,20 @@ BufferMode = Literal["durable", "bounded", "none"]
 SWEEP_EVERY_MS = 60_000
 
 
+class BufferBounds(Protocol):
+    """The bounds of the bounded signal buffer (an engine's or a client's
+    `SignalBufferPolicy`)."""
+
+    @property
+    def ttl_ms(self) -> int: ...
+
+    @property
+    def per_token(self) -> int: ...
+
+    @property
+    def per_namespace(self) -> int: ...
+
+
 class SignalRoute(Protocol):
     """What delivering or buffering a signal needs: the store, the buffer's bounds, and a
     way to write the delivery and wake the run (an `Engine`, or a client's `ControlPlane`)."""
@@ -56,7 +69,7 @@ class SignalRoute(Protocol):
     def store(self) -> StateStore: ...
 
     @property
-    def signal_buffer(self) -> SignalBufferPolicy: ...
+    def signal_buffer(self) -> BufferBounds: ...
 
     async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> None: ...
 
