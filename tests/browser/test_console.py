@@ -3,7 +3,8 @@
 
 1. list → a 40,000-member fan run → its fan is ONE node → expand → failed-only → the failed
    run → retry → confirm → the status badge turns `completed` live (SSE), no reload; the
-   run-detail page of the 40,000-member fan is timed (bounded at 5 s; ≈ 0.5 s quiet) and weighed (< 200 KB).
+   run-detail page of the 40,000-member fan is timed (bounded at 5 s; ≈ 0.5 s quiet) and
+   weighed (< 200 KB).
 2. the run list over 100,000 runs (inserted with the store's bulk `create_runs`): first render
    and one page flip are timed (bounded at 5 s each).
 
