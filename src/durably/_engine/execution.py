@@ -297,7 +297,7 @@ class Execution:
 
     async def _write_status(self, patch: RunPatch) -> None:
         """A conditional status write: a run settled elsewhere (say, cancelled by another
-        process) is never resurrected; this turn stops instead (engine.md §1.8)."""
+        process) is never resurrected; this turn stops instead."""
         written = await self.store.update_run_if_status(self.run_id, patch, LIVE_RUN_STATUSES)
         if not written:
             self.cancelled = True
