@@ -87,7 +87,7 @@ export function jsonBlock(label, value, testid) {
   return h("details.kv", { open: text.length < 4000 }, h("summary", {}, label), pre);
 }
 
-/** The error block: message, code, details, stack (run-detail.md §12 / StepError JSON). */
+/** The error block: message, code, details, stack (the StepError JSON). */
 export function errorBlock(err, testid = "error") {
   if (!err) return null;
   const e = typeof err === "object" ? err : { message: String(err) };

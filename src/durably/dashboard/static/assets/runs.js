@@ -23,7 +23,7 @@ function hashOf(f) {
   return "#/runs" + (s ? "?" + s : "");
 }
 
-/** The API filters (§12.2) of the list state. */
+/** The run-list API's query filters of the list state. */
 function apiFilters(f, { page = false, drop = [] } = {}) {
   const out = {};
   for (const k of MULTI) if (!drop.includes(k)) out[k] = f[k];
