@@ -14,6 +14,7 @@ EXPECTED_EXPORTS = [
     "ConcurrencyLimitError",
     "Engine",
     "EngineEvent",
+    "EngineOptions",
     "FanPage",
     "FanSummary",
     "FatalError",
