@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import importlib
 import inspect
 import json
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -227,3 +230,58 @@ async def control_engine(store: str | None, app: str | None) -> Any:
     check_store_url(url, must_exist=True)
     async with Engine(url, workflows=[], drive=False) as engine:
         yield engine
+
+
+# ------------------------------------------------------------------ control verbs
+# `durably runs …` and `durably signals …` share how they name their store, print usage,
+# parse bounded numbers and run an action on a drive=False engine.
+
+
+def target_options(p: argparse.ArgumentParser) -> None:
+    """`--store URL` or `--app APP` (one of them), and `--json`."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--store",
+        metavar="URL",
+        help="store URL (default: $DURABLY_STORE, else sqlite:///durably.db)",
+    )
+    where.add_argument(
+        "--app", metavar="APP", help="module:attribute naming an Engine; uses its store"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def show_usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return EXIT_OK
+
+
+def bounded_int(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse `type=` for a whole number in `low..high` (no upper bound when None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            span = f"between {low} and {high}" if high is not None else f">= {low}"
+            raise argparse.ArgumentTypeError(f"expected a number {span}, got {value}")
+        return value
+
+    return parse
+
+
+def on_control_engine(
+    action: Callable[[Engine, argparse.Namespace], Awaitable[int]],
+) -> Callable[[argparse.Namespace], int]:
+    """A verb handler: open the `--store`/`--app` engine (drive=False), run `action` on it."""
+
+    def handler(args: argparse.Namespace) -> int:
+        async def go() -> int:
+            async with control_engine(args.store, args.app) as engine:
+                return await action(engine, args)
+
+        return asyncio.run(go())
+
+    return handler

@@ -8,17 +8,19 @@ wakes it; a retried run goes back to `pending` for any worker's poller).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 from typing import Any, get_args
 
 from durably._cli.common import (
     EXIT_OK,
     CliError,
-    control_engine,
+    bounded_int,
     echo,
+    on_control_engine,
     parse_json_arg,
     print_json,
+    show_usage,
+    target_options,
 )
 from durably._cli.fanview import fan_page_lines, summarized_timeline
 from durably._cli.render import run_detail, runs_table
@@ -33,19 +35,6 @@ FANS_OVER = 20
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 
 
-def _target_options(p: argparse.ArgumentParser) -> None:
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "--store",
-        metavar="URL",
-        help="store URL (default: $DURABLY_STORE, else sqlite:///durably.db)",
-    )
-    where.add_argument(
-        "--app", metavar="APP", help="module:attribute naming an Engine; uses its store"
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
 def add_parser(sub: Any) -> None:
     runs = sub.add_parser(
         "runs",
@@ -57,48 +46,48 @@ def add_parser(sub: Any) -> None:
         ),
     )
     verbs = runs.add_subparsers(dest="verb", metavar="ACTION")
-    runs.set_defaults(handler=lambda _args: _usage(runs))
+    runs.set_defaults(handler=lambda _args: show_usage(runs))
 
     p = verbs.add_parser("list", help="list runs, newest first")
-    _target_options(p)
+    target_options(p)
     p.add_argument("--status", choices=STATUSES, help="only runs with this status")
     p.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
     p.add_argument("--tag", metavar="TAG", help="only runs carrying this tag")
-    p.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="at most N (50)")
-    p.set_defaults(handler=_sync(_list))
+    p.add_argument("--limit", type=bounded_int(1), default=50, metavar="N", help="at most N (50)")
+    p.set_defaults(handler=on_control_engine(_list))
 
     p = verbs.add_parser("show", help="a run and its checkpoint timeline")
-    _target_options(p)
+    target_options(p)
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument(
         "--fans-over",
-        type=_positive_int,
+        type=bounded_int(1),
         default=FANS_OVER,
         metavar="N",
         help=f"draw a fan wider than N members as one row ({FANS_OVER})",
     )
     p.add_argument("--fan", metavar="GROUP", help="page the members of this fan instead")
     p.add_argument("--offset", type=int, default=0, metavar="N", help="first member (0)")
-    p.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="page size (50)")
+    p.add_argument("--limit", type=bounded_int(1), default=50, metavar="N", help="page size (50)")
     p.add_argument("--failed", action="store_true", help="with --fan: failed members only")
-    p.set_defaults(handler=_sync(_show))
+    p.set_defaults(handler=on_control_engine(_show))
 
     p = verbs.add_parser("cancel", help="cancel a run (and its children)")
-    _target_options(p)
+    target_options(p)
     p.add_argument("run_id", metavar="RUN_ID")
-    p.set_defaults(handler=_sync(_cancel))
+    p.set_defaults(handler=on_control_engine(_cancel))
 
     p = verbs.add_parser(
         "retry", help="re-enqueue a failed/dead run from where it failed (requeue)"
     )
-    _target_options(p)
+    target_options(p)
     p.add_argument("run_id", metavar="RUN_ID")
-    p.set_defaults(handler=_sync(_retry))
+    p.set_defaults(handler=on_control_engine(_retry))
 
     p = verbs.add_parser("continue", help="release the run's pending ctx.breakpoint()")
-    _target_options(p)
+    target_options(p)
     p.add_argument("run_id", metavar="RUN_ID")
-    p.set_defaults(handler=_sync(_continue))
+    p.set_defaults(handler=on_control_engine(_continue))
 
     p = verbs.add_parser(
         "signal",
@@ -111,7 +100,7 @@ def add_parser(sub: Any) -> None:
             "continue` for a breakpoint."
         ),
     )
-    _target_options(p)
+    target_options(p)
     p.add_argument("token", metavar="TOKEN")
     p.add_argument(
         "--payload",
@@ -123,34 +112,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="deliver only to a run waiting now; store nothing otherwise (exit 1)",
     )
-    p.set_defaults(handler=_sync(_signal))
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return EXIT_OK
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
-
-
-def _sync(action: Any) -> Any:
-    def handler(args: argparse.Namespace) -> int:
-        async def go() -> int:
-            async with control_engine(args.store, args.app) as engine:
-                code: int = await action(engine, args)
-                return code
-
-        return asyncio.run(go())
-
-    return handler
+    p.set_defaults(handler=on_control_engine(_signal))
 
 
 async def _require_run(engine: Engine, run_id: str) -> WorkflowRun:

@@ -10,11 +10,20 @@ parent to join) are listed with no expiry and are never purged.
 from __future__ import annotations
 
 import argparse
-import asyncio
 from datetime import datetime
 from typing import Any
 
-from durably._cli.common import EXIT_OK, EXIT_USAGE, CliError, control_engine, echo, print_json
+from durably._cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    bounded_int,
+    echo,
+    on_control_engine,
+    print_json,
+    show_usage,
+    target_options,
+)
 from durably._cli.render import relative_time, table
 from durably._core.buffered_signals import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, BufferedSignalInfo
 from durably._core.models import now_utc
@@ -39,33 +48,6 @@ def approx_duration(ms: int) -> str:
     return f"{max(1, round(ms / 1000))}s"
 
 
-def _target_options(p: argparse.ArgumentParser) -> None:
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "--store",
-        metavar="URL",
-        help="store URL (default: $DURABLY_STORE, else sqlite:///durably.db)",
-    )
-    where.add_argument(
-        "--app", metavar="APP", help="module:attribute naming an Engine; uses its store"
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _bounded_int(low: int, high: int | None) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < low or (high is not None and value > high):
-            span = f"between {low} and {high}" if high is not None else f">= {low}"
-            raise argparse.ArgumentTypeError(f"expected a number {span}, got {value}")
-        return value
-
-    return parse
-
-
 def add_parser(sub: Any) -> None:
     signals = sub.add_parser(
         "signals",
@@ -78,51 +60,34 @@ def add_parser(sub: Any) -> None:
         ),
     )
     verbs = signals.add_subparsers(dest="verb", metavar="ACTION")
-    signals.set_defaults(handler=lambda _args: _usage(signals))
+    signals.set_defaults(handler=lambda _args: show_usage(signals))
 
     p = verbs.add_parser("list", help="buffered signals, oldest first")
-    _target_options(p)
+    target_options(p)
     p.add_argument("--prefix", metavar="P", help="only tokens starting with P")
     p.add_argument(
         "--limit",
-        type=_bounded_int(1, MAX_LIST_LIMIT),
+        type=bounded_int(1, MAX_LIST_LIMIT),
         default=DEFAULT_LIST_LIMIT,
         metavar="N",
         help=f"at most N ({DEFAULT_LIST_LIMIT}; up to {MAX_LIST_LIMIT})",
     )
     p.add_argument(
-        "--offset", type=_bounded_int(0, 2**31 - 1), default=0, metavar="N", help="skip N (0)"
+        "--offset", type=bounded_int(0, 2**31 - 1), default=0, metavar="N", help="skip N (0)"
     )
-    p.set_defaults(handler=_sync(_list))
+    p.set_defaults(handler=on_control_engine(_list))
 
     p = verbs.add_parser(
         "purge",
         help="delete buffered signals (say which: --token, --prefix, --expired or --all)",
     )
-    _target_options(p)
+    target_options(p)
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--token", metavar="T", help="the signals buffered on exactly T")
     which.add_argument("--prefix", metavar="P", help="the signals of tokens starting with P")
     which.add_argument("--expired", action="store_true", help="every expired signal")
     which.add_argument("--all", action="store_true", help="every buffered signal")
-    p.set_defaults(handler=_sync(_purge))
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return EXIT_OK
-
-
-def _sync(action: Any) -> Any:
-    def handler(args: argparse.Namespace) -> int:
-        async def go() -> int:
-            async with control_engine(args.store, args.app) as engine:
-                code: int = await action(engine, args)
-                return code
-
-        return asyncio.run(go())
-
-    return handler
+    p.set_defaults(handler=on_control_engine(_purge))
 
 
 def _non_empty(value: str | None, option: str) -> str | None:
