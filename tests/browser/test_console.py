@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import durably
-from durably import Engine, FatalError, WorkflowCtx
-from durably._core.models import WorkflowRun
+from durably import Engine, FatalError, WorkflowCtx, WorkflowRun
 from durably.dashboard import create_app
 
 from .conftest import csp_watch, serve

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 import durably
-from durably import Engine, WorkflowCtx
+from durably import Engine, EngineEvent, WorkflowCtx
 from durably.dashboard import create_app
 
 from .conftest import client_for, wait_status, wait_until
@@ -66,7 +69,30 @@ class AsgiStream:
         await asyncio.wait_for(self.task, 5)
 
 
-async def test_sse_delivers_the_runs_events_while_it_moves(engine: Engine, uid: str) -> None:
+def track_subscriptions(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The listeners subscribed through `engine.subscribe` (how the console listens) and
+    not unsubscribed yet."""
+    live: list[object] = []
+    subscribe = engine.subscribe
+
+    def tracked(listener: Callable[[EngineEvent], Any]) -> Callable[[], None]:
+        live.append(listener)
+        unsubscribe = subscribe(listener)
+
+        def untrack() -> None:
+            if listener in live:
+                live.remove(listener)
+            unsubscribe()
+
+        return untrack
+
+    monkeypatch.setattr(engine, "subscribe", tracked)
+    return live
+
+
+async def test_sse_delivers_the_runs_events_while_it_moves(
+    engine: Engine, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     @durably.step(f"{uid}.work")
     def work(x: int) -> int:
         return x + 1
@@ -81,6 +107,7 @@ async def test_sse_delivers_the_runs_events_while_it_moves(engine: Engine, uid: 
     async def other(ctx: WorkflowCtx, x: int) -> int:
         return await ctx.step(work, x)
 
+    subscriptions = track_subscriptions(engine, monkeypatch)
     app = create_app(engine)
     rid, token = f"{uid}-moving", f"{uid}-go"
     await engine.start(mover, token, run_id=rid)
@@ -90,14 +117,14 @@ async def test_sse_delivers_the_runs_events_while_it_moves(engine: Engine, uid: 
         return any(w.run_id == rid for w in await engine.store.list_signal_waiters(token))
 
     await wait_until(parked)
-    listeners = len(engine.events._listeners)
+    assert subscriptions == []
     stream = AsgiStream(app, f"/api/runs/{rid}/stream")
     start = await stream.start()
     assert start["type"] == "http.response.start" and start["status"] == 200
     headers = {k.decode(): v.decode() for k, v in start["headers"]}
     assert headers["content-type"].startswith("text/event-stream")
     assert await stream.next_message() == ": connected"
-    assert len(engine.events._listeners) == listeners + 1
+    assert len(subscriptions) == 1
 
     await engine.execute(other, 1)  # another run's events are not streamed
     await engine.signal(token, 1)
@@ -112,7 +139,7 @@ async def test_sse_delivers_the_runs_events_while_it_moves(engine: Engine, uid: 
     assert events[-1]["output"] == 3
 
     await stream.disconnect()
-    assert len(engine.events._listeners) == listeners  # unsubscribed
+    assert subscriptions == []  # unsubscribed
 
 
 async def test_stream_of_an_unknown_run_is_404(engine: Engine) -> None:

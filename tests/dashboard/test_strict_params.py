@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 import durably
-from durably import Engine, FatalError, WorkflowCtx
-from durably._core.models import WorkflowRun
+from durably import Engine, FatalError, WorkflowCtx, WorkflowRun
 from durably.dashboard import DashboardAuth, DashboardConfigError, create_app
 from durably.dashboard.filters import MAX_LIMIT, MAX_OFFSET
 

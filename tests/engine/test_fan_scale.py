@@ -187,7 +187,7 @@ async def test_failed_member_wakes_a_fail_fast_parent_through_the_barrier(
     # Closing while the cancelled siblings still announce themselves to the parent (mailbox
     # deliveries) leaves no delivery running against the closed store: it would reopen the
     # store's connection and never close it.
-    assert not [task for task in engine._tasks if not task.done()]
+    assert [task for task in asyncio.all_tasks() if task is not asyncio.current_task()] == []
     await asyncio.sleep(0.2)  # anything still running would have reached the store by now
     connector = getattr(store, "_cx", None)
     if connector is not None and hasattr(connector, "_writer_session"):

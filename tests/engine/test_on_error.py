@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 import durably
-from durably import FatalError, OnErrorInput, OnErrorRoute, RunFailedError, WorkflowCtx
-from durably._core.models import HANDOFF_SEQ_BASE, StepError
-from durably._engine.events import EngineEvent
+from durably import (
+    EngineEvent,
+    FatalError,
+    OnErrorInput,
+    OnErrorRoute,
+    RunFailedError,
+    StepError,
+    WorkflowCtx,
+    WorkflowRun,
+)
+from durably._core.models import HANDOFF_SEQ_BASE
 from durably._engine.routing import route_for
 
-from .conftest import EngineFactory
-from .support import RESULT_TIMEOUT, bump, wait_status
+from .conftest import FAST_TUNING, EngineFactory
+from .support import RESULT_TIMEOUT, bump, wait_status, wait_until
 
 
 def test_route_for_exact_code_catch_all_and_non_determinism() -> None:
@@ -238,6 +248,34 @@ async def test_requeue_retires_the_handoff_and_routes_to_the_next_attempt(
     ]
 
 
+class _StallingStore:
+    """A store whose write of one run never returns (the writing process is dying): the
+    call hangs until the engine closes and cancels it, and nothing is written."""
+
+    def __init__(self, inner: Any, stall: str) -> None:
+        self._inner = inner
+        self._stall = stall
+        self.stalled: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def _hang(self, run_id: str) -> None:
+        self.stalled.append(run_id)
+        await asyncio.Event().wait()
+
+    async def create_run(self, run: WorkflowRun) -> None:
+        if run.id == self._stall:
+            await self._hang(run.id)
+        await self._inner.create_run(run)
+
+    async def create_runs(self, runs: Sequence[WorkflowRun]) -> list[str | None]:
+        if any(run.id == self._stall for run in runs):
+            await self._hang(self._stall)
+        result: list[str | None] = await self._inner.create_runs(runs)
+        return result
+
+
 async def test_crash_between_handoff_and_handler_start(
     engine_factory: EngineFactory, uid: str
 ) -> None:
@@ -252,16 +290,24 @@ async def test_crash_between_handoff_and_handler_start(
     async def wf(ctx: WorkflowCtx) -> None:
         raise FatalError("boom", code="c")
 
-    first = engine_factory(reconcile_ms=150)
-    lost: list[str] = []
-    # The crash: the deferred start never happens in the first process.
-    first.start_child_soon = lambda wf, input, child_id, *a: lost.append(child_id)  # type: ignore[method-assign]
-    async with first as engine:
-        handle = await engine.start(wf, run_id=f"{uid}-r")
-        run = await wait_status(engine, handle.run_id, "suspended")
-        assert run.error is not None and run.error.code == "c"  # keeps the original failure
-        assert lost == [f"{uid}-r.onError.1"]
-        assert await engine.get_run(lost[0]) is None
+    # The crash: the first process's write of the handler run never lands (the process dies
+    # during it; closing the engine cancels the call).
+    lender = engine_factory(reconcile_ms=150)  # never opened: lends its store
+    store = _StallingStore(lender.store, f"{uid}-r.onError.1")
+    tuning = {**FAST_TUNING, "always_replay": engine_factory.replay, "reconcile_ms": 150}
+    try:
+        async with durably.Engine(store, **tuning) as engine:
+            handle = await engine.start(wf, run_id=f"{uid}-r")
+            run = await wait_status(engine, handle.run_id, "suspended")
+            assert run.error is not None and run.error.code == "c"  # keeps the original failure
+
+            async def handler_start_began() -> bool:
+                return store.stalled == [f"{uid}-r.onError.1"]
+
+            await wait_until(handler_start_began)
+            assert await engine.get_run(f"{uid}-r.onError.1") is None
+    finally:
+        await lender.close()
     async with engine_factory(reconcile_ms=150) as engine:
         assert await engine.handle(f"{uid}-r").result(timeout=RESULT_TIMEOUT) == "late c"
         handler_run = await engine.get_run(f"{uid}-r.onError.1")

@@ -4,6 +4,7 @@ check of every option when the engine (or the options value) is built."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import dataclasses
 import inspect
 from datetime import timedelta
@@ -12,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from durably import Client, Engine, EngineOptions, SignalBufferFullError
+import durably
+from durably import Client, Engine, EngineOptions, SignalBufferFullError, WorkflowCtx
 from durably._cli.common import replica_of
 
 OPTIONS_SOURCE = Path(__file__).resolve().parents[2] / "src/durably/_engine/options.py"
@@ -75,16 +77,16 @@ def test_every_option_is_a_typed_documented_field_and_an_engine_keyword() -> Non
 
 
 def test_defaults_are_the_documented_ones() -> None:
-    engine = Engine("memory")
-    assert engine.options == EngineOptions()
-    assert (engine.lease_ms, engine.timer_poll_ms, engine.reconcile_ms) == (
+    options = Engine("memory").options
+    assert options == EngineOptions()
+    assert (options.lease_ms, options.timer_poll_ms, options.reconcile_ms) == (
         30_000,
         1_000,
         300_000,
     )
-    assert engine.max_recovery_attempts is None
-    assert engine.instance_wait_ms == 10_000 + 2 * 30_000  # drain timeout + two leases
-    assert engine.signal_buffer.ttl_ms == 86_400_000
+    assert options.max_recovery_attempts is None
+    assert options.effective_instance_wait_ms == 10_000 + 2 * 30_000  # drain + two leases
+    assert options.signal_buffer_ttl_ms == 86_400_000
 
 
 def test_keywords_override_the_options_value_field_by_field() -> None:
@@ -92,18 +94,42 @@ def test_keywords_override_the_options_value_field_by_field() -> None:
     engine = Engine("memory", options=base, lease_ms=9_000, max_recovery_attempts=None)
     assert engine.options == dataclasses.replace(base, lease_ms=9_000, max_recovery_attempts=None)
     # an explicit None is a value (no limit), not "not given"
-    assert engine.max_recovery_attempts is None
-    assert (engine.lease_ms, engine.timer_poll_ms) == (9_000, 7)
-    assert engine.instance_wait_ms == 10_000 + 2 * 9_000
+    assert engine.options.max_recovery_attempts is None
+    assert (engine.options.lease_ms, engine.options.timer_poll_ms) == (9_000, 7)
+    assert engine.options.effective_instance_wait_ms == 10_000 + 2 * 9_000
     only = Engine("memory", options=base)
-    assert only.options is base and only.timer_poll_ms == 7 and only.max_recovery_attempts == 3
+    assert only.options is base
 
 
-def test_durations_of_the_options_value_are_read_like_the_keywords() -> None:
+async def test_the_engine_runs_on_the_merged_options(uid: str) -> None:
+    """Not only `engine.options`: the lease this engine takes on a run is the keyword's
+    `lease_ms`, not the one of `options`."""
+
+    @durably.workflow(f"{uid}.waits")
+    async def waits(ctx: WorkflowCtx) -> None:
+        await ctx.wait_for_signal(f"{uid}.go")
+
+    now = 1_700_000_000_000  # a still clock: the lease ends exactly `lease_ms` after it
+    base = EngineOptions(lease_ms=5_000, timer_poll_ms=7)
+    async with Engine(
+        "memory", workflows=[waits], options=base, lease_ms=9_000, clock=lambda: now
+    ) as engine:
+        handle = await engine.start(waits)
+        await handle.wait(timeout=10)  # suspended with its body resident: the lease is held
+        run = await engine.get_run(handle.run_id)
+    assert run is not None and run.status == "suspended"
+    assert run.locked_until == now + 9_000
+
+
+async def test_durations_of_the_options_value_are_read_like_the_keywords(uid: str) -> None:
     for ttl, ms in (("10s", 10_000), (90, 90_000), (timedelta(minutes=5), 300_000)):
         assert EngineOptions(signal_buffer_ttl=ttl).signal_buffer_ttl_ms == ms
-        engine = Engine("memory", options=EngineOptions(signal_buffer_ttl=ttl))
-        assert engine.signal_buffer.ttl_ms == ms
+        options = EngineOptions(signal_buffer_ttl=ttl)
+        async with Engine("memory", workflows=[], options=options) as engine:
+            await engine.signal(f"{uid}.ttl", 1)
+            [row] = await engine.list_buffered_signals(prefix=f"{uid}.ttl")
+        assert row.buffered_at is not None and row.expires_at is not None
+        assert row.expires_at - row.buffered_at == timedelta(milliseconds=ms)
 
 
 @pytest.mark.parametrize(("option", "value"), BAD)
@@ -125,11 +151,20 @@ def test_options_are_frozen() -> None:
         options.lease_ms = 1  # type: ignore[misc]
 
 
-def test_client_takes_the_signal_buffer_options_the_same_way() -> None:
+async def test_client_takes_the_signal_buffer_options_the_same_way(uid: str) -> None:
     shared = EngineOptions(signal_buffer_per_token=3, signal_buffer_ttl="1h", lease_ms=5)
-    client = Client("memory", options=shared, signal_buffer_per_token=4)
-    assert client._plane.signal_buffer.per_token == 4
-    assert client._plane.signal_buffer.ttl_ms == 3_600_000
+    async with Client("memory", options=shared, signal_buffer_per_token=4) as client:
+        for n in range(4):  # the keyword's cap of 4, not the options' 3
+            await client.signal(f"{uid}.t", n)
+        with pytest.raises(SignalBufferFullError, match="signal_buffer_per_token"):
+            await client.signal(f"{uid}.t", 4)
+        rows = await client.list_buffered_signals(prefix=f"{uid}.t")
+    # the options' TTL: each row expires an hour after it was buffered
+    assert [
+        r.expires_at - r.buffered_at
+        for r in rows
+        if r.expires_at is not None and r.buffered_at is not None
+    ] == [timedelta(hours=1)] * 4
     with pytest.raises(ValueError, match=r"^Client\(signal_buffer_ttl="):
         Client("memory", signal_buffer_ttl="soon")
 
@@ -147,15 +182,32 @@ async def test_bounds_from_an_options_value_hold_for_engine_and_client(tmp_path:
         assert await client.count_buffered_signals(prefix="opts:") == 1
 
 
-def test_a_cli_replica_copies_every_option_of_the_app() -> None:
+async def test_a_cli_replica_copies_every_option_of_the_app(uid: str) -> None:
+    @durably.workflow(f"{uid}.echo")
+    async def echo(ctx: WorkflowCtx, x: int) -> int:
+        return x
+
     app = Engine(
         "memory",
-        workflows=[],
+        workflows=[echo],
         lease_ms=1_234,
         max_recovery_attempts=2,
         signal_buffer_ttl="2h",
         signal_buffer_per_token=5,
     )
     replica = replica_of(app)
-    assert replica.options == app.options and not replica.drive_runs
-    assert replica.signal_buffer.ttl_ms == 7_200_000
+    assert replica.options == app.options
+    try:
+        async with replica:
+            # a signal buffered from the replica obeys the app's own bounds
+            await replica.signal(f"{uid}.t", 1)
+            [row] = await replica.list_buffered_signals(prefix=f"{uid}.t")
+            assert row.buffered_at is not None and row.expires_at is not None
+            assert row.expires_at - row.buffered_at == timedelta(hours=2)
+            # it starts runs but never executes one (a driving engine runs its own at once)
+            handle = await replica.start(echo, 1)
+            await asyncio.sleep(0.3)
+            run = await replica.get_run(handle.run_id)
+            assert run is not None and run.status == "pending"
+    finally:
+        await app.close()  # never opened: closes the store it owns

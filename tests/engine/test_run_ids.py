@@ -20,7 +20,6 @@ import pytest
 
 import durably
 from durably import Engine, InvalidRunIdError, WorkflowCtx, WorkflowRun
-from durably._core.ids import MAX_RUN_ID_BYTES
 from tests.cli.support import durably as durably_cli
 from tests.cli.support import write_app
 from tests.engine.conftest import EngineFactory
@@ -28,6 +27,8 @@ from tests.engine.support import wait_until
 from tests.pg_support import fresh_schema
 
 RESULT_TIMEOUT = 20.0
+# The documented bound on a run id's length, in bytes of UTF-8.
+MAX_RUN_ID_BYTES = 255
 
 # (id, the rule it breaks, text the message must show)
 INVALID_IDS = [

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from datetime import datetime, timedelta
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,7 @@ from durably import (
     SignalTimeoutError,
     WorkflowCtx,
 )
-from durably._core.models import now_utc
 from durably._core.tokens import reserved_prefixes, reserved_token_kind
-from durably._engine import signals
 from tests.pg_support import fresh_schema, schema_url
 
 from .conftest import FAST_TUNING, EngineFactory
@@ -387,13 +386,28 @@ async def test_child_completions_are_engine_records_never_expiring_nor_purged(
 
 
 class _Clock:
-    """A store clock an offset ahead of real time (engine timers keep real time)."""
+    """A store clock `offset` ahead of real time (what buffered signals' expiry reads), and
+    an engine clock `engine_offset` ahead of it (what paces the engine's sweep of expired
+    signals); the engine's timers keep real time until a test moves `engine_offset`."""
 
     def __init__(self) -> None:
         self.offset = timedelta()
+        self.engine_offset = timedelta()
 
     def __call__(self) -> datetime:
-        return now_utc() + self.offset
+        return datetime.now(UTC) + self.offset
+
+    def engine_ms(self) -> int:
+        return int((time.time() + self.engine_offset.total_seconds()) * 1000)
+
+
+def _buffered(engine: Engine, prefix: str, n: int) -> Callable[[], Awaitable[bool]]:
+    """A `wait_until` predicate: exactly `n` buffered signals under `prefix`."""
+
+    async def check() -> bool:
+        return await engine.count_buffered_signals(prefix=prefix) == n
+
+    return check
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -404,7 +418,7 @@ async def clocked(
     stores: list[Any] = []
 
     def engine(**options: Any) -> Engine:
-        return Engine(stores[0], **{**FAST_TUNING, **options})
+        return Engine(stores[0], **{**FAST_TUNING, "clock": clock.engine_ms, **options})
 
     if request.param == "memory":
         stores.append(InMemoryStateStore(clock=clock))
@@ -440,12 +454,14 @@ async def test_an_expired_signal_is_never_delivered_and_gets_purged(
         except SignalTimeoutError:
             return "expired"
 
+    # A signal that has already expired when the driving engine opens: the poll loop's first
+    # pass sweeps once at boot and takes it; the next sweep is a minute (of engine time) later.
+    clock.offset = -timedelta(hours=2)
+    async with make(drive=False, signal_buffer_ttl="1h") as early:
+        await early.signal(f"{uid}.probe", 1)
+    clock.offset = timedelta()
     async with make(signal_buffer_ttl="1h", signal_buffer_per_token=1) as engine:
-        # The poll loop's first pass sweeps once at boot; let it happen before time moves.
-        async def booted() -> bool:
-            return engine.signal_buffer.next_sweep_ms > 0
-
-        await wait_until(booted)
+        await wait_until(_buffered(engine, f"{uid}.probe", 0))  # booted: time may move now
         await engine.signal(token, "old")
         [row] = await engine.list_buffered_signals(prefix=token)
         assert row.buffered_at is not None and row.expires_at is not None
@@ -458,13 +474,9 @@ async def test_an_expired_signal_is_never_delivered_and_gets_purged(
         await engine.signal(token, "fresh")  # the cap of 1 ignores the expired row
         assert await engine.count_buffered_signals(prefix=token) == 2
 
-        # The poll loop's sweep deletes the expired row (at most once a minute: make it due).
-        engine.signal_buffer.next_sweep_ms = 0
-
-        async def swept() -> bool:
-            return await engine.count_buffered_signals(prefix=token) == 1
-
-        await wait_until(swept)
+        # The poll loop's sweep deletes the expired row once it is due (a minute later).
+        clock.engine_offset = timedelta(minutes=1, seconds=1)
+        await wait_until(_buffered(engine, token, 1))
         assert await engine.execute(wf, timeout=RESULT_TIMEOUT) == "fresh"
 
 
@@ -472,26 +484,38 @@ async def test_the_sweep_runs_at_most_once_a_minute(
     clocked: tuple[_Clock, Callable[..., Engine]], uid: str
 ) -> None:
     clock, make = clocked
-    async with make(drive=False, signal_buffer_ttl=1) as engine:
-        await engine.signal(f"{uid}.a", 1)
-        clock.offset = timedelta(seconds=2)
-        engine.signal_buffer.next_sweep_ms = 0
-        assert await signals.sweep_expired_signals(engine) == 1
+    async with make(drive=False, signal_buffer_ttl=1) as early:  # it never sweeps
+        await early.signal(f"{uid}.a", 1)
+    clock.offset = timedelta(seconds=2)
+    async with make(signal_buffer_ttl=1) as engine:
+        await wait_until(_buffered(engine, f"{uid}.a", 0))  # the sweep at boot
         await engine.signal(f"{uid}.b", 1)
         clock.offset = timedelta(seconds=4)
-        assert await signals.sweep_expired_signals(engine) == 0  # not due yet
-        assert await engine.purge_buffered_signals(expired_only=True) == 1
+        await asyncio.sleep(0.3)  # a dozen poll passes: none of them sweeps again so soon
+        assert await engine.count_buffered_signals(prefix=f"{uid}.b") == 1
+        assert await engine.purge_buffered_signals(expired_only=True) == 1  # an operator may
+        await engine.signal(f"{uid}.c", 1)
+        clock.offset = timedelta(seconds=6)
+        clock.engine_offset = timedelta(minutes=1, seconds=1)  # a minute on: due again
+        await wait_until(_buffered(engine, f"{uid}.c", 0))
 
 
 # ------------------------------------------------------------------ options and operator calls
 
 
 def test_signal_buffer_options_parse_durations_and_refuse_bad_values() -> None:
-    assert Engine("memory", signal_buffer_ttl="24h").signal_buffer.ttl_ms == 86_400_000
-    assert Engine("memory", signal_buffer_ttl=90).signal_buffer.ttl_ms == 90_000
-    assert Engine("memory", signal_buffer_ttl=timedelta(minutes=5)).signal_buffer.ttl_ms == 300_000
-    default = Engine("memory").signal_buffer
-    assert (default.ttl_ms, default.per_token, default.per_namespace) == (86_400_000, 100, 10_000)
+    def ttl_ms(engine: Engine) -> int:
+        return engine.options.signal_buffer_ttl_ms
+
+    assert ttl_ms(Engine("memory", signal_buffer_ttl="24h")) == 86_400_000
+    assert ttl_ms(Engine("memory", signal_buffer_ttl=90)) == 90_000
+    assert ttl_ms(Engine("memory", signal_buffer_ttl=timedelta(minutes=5))) == 300_000
+    default = Engine("memory").options
+    assert (
+        default.signal_buffer_ttl_ms,
+        default.signal_buffer_per_token,
+        default.signal_buffer_per_namespace,
+    ) == (86_400_000, 100, 10_000)
     for ttl in ("30 fortnights", "soon", 0, -5, None, True):
         with pytest.raises(ValueError, match="signal_buffer_ttl"):
             Engine("memory", signal_buffer_ttl=ttl)

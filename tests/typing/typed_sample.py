@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import assert_type
 
 import durably
-from durably import RunHandle, WorkflowCtx
-from durably._engine.registry import AsyncStep, SyncStep
+from durably import RunHandle, Step, WorkflowCtx
 
 
 @dataclass
@@ -35,9 +34,17 @@ async def checkout(ctx: WorkflowCtx, order: Order) -> int:
     return n
 
 
-assert_type(charge, AsyncStep[Order, str])
-assert_type(count, SyncStep[str, int])
+# A decorated function is a `Step` of its input and output types...
+charge_step: Step[Order, str] = charge
+count_step: Step[str, int] = count
 assert_type(checkout, durably.Workflow[Order, int])
+
+
+async def _misuse() -> None:
+    # ...and of exactly those: were either type lost (Any), these ignores would be unused,
+    # which `--strict` reports.
+    await charge("not an order")  # type: ignore[arg-type]
+    count(42)  # type: ignore[arg-type]
 
 
 async def use(engine: durably.Engine) -> None:
