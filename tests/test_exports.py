@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typing
+
 import durably
 
 EXPECTED_EXPORTS = [
@@ -21,6 +23,7 @@ EXPECTED_EXPORTS = [
     "Fulfilled",
     "GatherError",
     "GatherItemFailure",
+    "GroupHealth",
     "InMemoryStateStore",
     "InputValidationError",
     "InvalidRunIdError",
@@ -34,6 +37,7 @@ EXPECTED_EXPORTS = [
     "ReservedTokenError",
     "RetryPolicy",
     "RunDetail",
+    "RunFacetRow",
     "RunFailedError",
     "RunHandle",
     "RunIdConflictError",
@@ -41,6 +45,10 @@ EXPECTED_EXPORTS = [
     "RunQuery",
     "RunResult",
     "RunStatus",
+    "RunValueAxis",
+    "RunValueFacetOptions",
+    "RunValueFacetRow",
+    "RunWaiting",
     "SchemaVersionError",
     "SerializationError",
     "Settled",
@@ -106,3 +114,20 @@ def test_binding_api_names() -> None:
     assert durably.NonDeterminismError.code == "non_determinism"
     assert callable(durably.step) and callable(durably.workflow)
     assert isinstance(durably.__version__, str)
+
+
+def test_read_side_models_are_what_the_public_read_methods_answer() -> None:
+    """The read-side objects are exported because the public read methods of `Engine` and
+    `Client` return (or accept) them: a caller must be able to name them."""
+    for owner in (durably.Engine, durably.Client):
+        assert typing.get_type_hints(owner.get_run_detail)["return"] == durably.RunDetail | None
+        assert typing.get_type_hints(owner.get_fan_members)["return"] == durably.FanPage | None
+        assert typing.get_type_hints(owner.run_facets)["return"] == list[durably.RunFacetRow]
+        value_facets = typing.get_type_hints(owner.run_value_facets)
+        assert value_facets["return"] == list[durably.RunValueFacetRow]
+        assert durably.RunValueAxis in typing.get_args(value_facets["axis"])
+        assert durably.RunValueFacetOptions in typing.get_args(value_facets["options"])
+        waiting = typing.get_type_hints(owner.waiting_for)["return"]
+        assert waiting == dict[str, durably.RunWaiting]
+    health = typing.get_type_hints(durably.Engine.worker_health)["return"]
+    assert health == list[durably.GroupHealth]

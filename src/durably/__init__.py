@@ -57,6 +57,14 @@ from durably._engine.registry import (
     step,
     workflow,
 )
+from durably._read.list_models import (
+    GroupHealth,
+    RunFacetRow,
+    RunValueAxis,
+    RunValueFacetOptions,
+    RunValueFacetRow,
+    RunWaiting,
+)
 from durably._read.models import FanPage, FanSummary, RunDetail
 from durably._store.codec import Codec, CodecStateStore
 from durably._store.crypto import AesGcmCodec
@@ -82,6 +90,7 @@ __all__ = [
     "Fulfilled",
     "GatherError",
     "GatherItemFailure",
+    "GroupHealth",
     "InMemoryStateStore",
     "InputValidationError",
     "InvalidRunIdError",
@@ -95,6 +104,7 @@ __all__ = [
     "ReservedTokenError",
     "RetryPolicy",
     "RunDetail",
+    "RunFacetRow",
     "RunFailedError",
     "RunHandle",
     "RunIdConflictError",
@@ -102,6 +112,10 @@ __all__ = [
     "RunQuery",
     "RunResult",
     "RunStatus",
+    "RunValueAxis",
+    "RunValueFacetOptions",
+    "RunValueFacetRow",
+    "RunWaiting",
     "SchemaVersionError",
     "SerializationError",
     "Settled",

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from durably._core.models import CheckpointKind, CheckpointStatus, StepCheckpoint
+from durably import StepCheckpoint
+from durably._core.models import CheckpointKind, CheckpointStatus
 from durably._read.vocabulary import checkpoint_name_kind
 
 RUN = "r"

@@ -32,7 +32,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from durably._core.models import CheckpointKind, CheckpointStatus, StepCheckpoint
+from durably import StepCheckpoint
+from durably._core.models import CheckpointKind, CheckpointStatus
 from durably._read.models import FanPageQuery
 
 RUN_ID = "r"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import pytest
 
-from durably._core.models import StepCheckpoint, WorkflowRun, replace
+from durably import StepCheckpoint, WorkflowRun
 from durably._read.etag import (
     canonical_json,
     canonical_stats,

@@ -7,16 +7,20 @@ import base64
 
 import pytest
 
-from durably._core.models import UNSET, AttributeFilter, RunQuery, SignalWaiter
-from durably._read.list_models import (
+from durably import (
+    AttributeFilter,
     GroupHealth,
+    InMemoryStateStore,
     RunFacetRow,
-    RunListItem,
+    RunQuery,
     RunValueAxis,
     RunValueFacetOptions,
     RunValueFacetRow,
     RunWaiting,
+    SignalWaiter,
 )
+from durably._core.models import UNSET
+from durably._read.list_models import RunListItem
 from durably._read.lists import (
     LocalWorker,
     as_run_query,
@@ -37,7 +41,6 @@ from durably._read.lists import (
     waiting_for,
     worker_health,
 )
-from durably._store.memory import InMemoryStateStore
 from tests.store.support import at, make_run
 
 

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from durably._core.models import WorkflowRun
-from durably._read.models import (
-    FanPage,
-    FanPageQuery,
-    FanSummary,
-    RunDetail,
-    RunDetailOptions,
-    iso_ms,
-    parse_iso,
-)
+from durably import FanPage, FanSummary, RunDetail, WorkflowRun
+from durably._read.models import FanPageQuery, RunDetailOptions, iso_ms, parse_iso
 
 from .builders import T0, at, step
 

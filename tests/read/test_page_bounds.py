@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from durably import StepCheckpoint, WorkflowRun
 from durably._core.aggregates import MAX_PAGE_BOUND, CheckpointQuery, page_bounds
-from durably._core.models import StepCheckpoint, WorkflowRun
 from durably._read.models import FanPageQuery
 from durably._read.store_path import page_fan_from_store
 from durably._read.summarize import fan_page_bounds

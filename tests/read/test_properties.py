@@ -10,12 +10,14 @@ import pytest
 
 pytest.importorskip("hypothesis")
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from durably._core.models import StepCheckpoint, WorkflowRun, replace
+from durably import RunDetail, StepCheckpoint, WorkflowRun
 from durably._read.etag import fan_page_etag, run_detail_etag
-from durably._read.models import FanPageQuery, RunDetail
+from durably._read.models import FanPageQuery
 from durably._read.summarize import (
     fan_page_bounds,
     page_fan,

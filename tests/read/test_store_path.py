@@ -23,16 +23,17 @@ import pytest
 
 pytest.importorskip("hypothesis")
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from durably._core.models import StepCheckpoint, WorkflowRun, replace
+from durably import InMemoryStateStore, StepCheckpoint, WorkflowRun
 from durably._read.gateway import store_fan_members, store_run_detail
 from durably._read.models import FanPageQuery, RunDetailOptions
 from durably._read.store_path import page_fan_from_store, summarize_run_from_store
 from durably._read.summarize import is_wide, page_fan, summarize_run_in_memory
 from durably._read.vocabulary import FAN_SUMMARY_FAILURES, checkpoint_name_kind, weight
-from durably._store.memory import InMemoryStateStore
 from tests.pg_support import fresh_schema, schema_url
 
 from .builders import T0

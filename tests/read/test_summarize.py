@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from durably._core.models import StepCheckpoint
+from durably import StepCheckpoint
 from durably._read.models import FanPageQuery
 from durably._read.summarize import (
     fan_page_bounds,

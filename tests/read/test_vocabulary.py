@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from durably._core.models import CHILD_EDGE_PREFIXES, replace
+from durably._core.models import CHILD_EDGE_PREFIXES
 from durably._read.vocabulary import (
     FAN_PAGE_DEFAULT_LIMIT,
     FAN_PAGE_MAX_LIMIT,
