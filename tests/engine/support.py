@@ -51,8 +51,7 @@ async def wait_suspended(engine: Engine, run_id: str) -> WorkflowRun:
 def turn_ended(engine: Engine, run_id: str) -> bool:
     """No turn of the run is executing on this engine: either it is not driven here (a
     classic turn ended) or its resident body is parked."""
-    execution = engine.executions.get(run_id)
-    return execution is None or execution.is_parked
+    return not engine._worker.turn_running(run_id)
 
 
 async def wait_waiting_on(engine: Engine, run_id: str, token: str) -> None:

@@ -35,7 +35,7 @@ async def test_two_engines_share_the_work_and_run_every_step_once(tmp_path: Path
     async def race_wf(ctx: WorkflowCtx, n: int) -> int:
         total = 0
         for i in range(n):
-            total += await ctx.step(race_step, [ctx.run_id, i, ctx._engine.instance_id])
+            total += await ctx.step(race_step, [ctx.run_id, i, ctx._host.instance_id])
         return total
 
     tuning = {"workflows": [race_wf], "steps": [race_step], "timer_poll_ms": 10, "lease_ms": 2000}
@@ -76,7 +76,7 @@ async def test_a_renewed_lease_is_not_taken_over(tmp_path: Path) -> None:
 
     @durably.workflow("lease.wf")
     async def lease_wf(ctx: WorkflowCtx) -> str:
-        return await ctx.step(slow, ctx._engine.instance_id)
+        return await ctx.step(slow, ctx._host.instance_id)
 
     tuning = {"workflows": [lease_wf], "steps": [slow], "timer_poll_ms": 10, "lease_ms": 300}
     async with durably.Engine(store=url, instance_id="holder", **tuning) as holder:

@@ -2,7 +2,7 @@
 
 * `register_waits` / `create_children`: a fan wave registers every member's waiter and
   placeholder, then creates every child run, with multi-row statements (O(N / chunk) round
-  trips). Children are created `pending` and picked up by the claim loop (`poller.run_pending`),
+  trips). Children are created `pending` and picked up by the claim loop (`Poller.run_pending`),
   so several engines sharing the database split a wide fan between them.
 * `ChildMailbox`: a finished child's completion is queued per parent; one drain per parent
   delivers the queued completions with ONE `deliver_signals` transaction per batch, then wakes
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.ids import validate_run_id
 from durably._core.models import (
@@ -39,7 +39,9 @@ from durably._engine.registry import Workflow
 from durably._engine.vocab import next_continuation_id, parent_tag
 
 if TYPE_CHECKING:
-    from durably._engine.engine import Engine
+    from durably._engine.dispatch import Dispatcher
+    from durably._engine.execution import RunHost
+    from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
 
@@ -70,7 +72,7 @@ async def deliver_signals(
 
 
 async def create_children(
-    engine: Engine,
+    host: RunHost,
     workflow: Workflow[Any, Any] | str,
     members: Sequence[tuple[str, Any]],
     parent: WorkflowRun,
@@ -83,7 +85,7 @@ async def create_children(
     failed: dict[str, str] = {}
     new_runs: list[WorkflowRun] = []
     try:
-        wf = engine._resolve(workflow, None)
+        wf = host.resolve(workflow, None)
     except Exception as exc:
         failed = {child_id: str(exc) for child_id, _ in members}
     else:
@@ -94,7 +96,7 @@ async def create_children(
                 # A member id derived from a long parent id can break the id rule: that
                 # member fails to start, clearly, like one with an invalid input.
                 validate_run_id(child_id, what="fan member run id")
-                json_input = engine.prepare_input(wf, input)
+                json_input = host.prepare_input(wf, input)
             except Exception as exc:
                 failed[child_id] = str(exc)
                 continue
@@ -106,19 +108,17 @@ async def create_children(
                     status="pending",
                     input=json_input,
                     tags=tags,
-                    namespace=parent.namespace or engine.namespace or "default",
+                    namespace=parent.namespace or host.namespace or "default",
                     created_at=now,
                     updated_at=now,
                 )
             )
     existed: list[str] = []
     if new_runs:
-        holders = await _create_runs(engine.store, new_runs)
+        holders = await _create_runs(host.store, new_runs)
         for run, holder in zip(new_runs, holders, strict=True):
             if holder is None:
-                engine.fresh_runs[run.id] = True
-                if engine.drive_runs:
-                    engine.local_backlog.append(run.id)
+                host.run_created_here(run.id)
             elif holder != run.workflow:
                 failed[run.id] = (
                     f"run id {run.id} is already used by workflow {holder!r}, not {run.workflow!r}"
@@ -126,13 +126,10 @@ async def create_children(
             else:
                 existed.append(run.id)
         if len(existed) + len(failed) < len(members):
-            if engine.drive_runs:
-                engine.wakes.kick()  # pick the new children up now (claim loop)
-            else:
-                await engine.wakes.announce("ready", new_runs[0].id)
+            await host.children_created(new_runs[0].id)
     for child_id, error in failed.items():
         message = f'child workflow "{name}" failed to start: {error}'
-        engine.mailbox.post(parent.id, child_id, {"ok": False, "error": message})
+        host.post_completion(parent.id, child_id, {"ok": False, "error": message})
     return existed
 
 
@@ -147,12 +144,30 @@ def check_continuation_id(run_id: str) -> None:
 # ------------------------------------------------------------------ batched completions
 
 
+class MailboxRoute(signals.SignalRoute, Protocol):
+    """Where the mailbox's completions go: the signal path (buffering a completion nobody
+    waits for yet) and the re-drive of a parent that is not resident here."""
+
+    async def redrive(self, run_id: str, cp: StepCheckpoint | None = None) -> None: ...
+
+
 class ChildMailbox:
     """Child completions queued per parent run, delivered in batches (module docstring)."""
 
-    def __init__(self, engine: Engine):
-        self._engine = engine
+    def __init__(self, store: StateStore, dispatcher: Dispatcher, *, clock: Callable[[], int]):
+        self._store = store
+        self._dispatcher = dispatcher
+        self._clock = clock
+        self._route: MailboxRoute | None = None
         self._queues: dict[str, list[tuple[str, JSONValue]]] = {}
+
+    def connect(self, route: MailboxRoute) -> None:
+        """The delivery path (it posts to this mailbox in turn, hence set after both exist)."""
+        self._route = route
+
+    def _routed(self) -> MailboxRoute:
+        assert self._route is not None, "ChildMailbox.connect was not called"
+        return self._route
 
     def post(self, parent_id: str, child_id: str, completion: JSONValue) -> None:
         queue = self._queues.get(parent_id)
@@ -160,7 +175,7 @@ class ChildMailbox:
             queue.append((f"child:{child_id}", completion))
             return
         self._queues[parent_id] = [(f"child:{child_id}", completion)]
-        self._engine.spawn(self._drain(parent_id))
+        self._dispatcher.spawn(self._drain(parent_id))
 
     async def _drain(self, parent_id: str) -> None:
         await asyncio.sleep(0)  # let the rest of a burst of completions queue up
@@ -172,7 +187,7 @@ class ChildMailbox:
             batch = queue[:MAILBOX_BATCH]
             del queue[:MAILBOX_BATCH]
             try:
-                await self._deliver(parent_id, batch)
+                await self._deliver(batch)
             except Exception:
                 # Decision: a store failure here must not lose completions. Each token
                 # goes through the plain signal path (which buffers when needed); whatever
@@ -180,44 +195,43 @@ class ChildMailbox:
                 log.warning("batched child delivery to %s failed; retrying one by one", parent_id)
                 for token, completion in batch:
                     try:
-                        await signals.signal(self._engine, token, completion)
+                        await signals.signal(self._routed(), token, completion)
                     except Exception:
                         log.exception("delivering %s to %s failed", token, parent_id)
 
-    async def _deliver(self, parent_id: str, batch: list[tuple[str, JSONValue]]) -> None:
-        engine = self._engine
-        at = utc_from_ms(engine.clock())
-        written = await deliver_signals(engine.store, batch, at)
+    async def _deliver(self, batch: list[tuple[str, JSONValue]]) -> None:
+        route = self._routed()
+        at = utc_from_ms(self._clock())
+        written = await deliver_signals(self._store, batch, at)
         delivered = {cp.name[len("signal:") :] for cp in written}
         for token, completion in batch:
             if token not in delivered:
                 # No waiter: buffer it for a wait registered later.
-                await signals.signal(engine, token, completion)
+                await signals.signal(route, token, completion)
         by_run: dict[str, list[StepCheckpoint]] = {}
         for cp in written:
             by_run.setdefault(cp.run_id, []).append(cp)
         for run_id, cps in by_run.items():
-            await wake_parent(engine, run_id, cps)
+            await self._wake_parent(run_id, cps)
+
+    async def _wake_parent(self, run_id: str, cps: list[StepCheckpoint]) -> None:
+        """At most one wake of the parent per delivered batch, behind the join barrier."""
+        execution = self._dispatcher.execution(run_id)
+        if execution is not None and execution.resident:
+            for cp in cps:
+                execution.deliver(cp.seq, cp)  # in memory: no replay, no store work
+            return
+        if execution is None and await _barrier_closed(self._store, run_id, cps):
+            return
+        await self._routed().redrive(run_id, cps[-1])
 
 
-async def wake_parent(engine: Engine, run_id: str, cps: list[StepCheckpoint]) -> None:
-    """At most one wake of the parent per delivered batch, behind the join barrier."""
-    execution = engine.executions.get(run_id)
-    if execution is not None and execution.resident:
-        for cp in cps:
-            execution.deliver(cp.seq, cp)  # in memory: no replay, no store work
-        return
-    if execution is None and await _barrier_closed(engine, run_id, cps):
-        return
-    await signals.redrive(engine, run_id, cps[-1])
-
-
-async def _barrier_closed(engine: Engine, run_id: str, cps: list[StepCheckpoint]) -> bool:
+async def _barrier_closed(store: StateStore, run_id: str, cps: list[StepCheckpoint]) -> bool:
     """The join barrier of child fans: closed iff every delivered completion is ok and some
     member of each touched fan is still `running` (one count per fan per batch). A barrier
     that cannot be read counts as open (a spare wake replays harmlessly; a lost one would
     strand the run)."""
-    count = engine.store.count_checkpoints
+    count = store.count_checkpoints
     ranges: set[tuple[int, int]] = set()
     for cp in cps:
         output = cp.output
@@ -256,7 +270,7 @@ _PARENT_TERMINAL: tuple[RunStatus, ...] = ("completed", "failed", "dead", "cance
 
 
 def completion_of_run(run: WorkflowRun) -> dict[str, Any] | None:
-    """The Completion a finished child announces (driver.settle_*, operator.cancel_with),
+    """The Completion a finished child announces (settle.settle_terminal, operator.cancel_with),
     rebuilt from its run row; None while it is not finished for its parent."""
     if run.status == "completed":
         return {"ok": True, "value": run.output}
@@ -302,7 +316,7 @@ async def recover_completions(ex: Any, members: dict[str, int]) -> list[StepChec
             payloads.append((f"child:{run.id}", completion))
     if not payloads:
         return []
-    written = await deliver_signals(store, payloads, utc_from_ms(ex.engine.clock()))
+    written = await deliver_signals(store, payloads, utc_from_ms(ex.host.clock()))
     for cp in written:
         ex.snapshot[cp.seq] = cp
     return written

@@ -24,7 +24,6 @@ from pydantic import ValidationError
 from durably._core.durations import Duration
 from durably._core.errors import (
     InputValidationError,
-    RunNotFoundError,
     SerializationError,
     WorkflowNotFoundError,
 )
@@ -32,7 +31,7 @@ from durably._core.ids import given_run_id
 from durably._core.models import JSONValue, RunResult, WorkflowRun
 from durably._engine import operator, signals
 from durably._engine.control import UNPINNED_VERSION, ControlPlane
-from durably._engine.handle import RunHandle, WaitUntil, is_settled
+from durably._engine.handle import RunHandle, RunWatchers, WaitUntil
 from durably._engine.options import UNSET, EngineOptions, Unset, merge_options
 from durably._engine.read_api import ReadApi
 from durably._engine.registry import Workflow
@@ -137,11 +136,21 @@ class Client(ReadApi, BufferedSignalsApi):
         )
 
     @classmethod
-    def _for_engine(cls, plane: ControlPlane, opener: Callable[[], Awaitable[None]]) -> Client:
+    def _for_engine(
+        cls,
+        plane: ControlPlane,
+        opener: Callable[[], Awaitable[None]],
+        watchers: RunWatchers,
+        poll: Callable[[str], float],
+    ) -> Client:
         """The client an `Engine` is composed of: the engine's control plane (its store,
-        clock, wake bus and the hooks of the runs it drives); opening it opens the engine."""
+        clock, wake bus and the hooks of the runs it drives); opening it opens the engine.
+        Its waits are the engine's (`watchers`, woken by the engine's events and wake bus;
+        `poll` says how often a wait on a run re-reads it without a wake)."""
         client = cls.__new__(cls)
         client._setup(plane.store, owns_store=False, plane=plane, opener=opener)
+        client._watchers = watchers
+        client._poll = poll
         return client
 
     def _setup(
@@ -163,7 +172,8 @@ class Client(ReadApi, BufferedSignalsApi):
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
         # wait_for_run calls of this client, woken by `settled` messages on the wake bus
-        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._watchers = RunWatchers()
+        self._poll: Callable[[str], float] = self._poll_interval
         if plane is None:
             assert clock is not None and policy is not None
             plane = ControlPlane(
@@ -228,8 +238,12 @@ class Client(ReadApi, BufferedSignalsApi):
 
     def _on_wake(self, kind: str, run_id: str) -> None:
         if kind == "settled":
-            for changed in self._watchers.get(run_id, ()):
-                changed.set()
+            self._watchers.wake(run_id)
+
+    def _poll_interval(self, run_id: str) -> float:
+        # A `settled` message on the wake bus re-reads at once; polling is the fallback
+        # (and the only way on a store without a bus).
+        return 1.0 if self._bus is not None else 0.25
 
     # ================================================================== starting runs
 
@@ -468,33 +482,6 @@ class Client(ReadApi, BufferedSignalsApi):
         """Resolve when the run is settled (`until="terminal"`: completed, failed,
         cancelled or dead); `TimeoutError` after `timeout` seconds."""
         await self._ensure_open()
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        changed = asyncio.Event()
-        self._watchers.setdefault(run_id, set()).add(changed)
-        try:
-            while True:
-                changed.clear()
-                run = await self._store.get_run(run_id)
-                if run is None:
-                    raise RunNotFoundError(f"run {run_id} not found")
-                if is_settled(run, until):
-                    return run
-                # A `settled` message on the wake bus re-reads at once; polling is the
-                # fallback (and the only way on a store without a bus).
-                poll = 1.0 if self._bus is not None else 0.25
-                if deadline is not None:
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        raise TimeoutError(f"wait_for_run({run_id}) timed out after {timeout}s")
-                    poll = min(poll, remaining)
-                try:
-                    await asyncio.wait_for(changed.wait(), poll)
-                except TimeoutError:
-                    pass
-        finally:
-            watchers = self._watchers.get(run_id)
-            if watchers is not None:
-                watchers.discard(changed)
-                if not watchers:
-                    del self._watchers[run_id]
+        return await self._watchers.wait(
+            self._store, run_id, timeout=timeout, until=until, poll=self._poll
+        )

@@ -12,7 +12,7 @@ import base64
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
+from typing import Any, NoReturn, TypeVar, overload
 
 from durably._core.durations import Duration, to_ms, to_ms_or_none
 from durably._core.errors import (
@@ -33,13 +33,10 @@ from durably._core.models import (
     replace,
 )
 from durably._engine import children, fans, saga, unsupported
-from durably._engine.execution import STEP_SCOPE, Execution
+from durably._engine.execution import STEP_SCOPE, Execution, RunHost
 from durably._engine.fans import FanMode, Settled
 from durably._engine.registry import BackoffKind, RetryPolicy, Step, Workflow, _backoff_from
 from durably._engine.typed_io import PLAIN, ValueCodec
-
-if TYPE_CHECKING:
-    from durably._engine.engine import Engine
 
 I = TypeVar("I")
 O = TypeVar("O")
@@ -98,7 +95,7 @@ class WorkflowCtx:
 
     def __init__(self, execution: Execution):
         self._ex = execution
-        self._engine: Engine = execution.engine
+        self._host: RunHost = execution.host
         self.logger: logging.LoggerAdapter[logging.Logger] = _ReplayAwareLogger(
             logging.getLogger(f"durably.workflow.{execution.workflow.name}"), execution
         )
@@ -212,7 +209,7 @@ class WorkflowCtx:
             name = step.name
         elif isinstance(step, str):
             name = step
-            definition = self._engine.registry_step(name)
+            definition = self._host.step_definition(name)
         else:
             raise TypeError(
                 f"ctx.step() takes a @durably.step function or a step name, not {step!r}"
@@ -263,7 +260,7 @@ class WorkflowCtx:
             fn,
             pass_logger=True,
             policy=policy,
-            track_start=self._engine.track_step_start,
+            track_start=self._host.options.track_step_start,
         )
         return (
             call if compensate is None else saga.with_local_undo(self._ex, call, name, compensate)
@@ -280,7 +277,7 @@ class WorkflowCtx:
         ms = await self._ex.run_local(
             seq,
             "now",
-            self._engine.clock,
+            self._host.clock,
             pass_logger=False,
             policy=RetryPolicy(),
             track_start=False,
@@ -423,7 +420,7 @@ class WorkflowCtx:
         token = event_token(name, match, ex.run_id, seq)
         waiter = SignalWaiter(token=token, run_id=ex.run_id, seq=seq)
         await store.put_signal_waiter(waiter)  # register FIRST, then scan the buffer
-        for event in await store.list_buffered_events(name, self._engine.event_scan_limit):
+        for event in await store.list_buffered_events(name, self._host.options.event_scan_limit):
             if event_matches(event.payload, match) and await store.remove_buffered_event(event.id):
                 await store.remove_signal_waiter(waiter)
                 await ex.save(ex.instant(seq, f"signal:{token}", "signal", output=event.payload))
@@ -518,7 +515,7 @@ class WorkflowCtx:
             for recovered in await children.recover_completions(ex, {child_id: seq}):
                 return _unwrap(child_id, recovered.output, codec)
         if cp is None and await store.get_run(child_id) is None:
-            self._engine.start_child_soon(workflow, input, child_id, ex.run, version, priority)
+            self._host.start_child_soon(workflow, input, child_id, ex.run, version, priority)
         done = await ex.wait(seq, None)
         assert done is not None
         return _unwrap(child_id, done.output, codec)
@@ -552,7 +549,7 @@ class WorkflowCtx:
             return str(cp.output)
         child_id = given_run_id(child_id, what="child run id") or f"{ex.run_id}.child.{seq}"
         if await self._ex.store.get_run(child_id) is None:
-            self._engine.start_child_soon(workflow, input, child_id, ex.run, version, priority)
+            self._host.start_child_soon(workflow, input, child_id, ex.run, version, priority)
         await ex.save(ex.instant(seq, f"spawn:{child_id}", "local", output=child_id))
         return child_id
 
@@ -598,7 +595,7 @@ class WorkflowCtx:
         is_step = isinstance(target, Step) or (
             # Decision: a name is a workflow fan when a workflow is
             # registered under it, else a step fan by step name.
-            isinstance(target, str) and self._engine.registration(target) is None
+            isinstance(target, str) and self._host.registration(target) is None
         )
         if not isinstance(target, Workflow | Step | str):
             raise TypeError(f"ctx.{primitive}() takes a workflow or a step, not {target!r}")
@@ -707,7 +704,7 @@ def _step_fan(
     opts: dict[str, Any],
     settled: bool,
 ) -> Coroutine[Any, Any, list[Any]]:
-    definition = step if isinstance(step, Step) else ctx._engine.registry_step(step)
+    definition = step if isinstance(step, Step) else ctx._host.step_definition(step)
     name = step.name if isinstance(step, Step) else step
     base = definition.policy if definition is not None else RetryPolicy()
     kind, base_ms = _backoff_from(opts.get("backoff"))

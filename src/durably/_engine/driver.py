@@ -1,10 +1,11 @@
-"""Driving runs: lease → one turn (resident or replay) → settle."""
+"""`TurnDriver`: lease a run, run one turn of its body (resident or replay), settle it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
@@ -24,11 +25,13 @@ from durably._core.models import (
     WorkflowRun,
     replace,
 )
-from durably._engine import routing, saga
+from durably._engine import saga
 from durably._engine.ctx import WorkflowCtx
 from durably._engine.events import EngineEvent
-from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, StoreFailure
+from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, RunHost, StoreFailure
 from durably._engine.registry import Workflow
+from durably._engine.routing import Router, live_handoff
+from durably._engine.saga import CancelHost
 from durably._engine.settle import (
     release_quietly,
     run_event,
@@ -41,199 +44,299 @@ from durably._engine.typed_io import validation_details
 from durably._engine.vocab import next_continuation_id
 
 if TYPE_CHECKING:
-    from durably._engine.engine import Engine
+    from durably._engine.dispatch import Dispatcher
 
 log = logging.getLogger("durably")
 
 
-async def run_one(engine: Engine, run_id: str) -> bool:
-    """Lease the run, then execute one turn on this instance.
+class Continuation(Protocol):
+    """Starts the run that continues `run` as new (its id given), newest version."""
 
-    Returns False when the lease could not be taken (another instance holds it).
+    def __call__(self, run: WorkflowRun, input: Any, run_id: str) -> Coroutine[Any, Any, Any]: ...
+
+
+class TurnDriver:
+    """Drives runs on this process: lease → one turn (resident or replay) → settle.
+
+    Collaborators: the runtime a turn executes in (`host`), how runs are settled
+    (`settle`), which runs execute here (`dispatcher`), onError routing (`router`), the
+    workflows registered here, and how a continued run starts its successor.
     """
-    if run_id in engine.executions:
-        return True
-    if engine.draining:
-        return False
-    now = engine.clock()
-    lease_until = now + engine.lease_ms
-    run = await engine.store.claim_run(run_id, engine.instance_id, lease_until, now)
-    if run is None:
-        return False
-    if run_id in engine.executions:  # raced with another local dispatch
-        return True
-    await drive(engine, run)
-    return True
 
-
-async def drive(engine: Engine, run: WorkflowRun) -> None:
-    """Execute one turn of a run whose lease this instance holds."""
-    try:
-        prepared = await _prepare_turn(engine, run)
-    except Exception as exc:
-        # The store failed before the turn began: give the lease back so the run is
-        # retried at once once the store answers again, not a whole lease later.
-        log.warning("run %s: could not start its turn (%s); it will be retried", run.id, exc)
-        await release_quietly(engine, run.id)
-        return
-    if prepared is None:
-        return
-    # A routed run follows its handoff; the body is NOT run again.
-    if routing.live_handoff(run.id, prepared[2]) is not None:
-        try:
-            await routing.follow_handoff(engine, prepared[0], prepared[2])
-        except Exception as exc:
-            log.warning("run %s: could not follow its onError handoff (%s)", run.id, exc)
-            await release_quietly(engine, run.id)
-        return
-    execution = Execution(engine, *prepared)
-    engine.executions[run.id] = execution
-    task = asyncio.current_task()
-    execution.task = task
-    try:
-        await _turn(engine, execution)
-    finally:
-        engine.executions.pop(run.id, None)
-        engine.turn_finished()
-
-
-async def _prepare_turn(
-    engine: Engine, run: WorkflowRun
-) -> tuple[WorkflowRun, Workflow[Any, Any], list[StepCheckpoint]] | None:
-    """Mark the run running and load its history; None when the turn must not run."""
-    store = engine.store
-    if run.status in TERMINAL_RUN_STATUSES or (
-        engine.namespace is not None and run.namespace not in (engine.namespace, None)
+    def __init__(
+        self,
+        host: RunHost,
+        settle: CancelHost,
+        dispatcher: Dispatcher,
+        router: Router,
+        *,
+        clock: Callable[[], int],
+        lease_ms: int,
+        instance_id: str,
+        namespace: str | None,
+        registration: Callable[[str, str | None], Workflow[Any, Any] | None],
+        fallback_wake_at: Callable[[], int | None],
+        continue_as: Continuation,
     ):
-        await store.release_run_lock(run.id)
-        return None
-    # An empty version: started by name without one, by a process without the workflow's
-    # code (`durably.Client`) — this engine's newest registered version runs it.
-    workflow = engine.registration(run.workflow, run.workflow_version or None)
-    if workflow is None:
-        # Not registered here: the run waits (the prior version must stay deployed so
-        # in-flight runs drain).
-        log.error(
-            "run %s needs workflow %s@%s, which is not registered on this engine — keep the "
-            "prior version deployed so in-flight runs can drain",
-            run.id,
-            run.workflow,
-            run.workflow_version,
-        )
-        await store.release_run_lock(run.id)
-        return None
-    fresh = engine.fresh_runs.pop(run.id, False)
-    if run.status == "pending":
-        started: RunPatch = {"status": "running"}
-        if not run.workflow_version:
-            # Pin the version it runs now, so every later turn (on any worker) replays it.
-            started["workflow_version"] = workflow.version
-            run = replace(run, workflow_version=workflow.version)
-        if not await update_if_live(engine, run.id, started):
-            await store.release_run_lock(run.id)  # cancelled between claim and start
-            return None
-        run = replace(run, status="running")
-        engine.events.emit(
-            EngineEvent(
-                type="run.started", run_id=run.id, workflow=run.workflow, namespace=run.namespace
-            )
-        )
-    elif run.status in ("suspended", "blocked"):
-        # durably: a re-driven run reads `running` while its turn executes, so a crash in
-        # the turn is found by recovery at once instead of at its old wakeAt.
-        if not await update_if_live(engine, run.id, {"status": "running", "wake_at": None}):
+        self._host = host
+        self._settle = settle
+        self._store = settle.store
+        self._dispatcher = dispatcher
+        self._router = router
+        self._clock = clock
+        self._lease_ms = lease_ms
+        self._instance_id = instance_id
+        self._namespace = namespace
+        self._registration = registration
+        self._fallback_wake_at = fallback_wake_at
+        self._continue_as = continue_as
+
+    async def run_one(self, run_id: str) -> bool:
+        """Lease the run, then execute one turn on this instance.
+
+        Returns False when the lease could not be taken (another instance holds it).
+        """
+        dispatcher = self._dispatcher
+        if dispatcher.execution(run_id) is not None:
+            return True
+        if dispatcher.draining:
+            return False
+        now = self._clock()
+        lease_until = now + self._lease_ms
+        run = await self._store.claim_run(run_id, self._instance_id, lease_until, now)
+        if run is None:
+            return False
+        if dispatcher.execution(run_id) is not None:  # raced with another local dispatch
+            return True
+        await self.drive(run)
+        return True
+
+    async def drive(self, run: WorkflowRun) -> None:
+        """Execute one turn of a run whose lease this instance holds."""
+        try:
+            prepared = await self._prepare_turn(run)
+        except Exception as exc:
+            # The store failed before the turn began: give the lease back so the run is
+            # retried at once once the store answers again, not a whole lease later.
+            log.warning("run %s: could not start its turn (%s); it will be retried", run.id, exc)
+            await release_quietly(self._settle, run.id)
+            return
+        if prepared is None:
+            return
+        # A routed run follows its handoff; the body is NOT run again.
+        if live_handoff(run.id, prepared[2]) is not None:
+            try:
+                await self._router.follow_handoff(prepared[0], prepared[2])
+            except Exception as exc:
+                log.warning("run %s: could not follow its onError handoff (%s)", run.id, exc)
+                await release_quietly(self._settle, run.id)
+            return
+        execution = Execution(self._host, *prepared)
+        self._dispatcher.turn_began(execution)
+        execution.task = asyncio.current_task()
+        try:
+            await self._turn(execution)
+        finally:
+            self._dispatcher.turn_ended(run.id)
+
+    async def _prepare_turn(
+        self, run: WorkflowRun
+    ) -> tuple[WorkflowRun, Workflow[Any, Any], list[StepCheckpoint]] | None:
+        """Mark the run running and load its history; None when the turn must not run."""
+        store = self._store
+        if run.status in TERMINAL_RUN_STATUSES or (
+            self._namespace is not None and run.namespace not in (self._namespace, None)
+        ):
             await store.release_run_lock(run.id)
             return None
-        run = replace(run, status="running", wake_at=None)
-    # A run this instance created a moment ago has no checkpoints yet: skip the read.
-    checkpoints = [] if fresh else await store.list_checkpoints(run.id)
-    return run, workflow, checkpoints
+        # An empty version: started by name without one, by a process without the workflow's
+        # code (`durably.Client`) — this engine's newest registered version runs it.
+        workflow = self._registration(run.workflow, run.workflow_version or None)
+        if workflow is None:
+            # Not registered here: the run waits (the prior version must stay deployed so
+            # in-flight runs drain).
+            log.error(
+                "run %s needs workflow %s@%s, which is not registered on this engine — keep the "
+                "prior version deployed so in-flight runs can drain",
+                run.id,
+                run.workflow,
+                run.workflow_version,
+            )
+            await store.release_run_lock(run.id)
+            return None
+        fresh = self._dispatcher.take_fresh(run.id)
+        if run.status == "pending":
+            started: RunPatch = {"status": "running"}
+            if not run.workflow_version:
+                # Pin the version it runs now, so every later turn (on any worker) replays it.
+                started["workflow_version"] = workflow.version
+                run = replace(run, workflow_version=workflow.version)
+            if not await update_if_live(self._settle, run.id, started):
+                await store.release_run_lock(run.id)  # cancelled between claim and start
+                return None
+            run = replace(run, status="running")
+            self._settle.events.emit(
+                EngineEvent(
+                    type="run.started",
+                    run_id=run.id,
+                    workflow=run.workflow,
+                    namespace=run.namespace,
+                )
+            )
+        elif run.status in ("suspended", "blocked"):
+            # durably: a re-driven run reads `running` while its turn executes, so a crash in
+            # the turn is found by recovery at once instead of at its old wakeAt.
+            if not await update_if_live(
+                self._settle, run.id, {"status": "running", "wake_at": None}
+            ):
+                await store.release_run_lock(run.id)
+                return None
+            run = replace(run, status="running", wake_at=None)
+        # A run this instance created a moment ago has no checkpoints yet: skip the read.
+        checkpoints = [] if fresh else await store.list_checkpoints(run.id)
+        return run, workflow, checkpoints
 
+    async def _turn(self, ex: Execution) -> None:
+        ctx = WorkflowCtx(ex)
+        workflow = ex.workflow
+        token = AMBIENT_CTX.set(ctx)
+        try:
+            input_value = _decode_input(workflow, ex.run.input)
+            result = await workflow.invoke(ctx, input_value)
+        except ReplayNow:
+            await ex.close()
+            await self._store.release_run_lock(ex.run_id)
+            self._dispatcher.dispatch(ex.run_id)
+            return
+        except StoreFailure as failure:
+            await ex.close()
+            log.error(
+                "run %s: the store failed during its turn (%s); the run resumes from its last "
+                "checkpoint once the store is back",
+                ex.run_id,
+                failure.cause,
+            )
+            await release_quietly(self._settle, ex.run_id)
+            return
+        except RunEvicted:
+            await ex.close()
+            if ex.cancel_requested and not ex.cancelled:
+                await saga.compensate_and_cancel(self._settle, ex)
+                return
+            if not ex.cancelled:
+                await self._store.release_run_lock(ex.run_id)
+            return
+        except WorkflowSuspended as suspended:
+            await ex.close()
+            if ex.cancel_requested:  # cancel-requested wins over any outcome
+                await saga.compensate_and_cancel(self._settle, ex)
+                return
+            await self._settle_suspended(ex, suspended.wake_at)
+            return
+        except ContinueAsNew as cont:
+            await ex.close()
+            if ex.cancel_requested:
+                await saga.compensate_and_cancel(self._settle, ex)
+                return
+            await self._settle_continued(ex, cont.input)
+            return
+        except asyncio.CancelledError:
+            if ex.cancelled:
+                return  # engine.cancel wrote the outcome and released the lease
+            await release_quietly(self._settle, ex.run_id)
+            raise
+        except Exception as exc:
+            await ex.close()
+            if ex.cancelled:
+                return
+            if ex.cancel_requested:
+                await saga.compensate_and_cancel(self._settle, ex)
+                return
+            # Unwind the saga BEFORE settle(failed) and its onError routing; the run fails
+            # with the ORIGINAL error.
+            if ex.compensations and not await saga.unwind(ex):
+                await release_quietly(self._settle, ex.run_id)  # store failed: recovery re-drives
+                return
+            await self.settle_failed(ex.run, error_of(exc))
+            return
+        finally:
+            AMBIENT_CTX.reset(token)
+        await ex.close()
+        if ex.cancelled:
+            return
+        if ex.cancel_requested:
+            await saga.compensate_and_cancel(self._settle, ex)
+            return
+        try:
+            output = workflow.output_codec.to_json(result)
+        except SerializationError as exc:
+            await self.settle_failed(
+                ex.run,
+                StepError(
+                    message=(
+                        f"workflow {workflow.name!r} returned a value that cannot be stored: {exc}"
+                    ),
+                    code="serialization",
+                ),
+            )
+            return
+        await settle_completed(self._settle, ex.run, output)
 
-async def _turn(engine: Engine, ex: Execution) -> None:
-    ctx = WorkflowCtx(ex)
-    workflow = ex.workflow
-    token = AMBIENT_CTX.set(ctx)
-    try:
-        input_value = _decode_input(workflow, ex.run.input)
-        result = await workflow.invoke(ctx, input_value)
-    except ReplayNow:
-        await ex.close()
-        await engine.store.release_run_lock(ex.run_id)
-        engine.dispatch(ex.run_id)
-        return
-    except StoreFailure as failure:
-        await ex.close()
-        log.error(
-            "run %s: the store failed during its turn (%s); the run resumes from its last "
-            "checkpoint once the store is back",
-            ex.run_id,
-            failure.cause,
+    async def settle_failed(self, run: WorkflowRun, error: StepError) -> None:
+        # onError routing first; a failure settled by follow_handoff is final and never
+        # routed again (it calls settle.settle_failed_unrouted directly).
+        if await self._router.route_failure(run, error):
+            return
+        await settle_failed_unrouted(self._settle, run, error)
+
+    async def _settle_suspended(self, ex: Execution, wake_at: int | None) -> None:
+        """Settle `suspended` (the reconcile fallback wake when there is no natural one),
+        unless the run was settled meanwhile; then the lost-wake guard below."""
+        natural = wake_at if wake_at is not None else self._fallback_wake_at()
+        patch: RunPatch = {
+            "status": "suspended",
+            "wake_at": natural,
+            "locked_by": None,
+            "locked_until": None,
+        }
+        if not await update_if_live(self._settle, ex.run_id, patch):
+            await release_quietly(self._settle, ex.run_id)
+            return
+        self._settle.events.emit(
+            EngineEvent(
+                type="run.suspended",
+                run_id=ex.run_id,
+                workflow=ex.run.workflow,
+                namespace=ex.run.namespace,
+            )
         )
-        await release_quietly(engine, ex.run_id)
-        return
-    except RunEvicted:
-        await ex.close()
-        if ex.cancel_requested and not ex.cancelled:
-            await saga.compensate_and_cancel(engine, ex)
+        self._settle.wakes.announce_soon("settled", ex.run_id)
+        # A delivery that raced this turn found the lease taken and only nudged `wakeAt`,
+        # which the write above may have overwritten: look at the awaited rows once more.
+        if len(ex.waiting_seqs) > 8:
+            # A fan waits on many rows: one listing instead of a read per member.
+            rows = await self._store.list_checkpoints(ex.run_id)
+            if any(cp.seq in ex.waiting_seqs and cp.status == "completed" for cp in rows):
+                self._dispatcher.dispatch(ex.run_id)
             return
-        if not ex.cancelled:
-            await engine.store.release_run_lock(ex.run_id)
-        return
-    except WorkflowSuspended as suspended:
-        await ex.close()
-        if ex.cancel_requested:  # cancel-requested wins over any outcome
-            await saga.compensate_and_cancel(engine, ex)
-            return
-        await _settle_suspended(engine, ex, suspended.wake_at)
-        return
-    except ContinueAsNew as cont:
-        await ex.close()
-        if ex.cancel_requested:
-            await saga.compensate_and_cancel(engine, ex)
-            return
-        await _settle_continued(engine, ex, cont.input)
-        return
-    except asyncio.CancelledError:
-        if ex.cancelled:
-            return  # engine.cancel wrote the outcome and released the lease
-        await release_quietly(engine, ex.run_id)
-        raise
-    except Exception as exc:
-        await ex.close()
-        if ex.cancelled:
-            return
-        if ex.cancel_requested:
-            await saga.compensate_and_cancel(engine, ex)
-            return
-        # Unwind the saga BEFORE settle(failed) and its onError routing; the run fails
-        # with the ORIGINAL error.
-        if ex.compensations and not await saga.unwind(ex):
-            await release_quietly(engine, ex.run_id)  # store failed: recovery re-drives
-            return
-        await settle_failed(engine, ex.run, error_of(exc))
-        return
-    finally:
-        AMBIENT_CTX.reset(token)
-    await ex.close()
-    if ex.cancelled:
-        return
-    if ex.cancel_requested:
-        await saga.compensate_and_cancel(engine, ex)
-        return
-    try:
-        output = workflow.output_codec.to_json(result)
-    except SerializationError as exc:
-        await settle_failed(
-            engine,
-            ex.run,
-            StepError(
-                message=f"workflow {workflow.name!r} returned a value that cannot be stored: {exc}",
-                code="serialization",
-            ),
+        for seq in sorted(ex.waiting_seqs):
+            cp = await self._store.get_checkpoint(ex.run_id, seq)
+            if cp is not None and cp.status == "completed":
+                self._dispatcher.dispatch(ex.run_id)
+                return
+
+    async def _settle_continued(self, ex: Execution, new_input: Any) -> None:
+        """ContinueAsNew: complete (no output) and start `<id>~N` unpinned (newest version)."""
+        run = ex.run
+        completed = await settle_terminal(
+            self._settle,
+            run,
+            {"status": "completed", "output": None, "error": None},
+            run_event("run.completed", run),
+            {"ok": True, "value": None},
         )
-        return
-    await settle_completed(engine, ex.run, output)
+        if completed:
+            self._dispatcher.spawn(self._continue_as(run, new_input, next_continuation_id(run.id)))
 
 
 def _decode_input(workflow: Workflow[Any, Any], stored: Any) -> Any:
@@ -246,70 +349,3 @@ def _decode_input(workflow: Workflow[Any, Any], stored: Any) -> Any:
         raise InputValidationError(
             workflow.name, str(exc).replace("\n", "; "), validation_details(exc)
         ) from None
-
-
-async def settle_failed(engine: Engine, run: WorkflowRun, error: StepError) -> None:
-    # onError routing first; a failure settled by follow_handoff is final and never
-    # routed again (it calls settle.settle_failed_unrouted directly).
-    if await routing.route_failure(engine, run, error):
-        return
-    await settle_failed_unrouted(engine, run, error)
-
-
-async def _settle_suspended(engine: Engine, ex: Execution, wake_at: int | None) -> None:
-    """Settle `suspended` (the reconcile fallback wake when there is no natural one),
-    unless the run was settled meanwhile; then the lost-wake guard below."""
-    natural = wake_at if wake_at is not None else engine.fallback_wake_at()
-    patch: RunPatch = {
-        "status": "suspended",
-        "wake_at": natural,
-        "locked_by": None,
-        "locked_until": None,
-    }
-    if not await update_if_live(engine, ex.run_id, patch):
-        await release_quietly(engine, ex.run_id)
-        return
-    engine.events.emit(
-        EngineEvent(
-            type="run.suspended",
-            run_id=ex.run_id,
-            workflow=ex.run.workflow,
-            namespace=ex.run.namespace,
-        )
-    )
-    engine.wakes.announce_soon("settled", ex.run_id)
-    # A delivery that raced this turn found the lease taken and only nudged `wakeAt`,
-    # which the write above may have overwritten: look at the awaited rows once more.
-    if len(ex.waiting_seqs) > 8:
-        # A fan waits on many rows: one listing instead of a read per member.
-        rows = await engine.store.list_checkpoints(ex.run_id)
-        if any(cp.seq in ex.waiting_seqs and cp.status == "completed" for cp in rows):
-            engine.dispatch(ex.run_id)
-        return
-    for seq in sorted(ex.waiting_seqs):
-        cp = await engine.store.get_checkpoint(ex.run_id, seq)
-        if cp is not None and cp.status == "completed":
-            engine.dispatch(ex.run_id)
-            return
-
-
-async def _settle_continued(engine: Engine, ex: Execution, new_input: Any) -> None:
-    """ContinueAsNew: complete (no output) and start `<id>~N` unpinned (newest version)."""
-    run = ex.run
-    completed = await settle_terminal(
-        engine,
-        run,
-        {"status": "completed", "output": None, "error": None},
-        run_event("run.completed", run),
-        {"ok": True, "value": None},
-    )
-    if completed:
-        engine.spawn(
-            engine.start_raw(
-                run.workflow,
-                new_input,
-                next_continuation_id(run.id),
-                namespace=run.namespace,
-                tags=run.tags,
-            )
-        )

@@ -7,49 +7,28 @@ import logging
 import os
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Never, TypeVar
 
 from durably._core.durations import Duration
-from durably._core.errors import (
-    RunNotFoundError,
-    WorkflowNotFoundError,
-)
+from durably._core.errors import RunNotFoundError
 from durably._core.ids import given_run_id
-from durably._core.models import (
-    JSONValue,
-    RunResult,
-    SignalWaiter,
-    StepCheckpoint,
-    WorkflowRun,
-    replace,
-)
-from durably._engine import driver, operator, poller, publish, routing, signals, unsupported
-from durably._engine.children import ChildMailbox
+from durably._core.models import RunResult, WorkflowRun
+from durably._engine import operator, unsupported
 from durably._engine.client import Client
-from durably._engine.client import prepare_input as validated_input
-from durably._engine.control import ControlPlane
-from durably._engine.engine_hooks import EngineRuns
-from durably._engine.events import EngineEvent, EventBus, Listener, MetricsSnapshot
-from durably._engine.execution import Execution, ResidentSet
-from durably._engine.handle import RunHandle, WaitUntil, is_settled
+from durably._engine.events import Listener, MetricsSnapshot
+from durably._engine.handle import RunHandle, WaitUntil
 from durably._engine.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
 from durably._engine.read_api import ReadApi, WorkerHealthApi
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
-from durably._engine.signal_api import (
-    BufferedSignalsApi,
-    SignalApi,
-    buffer_policy,
-)
+from durably._engine.signal_api import BufferedSignalsApi, SignalApi, buffer_policy
+from durably._engine.signals import SignalRoute
 from durably._engine.stores import open_store
-from durably._engine.transport import InProcessTransport
 from durably._engine.unsupported import refuse_engine_options
-from durably._engine.vocab import parent_tag
-from durably._engine.wakes import WakeLink
+from durably._engine.worker import Worker
+from durably._read.lists import LocalWorker
 from durably._store.codec import Codec, wrap_store
-from durably._store.protocol import InstanceHold, StateStore
+from durably._store.protocol import StateStore
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -152,82 +131,53 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             },
         )
         self.options = opts
-        self.store, self._owns_store = open_store(store)
-        self.store = wrap_store(self.store, codec)  # encrypts payloads at rest (unchanged for None)
+        store_, self._owns_store = open_store(store)
+        self.store = wrap_store(store_, codec)  # encrypts payloads at rest (unchanged for None)
         self.namespace = namespace
-        self.drive_runs = drive
-        self._explicit_instance = instance_id is not None
         self.instance_id = instance_id or f"durably-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.clock: Callable[[], int] = clock or (lambda: int(time.time() * 1000))
-        # The runtime reads its options as attributes of the engine.
-        self.lease_ms = opts.lease_ms
-        self.timer_poll_ms = opts.timer_poll_ms
-        self.reconcile_ms = opts.reconcile_ms
-        self.max_recovery_attempts = opts.max_recovery_attempts
-        self.drain_timeout_ms = opts.drain_timeout_ms
-        self.event_scan_limit = opts.event_scan_limit
-        self.track_step_start = opts.track_step_start
-        self.compensation_retries = opts.compensation_retries
-        self.always_replay = opts.always_replay
-        self.pending_batch = opts.pending_batch
-        self.max_concurrent_runs = opts.max_concurrent_runs
-        self.claim_batch = opts.claim_batch
-        self.fan_window = opts.fan_window
-        self.fold_fans_over = opts.fold_fans_over
-        # how long a restart with an explicit instance_id waits for a live predecessor
-        self.instance_wait_ms = opts.effective_instance_wait_ms
-        self._step_threads = opts.step_threads
         self.signal_buffer = buffer_policy(opts)
 
         if workflows is None:
-            self._workflows = DEFAULT_REGISTRY
+            registry = DEFAULT_REGISTRY
         else:
-            self._workflows = Registry()
+            registry = Registry()
             for wf in workflows:
-                self._workflows.add_workflow(wf)
-        self._steps: Registry | None = None
+                registry.add_workflow(wf)
+        step_registry: Registry | None = None
         if steps is not None:
-            self._steps = Registry()
+            step_registry = Registry()
             for st in steps:
-                self._steps.add_step(st)
-
-        self.transport = InProcessTransport(self)
-        self.events = EventBus()
-        self.events.on_run_events(self._wake_watchers)
-        self.executions: dict[str, Execution] = {}
-        self.resident = ResidentSet(opts.max_resident_runs)
-        self.fresh_runs: dict[str, bool] = {}
-        self.dispatching: set[str] = set()
-        self._again: set[str] = set()
-        self._claimed: dict[str, WorkflowRun] = {}
-        self.wakes = WakeLink(self)
-        self.mailbox = ChildMailbox(self)
-        # Start, signal, cancel, retry, … are the client's; the engine adds, through its
-        # hooks, what driving runs in this process needs (drive, wake, interrupt them).
-        self._plane = ControlPlane(
+                step_registry.add_step(st)
+        self._update_validators: dict[tuple[str, str], Callable[[Any], Any]] = {}
+        # What executes runs in this process, and — over its control plane — the client
+        # that starts, signals, cancels and reads them.
+        self._worker = Worker(
             self.store,
+            options=opts,
+            namespace=namespace,
+            drive_runs=drive,
+            instance_id=self.instance_id,
+            hold_instance=instance_id is not None,
             clock=self.clock,
             signal_buffer=self.signal_buffer,
-            announce=self.wakes.announce,
-            namespace=namespace,
-            local=EngineRuns(self),
+            workflows=registry,
+            steps=step_registry,
         )
-        self._client = Client._for_engine(self._plane, self._ensure_open)
-        self.pending_backlog = False  # run_pending stopped for lack of room (poller.py)
-        self.local_backlog: deque[str] = deque()  # runs created here to claim by id
-        self._instance_hold: InstanceHold | None = None
-        self.draining = False
-        self._watchers: dict[str, set[_RunWatch]] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._background: list[asyncio.Task[Any]] = []
+        self._client = Client._for_engine(
+            self._worker.plane,
+            self._ensure_open,
+            self._worker.watchers,
+            self._worker.poll_interval,
+        )
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
-        self._executor: ThreadPoolExecutor | None = None
-        self._update_validators: dict[tuple[str, str], Callable[[Any], Any]] = {}
-        self._dead_listeners: list[Callable[[WorkflowRun], Any]] = []
-        self._cancel_listeners: list[Callable[[str], Any]] = []
-        self._idle = asyncio.Event()
-        self._idle.set()
+
+    @property
+    def drive_runs(self) -> bool:
+        """False for a read/control replica (`drive=False`): it starts runs, never executes
+        them."""
+        return self._worker.drive_runs
 
     # ================================================================== lifecycle
 
@@ -248,82 +198,23 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             if self._opened:
                 return
             await self.store.ensure_schema()
-            if self._explicit_instance and self.drive_runs:
-                await self._take_instance()
-            self._executor = ThreadPoolExecutor(
-                max_workers=self._step_threads, thread_name_prefix="durably-step"
-            )
-            self.draining = False
-            await self.wakes.open()
-            if self.drive_runs:
-                self._background = [
-                    asyncio.create_task(poller.poll_loop(self), name="durably-poller"),
-                    asyncio.create_task(poller.lease_loop(self), name="durably-leases"),
-                ]
+            await self._worker.open()
             self._opened = True
-        routing.warn_unserved(self)  # boot-time warning, never raises
-
-    async def _take_instance(self) -> None:
-        """A restart with the same instance_id: once the previous incarnation is provably
-        gone (the store's instance hold), its leases are void and its runs ours at once. A
-        LIVE predecessor (a rolling restart) is waited for — two live processes never share
-        an instance_id, which would let each renew and release the other's leases."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.instance_wait_ms / 1000.0
-        while True:
-            self._instance_hold = await self.store.hold_instance(self.instance_id)
-            if self._instance_hold is not None:
-                break
-            if loop.time() >= deadline:
-                raise RuntimeError(
-                    f"instance_id {self.instance_id!r} is held by another live process; "
-                    f"gave up after {self.instance_wait_ms}ms (give each live process "
-                    "its own instance_id, or stop the other one first)"
-                )
-            await asyncio.sleep(0.05)
-        await self.store.release_locks_of(self.instance_id)
 
     async def close(self) -> None:
         """Drain in-flight turns, stop the loops and close an owned store."""
-        if not self._opened:
-            if self._owns_store:
-                await self._close_store()
-            return
-        await self.drain(self.drain_timeout_ms / 1000.0)
-        await self.wakes.close()
-        if self._instance_hold is not None:
-            hold, self._instance_hold = self._instance_hold, None
-            await hold.release()
-        for task in self._background:
-            task.cancel()
-        for task in self._background:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
-        self._background = []
-        # Background deliveries still running after the drain's grace period would use the
-        # store after it closed (and reopen its connection, never to be closed again):
-        # cancel them; what they did not deliver, the parents' replays recover
-        # (children.recover_completions).
-        leftovers = [task for task in self._tasks if not task.done()]
-        for task in leftovers:
-            task.cancel()
-        if leftovers:
-            await asyncio.gather(*leftovers, return_exceptions=True)
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
-        self._opened = False
+        if self._opened:
+            await self._worker.close(self.options.drain_timeout_ms / 1000.0)
+            self._opened = False
         if self._owns_store:
-            await self._close_store()
-
-    async def _close_store(self) -> None:
-        await self.store.close()
+            await self.store.close()
 
     async def drain(self, timeout: float | None = None) -> None:
-        """Stop taking work, evict parked runs, wait for turns to finish (or `timeout`)."""
-        await poller.drain(self, self.drain_timeout_ms / 1000.0 if timeout is None else timeout)
+        """Stop taking work, evict parked runs, wait for turns to finish (or `timeout`
+        seconds; the engine's `drain_timeout_ms` by default)."""
+        await self._worker.drain(
+            self.options.drain_timeout_ms / 1000.0 if timeout is None else timeout
+        )
 
     async def _ensure_open(self) -> None:
         if not self._opened:
@@ -332,58 +223,22 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
     # ================================================================== registry
 
     def register(self, *items: Workflow[Any, Any] | Step[Any, Any]) -> None:
+        """Register workflows and steps with this engine (beyond `workflows=`/`steps=`)."""
         for item in items:
-            if isinstance(item, Workflow):
-                if self._workflows is DEFAULT_REGISTRY:
-                    DEFAULT_REGISTRY.add_workflow(item)
-                else:
-                    self._workflows.add_workflow(item)
-            else:
-                if self._steps is None:
-                    self._steps = Registry()
-                self._steps.add_step(item)
+            self._worker.register(item)
 
     def registration(self, name: str, version: str | None = None) -> Workflow[Any, Any] | None:
-        return self._workflows.workflow(name, version)
+        """The workflow registered here under `name` (newest version when None)."""
+        return self._worker.registration(name, version)
 
     def registered_workflows(self) -> list[Workflow[Any, Any]]:
-        return list(self._workflows.workflows.values())
+        return self._worker.registered_workflows()
 
     async def unserved_on_error_routes(self) -> list[dict[str, Any]]:
         """The onError routes `{workflow, route}` whose handler is not registered here."""
-        return routing.unserved_on_error_routes(self)
-
-    def registry_step(self, name: str) -> Step[Any, Any] | None:
-        if self._steps is not None:
-            found = self._steps.step(name)
-            if found is not None:
-                return found
-        return DEFAULT_REGISTRY.step(name)
-
-    def _resolve(
-        self, workflow: Workflow[Any, Any] | str, version: str | None
-    ) -> Workflow[Any, Any]:
-        name = workflow.name if isinstance(workflow, Workflow) else str(workflow)
-        if isinstance(workflow, Workflow) and version is None:
-            version = workflow.version
-            if self.registration(name, version) is None:
-                self.register(workflow)
-        found = self.registration(name, version)
-        if found is not None:
-            return found
-        versions = self._workflows.versions_of(name)
-        if version is not None:
-            raise WorkflowNotFoundError(
-                f"workflow {name}@{version} is not registered — a pinned start never falls "
-                f"back to another version (registered: {', '.join(versions) or 'none'})"
-            )
-        raise WorkflowNotFoundError(f"workflow {name} is not registered")
+        return self._worker.unserved_on_error_routes()
 
     # ================================================================== starting runs
-
-    def prepare_input(self, workflow: Workflow[Any, Any], input: Any) -> JSONValue:
-        """Validate a start input against the workflow's annotation/validator → JSON."""
-        return validated_input(workflow, input)
 
     async def start(
         self,
@@ -401,11 +256,11 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         unsupported.refuse_priority(priority, "Engine.start")
         given_run_id(run_id)  # a bad id is refused before the store is even opened
         await self._ensure_open()
-        wf = self._resolve(workflow, version)
-        json_input = self.prepare_input(wf, input)
-        rid = await self.create_run(
+        worker = self._worker
+        wf = worker.resolve(workflow, version)
+        rid = await worker.create_run(
             wf,
-            json_input,
+            worker.prepare_input(wf, input),
             run_id=run_id,
             tags=tags,
             search_attributes=search_attributes,
@@ -413,50 +268,6 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             namespace=namespace,
         )
         return RunHandle(self, rid, wf)
-
-    async def create_run(
-        self,
-        wf: Workflow[Any, Any],
-        json_input: JSONValue,
-        *,
-        run_id: str | None,
-        tags: Sequence[str] | None = None,
-        search_attributes: dict[str, str | int | float | bool] | None = None,
-        priority: int | None = None,
-        namespace: str | None = None,
-    ) -> str:
-        return await self._plane.create_run(
-            wf.name,
-            wf.version,
-            json_input,
-            run_id=run_id,
-            tags=[*wf.tags, *(tags or ())],
-            search_attributes=search_attributes,
-            priority=priority,
-            namespace=namespace,
-        )
-
-    async def start_raw(
-        self,
-        workflow: str,
-        json_input: JSONValue,
-        run_id: str,
-        *,
-        version: str | None = None,
-        namespace: str | None = None,
-        tags: Sequence[str] | None = None,
-        priority: int | None = None,
-    ) -> str:
-        unsupported.refuse_priority(priority, "Engine.start_raw")
-        wf = self._resolve(workflow, version)
-        return await self.create_run(
-            wf,
-            self.prepare_input(wf, json_input),
-            run_id=run_id,
-            tags=tags,
-            namespace=namespace,
-            priority=priority,
-        )
 
     async def execute(
         self,
@@ -473,127 +284,9 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
     def handle(self, run_id: str) -> RunHandle[Any]:
         return RunHandle(self, run_id)
 
-    def start_child_soon(
-        self,
-        workflow: Workflow[Any, Any] | str,
-        input: Any,
-        child_id: str,
-        parent: WorkflowRun,
-        version: str | None,
-        priority: int | None,
-    ) -> None:
-        """Start a child run after the current turn; a failed start fails the awaiting
-        parent (delivered as a failed child completion)."""
-
-        async def start_child() -> None:
-            name = workflow.name if isinstance(workflow, Workflow) else workflow
-            try:
-                wf = self._resolve(workflow, version)
-                await self.create_run(
-                    wf,
-                    self.prepare_input(wf, input),
-                    run_id=child_id,
-                    tags=[parent_tag(parent.id)],
-                    namespace=parent.namespace,
-                    priority=priority,
-                )
-            except Exception as exc:
-                self.notify_parent(
-                    child_id,
-                    {"ok": False, "error": f'child workflow "{name}" failed to start: {exc}'},
-                )
-
-        self.spawn(start_child())
-
-    # ================================================================== dispatch
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Run a coroutine in the background, tracked so it is not garbage-collected."""
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("durably background task failed", exc_info=task.exception())
-
-    def dispatch(
-        self, run_id: str, *, nudge: bool = False, claimed: WorkflowRun | None = None
-    ) -> None:
-        """The default dispatcher: a deferred `run_one` on this instance.
-
-        With `nudge`, a run whose lease another process holds gets its wakeAt set to now.
-        `claimed` is a run this instance already leased (batch pick-up): it is driven as is.
-        """
-        if not self.drive_runs or self.draining:
-            if claimed is not None:
-                self.spawn(self.store.release_run_lock(run_id))
-            return
-        if claimed is not None:
-            self._claimed[run_id] = claimed
-        if run_id in self.dispatching:
-            # A turn of this run is being dispatched here: run one more turn after it.
-            self._again.add(run_id)
-            return
-        self.dispatching.add(run_id)
-        self._idle.clear()
-
-        async def go() -> None:
-            try:
-                while True:
-                    self._again.discard(run_id)
-                    leased = self._claimed.pop(run_id, None)
-                    if leased is not None:
-                        acquired = True
-                        await driver.drive(self, leased)
-                    else:
-                        acquired = await driver.run_one(self, run_id)
-                    if nudge and not acquired:
-                        await self.nudge(run_id)
-                    if run_id not in self._again or self.draining:
-                        break
-            finally:
-                self._again.discard(run_id)
-                self.dispatching.discard(run_id)
-                self.turn_finished()
-                if self.pending_backlog:
-                    self.wakes.kick()  # room for more of the pending backlog
-
-        self.spawn(go())
-
-    def turn_finished(self) -> None:
-        if not self.executions and not self.dispatching:
-            self._idle.set()
-
-    def fallback_wake_at(self) -> int | None:
-        """The reconcile safety-net wake for event-waiting suspends (signal, event, child,
-        handoff): a lost wake is re-driven by the timer poller. None when disabled."""
-        return self.clock() + self.reconcile_ms if self.reconcile_ms > 0 else None
-
-    @property
-    def executor(self) -> ThreadPoolExecutor:
-        """The engine's own thread pool for sync user code (never the loop's default)."""
-        if self._executor is None:
-            raise RuntimeError("the engine is not open")
-        return self._executor
-
     # ================================================================== signals & events
 
     # `signal(token, payload, *, buffer=True)` and `update(...)`: signal_api.SignalApi.
-
-    async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> None:
-        await signals.deliver(self, waiter, payload)
-
-    async def redrive(self, run_id: str, cp: StepCheckpoint | None = None) -> None:
-        await signals.redrive(self, run_id, cp)
-
-    async def nudge(self, run_id: str) -> None:
-        await signals.nudge(self, run_id)
-
-    def notify_parent(self, run: WorkflowRun | str, completion: dict[str, Any]) -> None:
-        signals.notify_parent(self, run, completion)
 
     async def publish_event(
         self, name: str, payload: Any = None, *, id: str | None = None, buffer: bool = True
@@ -601,109 +294,47 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         """Signal matching waiters, start `on_event` workflows, else buffer.
         Returns the number of runs touched."""
         await self._ensure_open()
-        return await publish.publish_event(self, name, payload, id=id, buffer=buffer)
-
-    def latest_workflows(self) -> list[Workflow[Any, Any]]:
-        return list(self._workflows.latest.values())
+        return await self._worker.publish_event(name, payload, id=id, buffer=buffer)
 
     def register_update_validator(
         self, workflow: Workflow[Any, Any] | str, name: str, fn: Callable[[Any], Any]
     ) -> None:
+        """Check every `update(run_id, name, arg)` of this workflow's runs with `fn(arg)`
+        first: an exception or a non-empty string rejects the update (nothing delivered)."""
         wf_name = workflow.name if isinstance(workflow, Workflow) else workflow
         self._update_validators[(wf_name, name)] = fn
+
+    def _signal_route(self) -> SignalRoute:
+        return self._worker.deliveries
 
     # ================================================================== reading
 
     async def wait_for_run(
         self, run_id: str, timeout: float | None = None, until: WaitUntil = "settled"
     ) -> WorkflowRun:
-        """Resolve when the run is settled (or terminal)."""
-        await self._ensure_open()
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        changed = _RunWatch()
-        self._watchers.setdefault(run_id, set()).add(changed)
-        try:
-            run: WorkflowRun | None = None
-            while True:
-                changed.clear()
-                completion = changed.completion
-                if run is not None and completion is not None:
-                    # This instance completed the run: its event carries the output, so
-                    # no store read is needed to return the final state.
-                    return replace(run, status="completed", output=completion.output, error=None)
-                run = await self.store.get_run(run_id)
-                if run is None:
-                    raise RunNotFoundError(f"run {run_id} not found")
-                if is_settled(run, until):
-                    return run
-                # Runs driven here announce changes through events, runs driven elsewhere
-                # through the wake bus when the store has one; polling is the fallback.
-                if run_id in self.executions:
-                    poll = 5.0
-                else:
-                    poll = 1.0 if self.wakes.active else 0.25
-                if deadline is not None:
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        raise TimeoutError(
-                            f"waitForRun({run_id}) timed out after {int(timeout * 1000)}ms"  # type: ignore[operator]
-                        )
-                    poll = min(poll, remaining)
-                try:
-                    await asyncio.wait_for(changed.wait(), poll)
-                except TimeoutError:
-                    pass
-        finally:
-            watchers = self._watchers.get(run_id)
-            if watchers is not None:
-                watchers.discard(changed)
-                if not watchers:
-                    del self._watchers[run_id]
+        """Resolve when the run is settled (`until="terminal"`: completed, failed,
+        cancelled or dead); `TimeoutError` after `timeout` seconds."""
+        return await self._client.wait_for_run(run_id, timeout, until)
 
-    def wake_watchers(self, run_id: str) -> None:
-        """Make every `wait_for_run` of this run re-read the store."""
-        for changed in self._watchers.get(run_id, ()):
-            changed.set()
-
-    def _wake_watchers(self, event: EngineEvent) -> None:
-        # run.started never settles a run: waking on it would only cost a store read.
-        if event.type.startswith("run.") and event.type != "run.started":
-            for changed in self._watchers.get(event.run_id, ()):
-                if event.type == "run.completed":
-                    changed.completion = event
-                changed.set()
+    def _local_worker(self) -> LocalWorker | None:
+        return self._worker.local_worker()
 
     # ================================================================== observing
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Receive every EngineEvent; returns the unsubscribe function."""
-        return self.events.subscribe(listener)
+        return self._worker.events.subscribe(listener)
 
     def metrics(self) -> MetricsSnapshot:
-        return self.events.snapshot()
+        return self._worker.events.snapshot()
 
     def on_dead(self, listener: Callable[[WorkflowRun], Any]) -> Callable[[], None]:
-        self._dead_listeners.append(listener)
-        return lambda: self._dead_listeners.remove(listener)
+        """Call `listener(run)` when a run is dead-lettered (past `max_recovery_attempts`)."""
+        return self._worker.on_dead(listener)
 
     def on_cancel(self, listener: Callable[[str], Any]) -> Callable[[], None]:
-        self._cancel_listeners.append(listener)
-        return lambda: self._cancel_listeners.remove(listener)
-
-    def fire_dead(self, run: WorkflowRun) -> None:
-        for listener in tuple(self._dead_listeners):
-            try:
-                listener(run)
-            except Exception:
-                log.exception("on_dead listener failed")
-
-    def fire_cancel(self, run_id: str) -> None:
-        for listener in tuple(self._cancel_listeners):
-            try:
-                listener(run_id)
-            except Exception:
-                log.exception("on_cancel listener failed")
+        """Call `listener(run_id)` when a run executing here is cancelled."""
+        return self._worker.on_cancel(listener)
 
     # ================================================================== operator actions
 
@@ -725,7 +356,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
 
     async def redispatch_pending(self, run_id: str) -> dict[str, Any] | None:
         await self._ensure_open()
-        return await operator.redispatch_pending(self._plane, run_id)
+        return await operator.redispatch_pending(self._worker.plane, run_id)
 
     async def delete_run(self, run_id: str) -> int:
         return await self._client.delete_run(run_id)
@@ -735,30 +366,25 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         run = await self.store.get_run(run_id)
         if run is None:
             raise RunNotFoundError(f"run {run_id} not found")
-        await driver.run_one(self, run_id)
+        await self._worker.resume(run_id)
 
     # ================================================================== polling (tests/ops)
 
+    # One pass of each of the poller's duties, for tests and operators that drive an engine
+    # by hand; a driving engine runs them every `timer_poll_ms` by itself.
+
     async def run_pending(self) -> int:
-        return await poller.run_pending(self)
+        return await self._worker.poller.run_pending()
 
     async def recover_incomplete(self) -> int:
-        return await poller.recover_incomplete(self)
+        return await self._worker.poller.recover_incomplete()
 
     async def resume_due_timers(self) -> int:
-        return await poller.resume_due_timers(self)
+        return await self._worker.poller.resume_due_timers()
 
     async def sweep_timeouts(self) -> int:
-        return await poller.sweep_timeouts(self)
+        return await self._worker.poller.sweep_timeouts()
 
     async def wait_idle(self, timeout: float | None = None) -> None:
         """Wait until no turn is executing or dispatched on this instance (tests)."""
-        await asyncio.wait_for(self._idle.wait(), timeout)
-
-
-class _RunWatch(asyncio.Event):
-    """Set on every run.* event of one run; remembers a local run.completed event."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.completion: EngineEvent | None = None
+        await self._worker.wait_idle(timeout)

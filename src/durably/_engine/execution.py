@@ -19,9 +19,9 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from durably._core.errors import (
     ContinueAsNew,
@@ -53,7 +53,12 @@ from durably._engine.registry import RetryPolicy, Step, Workflow
 from durably._engine.typed_io import PLAIN, ValueCodec
 
 if TYPE_CHECKING:
-    from durably._engine.engine import Engine
+    from concurrent.futures import ThreadPoolExecutor
+
+    from durably._engine.events import EventBus
+    from durably._engine.options import EngineOptions
+    from durably._engine.resident import ResidentSet
+    from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
 
@@ -65,6 +70,122 @@ STEP_SCOPE: contextvars.ContextVar[tuple[Execution, str] | None] = contextvars.C
 # The ctx of the workflow body running on this async path ("ambient ctx"): inside a body,
 # `MyWorkflow.start()/execute()` become child starts.
 AMBIENT_CTX: contextvars.ContextVar[Any] = contextvars.ContextVar("durably_ctx", default=None)
+
+
+class StepTransport(Protocol):
+    """Where a step's handler runs (the in-process transport today)."""
+
+    async def execute(
+        self,
+        execution: Execution,
+        step: Step[Any, Any] | None,
+        name: str,
+        json_input: JSONValue,
+        in_codec: ValueCodec,
+        timeout_ms: int | None,
+    ) -> tuple[JSONValue, StepError | None]: ...
+
+
+class RunWakes(Protocol):
+    """Telling other processes (and this one's pick-up) that something happened."""
+
+    def announce_soon(self, kind: str, run_id: str) -> None: ...
+
+
+class RunHost(Protocol):
+    """What a run executing here needs from the worker runtime that drives it — the whole
+    of it, so the execution, its context, fans, children and saga name their collaborators
+    here instead of reaching into an engine.
+
+    The worker runtime (`worker.Worker`) implements it.
+    """
+
+    @property
+    def store(self) -> StateStore: ...
+
+    @property
+    def options(self) -> EngineOptions: ...
+
+    @property
+    def events(self) -> EventBus: ...
+
+    @property
+    def resident(self) -> ResidentSet: ...
+
+    @property
+    def transport(self) -> StepTransport: ...
+
+    @property
+    def wakes(self) -> RunWakes: ...
+
+    @property
+    def namespace(self) -> str | None: ...
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The runtime's own thread pool for sync user code (never the loop's default)."""
+        ...
+
+    def clock(self) -> int:
+        """Now, in epoch milliseconds (the engine's clock)."""
+        ...
+
+    def fallback_wake_at(self) -> int | None:
+        """The reconcile safety-net wake of an event-waiting suspend; None when disabled."""
+        ...
+
+    def step_definition(self, name: str) -> Step[Any, Any] | None:
+        """The step registered under `name` (this runtime's, else any decorated one)."""
+        ...
+
+    def registration(self, name: str, version: str | None = None) -> Workflow[Any, Any] | None:
+        """The workflow registered here (newest when `version` is None)."""
+        ...
+
+    def resolve(
+        self, workflow: Workflow[Any, Any] | str, version: str | None
+    ) -> Workflow[Any, Any]:
+        """The registered workflow to start, or `WorkflowNotFoundError`."""
+        ...
+
+    def prepare_input(self, workflow: Workflow[Any, Any], input: Any) -> JSONValue:
+        """A start input validated against the workflow's annotation, as JSON."""
+        ...
+
+    def start_child_soon(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any,
+        child_id: str,
+        parent: WorkflowRun,
+        version: str | None,
+        priority: int | None,
+    ) -> None:
+        """Start a child run after the current turn; a failed start fails the parent's wait."""
+        ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run a coroutine in the background, tracked by the runtime."""
+        ...
+
+    async def cancel(self, run_id: str) -> Any:
+        """Cancel a run (a fail-fast fan's unfinished children)."""
+        ...
+
+    def run_created_here(self, run_id: str) -> None:
+        """A child run was just created by this process (claimed by id, no history read)."""
+        ...
+
+    async def children_created(self, first_id: str) -> None:
+        """New child runs exist: pick them up now (or tell the processes that drive)."""
+        ...
+
+    def post_completion(self, parent_id: str, child_id: str, completion: JSONValue) -> None:
+        """Deliver a child's completion to its parent (batched, in the background)."""
+        ...
 
 
 class ReplayNow(_ControlFlow):
@@ -114,14 +235,14 @@ class Execution:
 
     def __init__(
         self,
-        engine: Engine,
+        host: RunHost,
         run: WorkflowRun,
         workflow: Workflow[Any, Any],
         checkpoints: list[StepCheckpoint],
     ):
-        self.engine = engine
+        self.host = host
         # Store failures inside a turn end the turn (they are not the body's to catch).
-        self.store: Any = GuardedStore(engine.store)
+        self.store: Any = GuardedStore(host.store)
         self.run = run
         self.run_id = run.id
         self.workflow = workflow
@@ -137,7 +258,7 @@ class Execution:
         self._steps_idle.set()
         self.store_status: RunStatus = run.status
         self.cancelled = False
-        self.resident = not engine.always_replay
+        self.resident = not host.options.always_replay
         self.waiting_seqs: set[int] = set()
         # Fans waiting here (fans.py): told of every delivered checkpoint in O(1), so a fan
         # of N members parks once instead of N times (deliver() walks `parked`).
@@ -165,7 +286,7 @@ class Execution:
         return self.position <= self.replay_frontier
 
     def now(self) -> int:
-        return self.engine.clock()
+        return self.host.clock()
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -204,11 +325,11 @@ class Execution:
 
     def after_live_checkpoint(self) -> None:
         """always_replay: evict after every live step so the next turn replays it."""
-        if self.engine.always_replay:
+        if self.host.options.always_replay:
             raise ReplayNow()
 
     def emit(self, type_: Any, **fields: Any) -> None:
-        bus = self.engine.events
+        bus = self.host.events
         if not bus.observed and type_.startswith("step."):
             bus.count_step(type_[5:], fields.get("duration_ms"))
             return
@@ -252,7 +373,7 @@ class Execution:
             delay = max(0.0, (deadline - self.now()) / 1000.0)
             parked.timer = loop.call_later(delay, _resolve, future, Wake("timer"))
         self.parked[key] = parked
-        self.engine.resident.note_parked(self)
+        self.host.resident.note_parked(self)
         try:
             await self.mark_suspended()
             if seq is not None and not future.done():
@@ -266,7 +387,7 @@ class Execution:
         finally:
             self.parked.pop(key, None)
             if not self.parked:
-                self.engine.resident.note_unparked(self)
+                self.host.resident.note_unparked(self)
             if parked.timer is not None:
                 parked.timer.cancel()
         if not self.parked and self.store_status == "suspended":
@@ -278,7 +399,7 @@ class Execution:
         if self.active_steps or not self.parked or self.cancelled:
             return
         deadlines = [p.deadline for p in self.parked.values() if p.deadline is not None]
-        wake_at = min(deadlines) if deadlines else self.engine.fallback_wake_at()
+        wake_at = min(deadlines) if deadlines else self.host.fallback_wake_at()
         if self.store_status == "suspended" and self.run.wake_at == wake_at:
             return
         self.store_status = "suspended"
@@ -286,7 +407,7 @@ class Execution:
         await self._write_status({"status": "suspended", "wake_at": wake_at})
         self.emit("run.suspended", namespace=self.run.namespace)
         # `suspended` settles `wait_for_run` in other processes too
-        self.engine.wakes.announce_soon("settled", self.run_id)
+        self.host.wakes.announce_soon("settled", self.run_id)
 
     async def mark_running(self) -> None:
         if self.cancelled:
@@ -399,7 +520,7 @@ class Execution:
             self.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
             self.step_began()
             try:
-                output, error = await self.engine.transport.execute(
+                output, error = await self.host.transport.execute(
                     self, step, name, json_input, in_codec, timeout_ms
                 )
             finally:
@@ -536,7 +657,7 @@ class Execution:
             )
         attempt = 1
         while True:
-            logger = StepLogger(self.engine.clock)
+            logger = StepLogger(self.host.clock)
             token = STEP_SCOPE.set((self, name))
             self.step_began()
             try:
@@ -637,32 +758,6 @@ class GuardedStore:
                 raise StoreFailure(exc) from exc
 
         return guarded
-
-
-class ResidentSet:
-    """Parked resident runs in parking order, capped at `max_resident_runs`.
-
-    A parked body costs memory (its coroutine frame) and nothing else: its state is already
-    durable. Past the cap the longest-parked run is evicted — its lease is released and a
-    later wake replays it — so a fleet of long waits cannot exhaust the process.
-    """
-
-    def __init__(self, cap: int):
-        self.cap = cap
-        self._parked: dict[str, Execution] = {}
-
-    def note_parked(self, execution: Execution) -> None:
-        self._parked.pop(execution.run_id, None)
-        self._parked[execution.run_id] = execution
-        while len(self._parked) > self.cap:
-            oldest = next(iter(self._parked))
-            self._parked.pop(oldest).evict()
-
-    def note_unparked(self, execution: Execution) -> None:
-        self._parked.pop(execution.run_id, None)
-
-    def __len__(self) -> int:
-        return len(self._parked)
 
 
 def _resolve(future: asyncio.Future[Wake], wake: Wake) -> None:

@@ -26,7 +26,7 @@ from durably._core.errors import (
 )
 from durably._core.models import ChildWait, JSONValue, SignalWaiter, StepCheckpoint
 from durably._engine import children
-from durably._engine.execution import Execution, ReplayNow
+from durably._engine.execution import Execution, ReplayNow, RunHost
 from durably._engine.registry import RetryPolicy, Step, Workflow
 from durably._engine.typed_io import PLAIN, ValueCodec
 from durably._store.protocol import BULK_CHUNK
@@ -167,7 +167,7 @@ async def workflow_fan(
     concurrency: int | None,
     settled: bool,
 ) -> list[Any]:
-    engine = ex.engine
+    host = ex.host
     store = ex.store
     n = len(inputs)
     fail_fast = mode == "fail_fast" and not settled
@@ -228,7 +228,7 @@ async def workflow_fan(
             await store.remove_signal_waiter(
                 SignalWaiter(token=f"child:{ids[i]}", run_id=ex.run_id, seq=first + i)
             )
-        engine.spawn(_cancel_quietly(engine, [ids[i] for i in pending]))
+        host.spawn(_cancel_quietly(host, [ids[i] for i in pending]))
         raise GatherError([_failure(index, ids[index], o)], total=n)
 
     def take(cp: StepCheckpoint) -> None:
@@ -263,7 +263,7 @@ async def workflow_fan(
                 await _await_members(ex, first, ids, outstanding, record, fail_fast)
                 if fail_fast and (failure := first_failure()) is not None:
                     await stop(failure)
-            if n >= engine.fold_fans_over and all(record(i) is True for i in wave):
+            if n >= host.options.fold_fans_over and all(record(i) is True for i in wave):
                 prefix = ids[wave.start].rsplit(".", 1)[0]
                 await _fold_wave(
                     ex, first, wave, prefix, group, completions[wave.start : wave.stop]
@@ -361,7 +361,7 @@ async def _launch_chunk(
     # Members with a row already (a replay) are included: the insert is idempotent, and a
     # crash between the placeholders and the children must not leave a member unstarted.
     existed = await children.create_children(
-        ex.engine, workflow, [(ids[i], inputs[i]) for i in indices], ex.run
+        ex.host, workflow, [(ids[i], inputs[i]) for i in indices], ex.run
     )
     # A replay: members whose row still waits may have a child that finished while its
     # announcement was lost (children.recover_completions).
@@ -429,10 +429,10 @@ async def _await_members(
         ex.fan_watches.remove(watch)
 
 
-async def _cancel_quietly(engine: Any, ids: list[str]) -> None:
+async def _cancel_quietly(host: RunHost, ids: list[str]) -> None:
     for child_id in ids:
         try:
-            await engine.cancel(child_id)
+            await host.cancel(child_id)
         except Exception:
             log.debug("fail_fast cancel of %s failed", child_id, exc_info=True)
 
@@ -505,7 +505,7 @@ async def _step_wave(
         tasks[task] = i
         task.add_done_callback(settled_q.put_nowait)
 
-    for _ in range(min(len(wave), ex.engine.fan_window)):
+    for _ in range(min(len(wave), ex.host.options.fan_window)):
         launch_next()
     flow: list[tuple[int, BaseException]] = []
     stopping = False

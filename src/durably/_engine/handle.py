@@ -1,16 +1,19 @@
-"""`RunHandle` and the settled/terminal predicates of `wait_for_run`."""
+"""`RunHandle`, the settled/terminal predicates of `wait_for_run`, and `RunWatchers`, the
+one wait loop behind every `wait_for_run` (a `Client`'s and an `Engine`'s)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
-from durably._core.errors import RunFailedError
-from durably._core.models import RunStatus, WorkflowRun
+from durably._core.errors import RunFailedError, RunNotFoundError
+from durably._core.models import JSONValue, RunStatus, WorkflowRun, replace
 
 if TYPE_CHECKING:
     from durably._engine.registry import Workflow
+    from durably._store.protocol import StateStore
 
 O = TypeVar("O")
 
@@ -96,3 +99,82 @@ class UpdateResult:
     accepted: bool
     reason: str | None = None
     delivered: bool = False
+
+
+class _Watch(asyncio.Event):
+    """Set whenever the watched run may have changed; remembers the output of a completion
+    this process saw happen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.completed = False
+        self.output: JSONValue = None
+
+
+class RunWatchers:
+    """The `wait_for_run` calls of one process, and their wake-ups.
+
+    A wait re-reads the run from the store when woken (`wake`: a `settled` message on the
+    wake bus, or an event of a run driven here) and otherwise polls, at the interval the
+    owner chooses per run (`poll`); a completion this process saw happen (`completed`)
+    answers without a store read.
+    """
+
+    def __init__(self) -> None:
+        self._watchers: dict[str, set[_Watch]] = {}
+
+    def wake(self, run_id: str) -> None:
+        """Make every wait on this run re-read the store."""
+        for watch in self._watchers.get(run_id, ()):
+            watch.set()
+
+    def completed(self, run_id: str, output: JSONValue) -> None:
+        """The run completed in this process with `output`: waits on it return at once."""
+        for watch in self._watchers.get(run_id, ()):
+            watch.completed = True
+            watch.output = output
+            watch.set()
+
+    async def wait(
+        self,
+        store: StateStore,
+        run_id: str,
+        *,
+        timeout: float | None,
+        until: WaitUntil,
+        poll: Callable[[str], float],
+    ) -> WorkflowRun:
+        """The run once it is settled (or terminal); `TimeoutError` after `timeout` s."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        watch = _Watch()
+        self._watchers.setdefault(run_id, set()).add(watch)
+        try:
+            run: WorkflowRun | None = None
+            while True:
+                watch.clear()
+                if run is not None and watch.completed:
+                    # This process completed the run: the output came with the news, so no
+                    # store read is needed to return the final state.
+                    return replace(run, status="completed", output=watch.output, error=None)
+                run = await store.get_run(run_id)
+                if run is None:
+                    raise RunNotFoundError(f"run {run_id} not found")
+                if is_settled(run, until):
+                    return run
+                interval = poll(run_id)
+                if deadline is not None:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise TimeoutError(f"wait_for_run({run_id}) timed out after {timeout}s")
+                    interval = min(interval, remaining)
+                try:
+                    await asyncio.wait_for(watch.wait(), interval)
+                except TimeoutError:
+                    pass
+        finally:
+            watchers = self._watchers.get(run_id)
+            if watchers is not None:
+                watchers.discard(watch)
+                if not watchers:
+                    del self._watchers[run_id]

@@ -29,6 +29,7 @@ from durably._read.models import FanPage, FanPageQuery, RunDetail, RunDetailOpti
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 
 if TYPE_CHECKING:
+    from durably._engine.options import EngineOptions
     from durably._store.protocol import StateStore
 
 __all__ = ["ReadApi", "WorkerHealthApi"]
@@ -140,26 +141,19 @@ class WorkerHealthApi:
     if TYPE_CHECKING:
         store: StateStore
         namespace: str | None
-        drive_runs: bool
-        instance_id: str
-        lease_ms: int
-        max_concurrent_runs: int
-        executions: Mapping[str, Any]
+        options: EngineOptions
 
         def clock(self) -> int: ...
+
+        def _local_worker(self) -> lists.LocalWorker | None: ...
 
     async def worker_health(self) -> list[GroupHealth]:
         """Worker groups and their health, derived from the live leases in the store (see
         `durably._read.lists.worker_health`); this engine is listed when it drives runs."""
-        local = None
-        if self.drive_runs:
-            local = lists.LocalWorker(
-                self.instance_id, self.max_concurrent_runs, len(self.executions)
-            )
         return await lists.worker_health(
             self.store,
             now_ms=self.clock(),
-            lease_ms=self.lease_ms,
+            lease_ms=self.options.lease_ms,
             namespace=self.namespace,
-            local=local,
+            local=self._local_worker(),
         )

@@ -57,7 +57,7 @@ def push_step(ex: Execution, name: str, undo: Any, input: JSONValue, output: JSO
         step: Step[Any, Any] | None = undo
         step_name = undo.name
     elif isinstance(undo, str):
-        step = ex.engine.registry_step(undo)
+        step = ex.host.step_definition(undo)
         step_name = undo
     else:
         raise TypeError(f"compensate= takes a @durably.step function or a step name, not {undo!r}")
@@ -109,7 +109,7 @@ async def _undo(ex: Execution, seq: int, entry: Compensation) -> None:
         return
     if entry.fn is not None:
         # Local entry: `compensation_retries` tries back to back.
-        tries = max(1, ex.engine.compensation_retries)
+        tries = max(1, ex.host.options.compensation_retries)
         kind: CheckpointKind = "local"
         json_input: JSONValue = None
         policy: RetryPolicy | None = None
@@ -175,7 +175,7 @@ async def _undo(ex: Execution, seq: int, entry: Compensation) -> None:
 async def _attempt(ex: Execution, entry: Compensation) -> tuple[JSONValue, StepError | None]:
     if entry.fn is None:
         name = entry.step_name or entry.name
-        return await ex.engine.transport.execute(ex, entry.step, name, entry.args, PLAIN, None)
+        return await ex.host.transport.execute(ex, entry.step, name, entry.args, PLAIN, None)
     try:
         result = entry.fn()
         if isinstance(result, Awaitable):

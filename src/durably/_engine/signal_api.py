@@ -94,6 +94,8 @@ class SignalApi:
 
         async def _ensure_open(self) -> None: ...
 
+        def _signal_route(self) -> signals.SignalRoute: ...
+
     async def signal(
         self, token: str, payload: Any = None, *, buffer: bool = True
     ) -> RunResult | None:
@@ -118,7 +120,7 @@ class SignalApi:
                 return UpdateResult(False, verdict)
         await self._ensure_open()
         result = await signals.signal(
-            self,  # type: ignore[arg-type]
+            self._signal_route(),
             f"update:{run_id}:{name}",
             arg,
             want_result=True,

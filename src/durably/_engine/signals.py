@@ -8,11 +8,14 @@ waiter namespaces included (child completions, breakpoints, updates). The public
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from durably._core.errors import ReservedTokenError, SignalBufferFullError
 from durably._core.models import (
+    LIVE_RUN_STATUSES,
     JSONValue,
+    RunPatch,
     RunResult,
     SignalWaiter,
     StepCheckpoint,
@@ -21,12 +24,11 @@ from durably._core.models import (
     utc_from_ms,
 )
 from durably._core.tokens import reserved_token_hint, reserved_token_kind, token_namespace
-from durably._engine.settle import update_if_live
 from durably._engine.typed_io import PLAIN
 from durably._engine.vocab import PARENT_TAG_PREFIX, may_have_parent
 
 if TYPE_CHECKING:
-    from durably._engine.engine import Engine
+    from durably._engine.dispatch import Dispatcher
     from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
@@ -59,6 +61,20 @@ class BufferBounds(Protocol):
 
     @property
     def per_namespace(self) -> int: ...
+
+
+class SignalBufferPolicyLike(BufferBounds, Protocol):
+    """Buffer bounds plus the time of the next sweep of expired rows."""
+
+    next_sweep_ms: int
+
+
+class Announcer(Protocol):
+    async def announce(self, kind: str, run_id: str) -> None: ...
+
+
+class CompletionMailbox(Protocol):
+    def post(self, parent_id: str, child_id: str, completion: JSONValue) -> None: ...
 
 
 class SignalRoute(Protocol):
@@ -141,16 +157,17 @@ async def buffer_bounded(route: SignalRoute, token: str, payload: JSONValue) -> 
     raise SignalBufferFullError(token, refused, token_namespace(token), cap, option)
 
 
-async def sweep_expired_signals(engine: Engine) -> int:
+async def sweep_expired_signals(
+    store: StateStore, policy: SignalBufferPolicyLike, clock: Callable[[], int]
+) -> int:
     """Delete expired buffered signals, at most once per `SWEEP_EVERY_MS` (called by the
     poll loop of a driving engine); the number deleted."""
-    policy = engine.signal_buffer
-    now = engine.clock()
+    now = clock()
     if now < policy.next_sweep_ms:
         return 0
     policy.next_sweep_ms = now + SWEEP_EVERY_MS
     try:
-        removed = await engine.store.purge_buffered_signals(expired_only=True)
+        removed = await store.purge_buffered_signals(expired_only=True)
     except Exception:
         log.exception("purging expired buffered signals failed; retrying at the next sweep")
         return 0
@@ -159,64 +176,96 @@ async def sweep_expired_signals(engine: Engine) -> int:
     return removed
 
 
-async def deliver(engine: Engine, waiter: SignalWaiter, payload: JSONValue) -> None:
-    """Write the instant `signal:<token>` checkpoint at the waiter's seq, then wake the run."""
-    cp = delivered_signal(waiter, payload, utc_from_ms(engine.clock()))
-    await engine.store.save_checkpoint(cp)
-    await redrive(engine, waiter.run_id, cp)
+class Deliveries:
+    """Waking runs in this process: a signal's delivery, a re-drive after something a run
+    waits for happened, a nudge for a run driven elsewhere, and a finished run's completion
+    on its way to its parent. It is the `SignalRoute` of the runtime's internal signals."""
 
+    def __init__(
+        self,
+        store: StateStore,
+        *,
+        clock: Callable[[], int],
+        signal_buffer: BufferBounds,
+        dispatcher: Dispatcher,
+        wakes: Announcer,
+        mailbox: CompletionMailbox,
+    ):
+        self._store = store
+        self._clock = clock
+        self._signal_buffer = signal_buffer
+        self._dispatcher = dispatcher
+        self._wakes = wakes
+        self._mailbox = mailbox
 
-async def redrive(engine: Engine, run_id: str, cp: StepCheckpoint | None = None) -> None:
-    """Wake a run after something it waits for happened."""
-    execution = engine.executions.get(run_id)
-    if execution is not None:
-        if execution.resident:
-            execution.deliver(cp.seq if cp else None, cp)
+    @property
+    def store(self) -> StateStore:
+        return self._store
+
+    @property
+    def signal_buffer(self) -> BufferBounds:
+        return self._signal_buffer
+
+    async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> None:
+        """Write the instant `signal:<token>` checkpoint at the waiter's seq, then wake the
+        run."""
+        cp = delivered_signal(waiter, payload, utc_from_ms(self._clock()))
+        await self._store.save_checkpoint(cp)
+        await self.redrive(waiter.run_id, cp)
+
+    async def redrive(self, run_id: str, cp: StepCheckpoint | None = None) -> None:
+        """Wake a run after something it waits for happened."""
+        dispatcher = self._dispatcher
+        execution = dispatcher.execution(run_id)
+        if execution is not None:
+            if execution.resident:
+                execution.deliver(cp.seq if cp else None, cp)
+            else:
+                # A classic turn is ending: queue one more turn after it, so a delivery
+                # racing its settle is never left to the reconcile fallback.
+                dispatcher.dispatch(run_id)
+            return
+        if dispatcher.drive_runs and not dispatcher.draining:
+            dispatcher.dispatch(run_id, nudge=True)
         else:
-            # A classic turn is ending: queue one more turn after it, so a delivery
-            # racing its settle is never left to the reconcile fallback.
-            engine.dispatch(run_id)
-        return
-    if engine.drive_runs and not engine.draining:
-        engine.dispatch(run_id, nudge=True)
-    else:
-        await nudge(engine, run_id)
+            await self.nudge(run_id)
 
+    async def nudge(self, run_id: str) -> None:
+        """The run is driven elsewhere (another process holds its lease, or this engine
+        does not drive): make it due now, so the holder's timer poll wakes it, and announce
+        it on the wake bus so that happens within milliseconds."""
+        patch: RunPatch = {"wake_at": self._clock()}
+        if await self._store.update_run_if_status(run_id, patch, LIVE_RUN_STATUSES):
+            await self._wakes.announce("ready", run_id)
 
-async def nudge(engine: Engine, run_id: str) -> None:
-    """The run is driven elsewhere (another process holds its lease, or this engine does
-    not drive): make it due now, so the holder's timer poll wakes it,
-    and announce it on the wake bus so that happens within milliseconds."""
-    if await update_if_live(engine, run_id, {"wake_at": engine.clock()}):
-        await engine.wakes.announce("ready", run_id)
+    def notify_parent(self, run: WorkflowRun | str, completion: dict[str, Any]) -> None:
+        """Tell a finished run's parent: deferred `signal('child:<runId>', completion)`.
 
+        Only runs that can have a parent are announced — runs started by a parent (tagged
+        `durable:parent:<id>`), retries of runs (`~retry~`), or a bare id (a child whose
+        start failed). A top-level run would only leave a buffered completion behind that
+        nobody ever takes (three store statements and one orphan row per run).
+        """
+        if isinstance(run, WorkflowRun):
+            if not may_have_parent(run):
+                return
+            run_id = run.id
+            parents = [
+                t[len(PARENT_TAG_PREFIX) :]
+                for t in run.tags or ()
+                if t.startswith(PARENT_TAG_PREFIX)
+            ]
+            if parents and "~retry~" not in run_id:
+                # Batched per parent (children.ChildMailbox): a fan's completions share
+                # one delivery transaction and one wake of the parent per batch.
+                self._mailbox.post(parents[0], run_id, completion)
+                return
+        else:
+            run_id = run
 
-def notify_parent(engine: Engine, run: WorkflowRun | str, completion: dict[str, Any]) -> None:
-    """Tell a finished run's parent: deferred `signal('child:<runId>', completion)`.
+        async def notify() -> None:
+            await signal(self, f"child:{run_id}", completion)
+            if "~retry~" in run_id and completion.get("ok"):
+                await signal(self, f"child:{run_id.split('~retry~')[0]}", completion)
 
-    durably: only runs that can have a parent are announced — runs started by a parent
-    (tagged `durable:parent:<id>`), retries of runs (`~retry~`), or a bare id (a child
-    whose start failed). A top-level run would only leave a buffered completion behind
-    that nobody ever takes (three store statements and one orphan row per run).
-    """
-    if isinstance(run, WorkflowRun):
-        if not may_have_parent(run):
-            return
-        run_id = run.id
-        parents = [
-            t[len(PARENT_TAG_PREFIX) :] for t in run.tags or () if t.startswith(PARENT_TAG_PREFIX)
-        ]
-        if parents and "~retry~" not in run_id:
-            # Batched per parent (children.ChildMailbox): a fan's completions share
-            # one delivery transaction and one wake of the parent per batch.
-            engine.mailbox.post(parents[0], run_id, completion)
-            return
-    else:
-        run_id = run
-
-    async def notify() -> None:
-        await signal(engine, f"child:{run_id}", completion)
-        if "~retry~" in run_id and completion.get("ok"):
-            await signal(engine, f"child:{run_id.split('~retry~')[0]}", completion)
-
-    engine.spawn(notify())
+        self._dispatcher.spawn(notify())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -19,7 +20,7 @@ from durably._engine.registry import Step
 from durably._engine.typed_io import ValueCodec
 
 if TYPE_CHECKING:
-    from durably._engine.engine import Engine
+    from concurrent.futures import ThreadPoolExecutor
 
 
 class InProcessTransport:
@@ -27,8 +28,9 @@ class InProcessTransport:
 
     name = "in-process"
 
-    def __init__(self, engine: Engine):
-        self._engine = engine
+    def __init__(self, executor: Callable[[], ThreadPoolExecutor]):
+        # The pool exists only while the engine is open, hence a getter.
+        self._executor = executor
 
     async def execute(
         self,
@@ -56,7 +58,7 @@ class InProcessTransport:
             else:
                 context = contextvars.copy_context()
                 awaitable = asyncio.get_running_loop().run_in_executor(
-                    self._engine.executor, context.run, step.invoke, value
+                    self._executor(), context.run, step.invoke, value
                 )
             if timeout_ms is None:
                 result = await awaitable

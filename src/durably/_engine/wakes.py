@@ -9,22 +9,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from durably._engine import poller
 from durably._store.protocol import WakeBus
 
 if TYPE_CHECKING:
-    from durably._engine.engine import Engine
+    from durably._engine.dispatch import Dispatcher
+    from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
 
 
 class WakeLink:
-    """One engine's end of the store's wake bus."""
+    """One engine's end of the store's wake bus.
 
-    def __init__(self, engine: Engine):
-        self._engine = engine
+    `settled` messages wake this process's `wait_for_run` calls (`on_settled`); any other
+    message wakes the run if it is parked here, else starts one pick-up pass (`pickup`: the
+    poller's claim of pending runs and due timers).
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        dispatcher: Dispatcher,
+        *,
+        on_settled: Callable[[str], None],
+        pickup: Callable[[], Awaitable[None]],
+    ):
+        self._store = store
+        self._dispatcher = dispatcher
+        self._on_settled = on_settled
+        self._pickup = pickup
         self._bus: WakeBus | None = None
         self._kick_scheduled = False
 
@@ -33,7 +49,7 @@ class WakeLink:
         return self._bus is not None
 
     async def open(self) -> None:
-        bus = self._engine.store.wake_bus()  # None: the store has no cross-process channel
+        bus = self._store.wake_bus()  # None: the store has no cross-process channel
         if bus is not None:
             await bus.start(self._on_wake)
             self._bus = bus
@@ -57,14 +73,13 @@ class WakeLink:
 
     def announce_soon(self, kind: str, run_id: str) -> None:
         if self._bus is not None:
-            self._engine.spawn(self.announce(kind, run_id))
+            self._dispatcher.spawn(self.announce(kind, run_id))
 
     def _on_wake(self, kind: str, run_id: str) -> None:
-        engine = self._engine
         if kind == "settled":
-            engine.wake_watchers(run_id)
+            self._on_settled(run_id)
             return
-        execution = engine.executions.get(run_id)
+        execution = self._dispatcher.execution(run_id)
         if execution is not None:
             if execution.resident:
                 execution.deliver(None, None)  # re-check what it waits for
@@ -74,15 +89,14 @@ class WakeLink:
     def kick(self) -> None:
         """Pick up runnable work now instead of at the next poll; a burst of wake messages
         costs one pick-up pass (claim pending runs, then due timers)."""
-        engine = self._engine
-        if self._kick_scheduled or not engine.drive_runs or engine.draining:
+        dispatcher = self._dispatcher
+        if self._kick_scheduled or not dispatcher.drive_runs or dispatcher.draining:
             return
         self._kick_scheduled = True
 
         async def pickup() -> None:
             await asyncio.sleep(0)  # let the rest of the burst arrive first
             self._kick_scheduled = False
-            await poller.run_pending(engine)
-            await poller.resume_due_timers(engine)
+            await self._pickup()
 
-        engine.spawn(pickup())
+        dispatcher.spawn(pickup())

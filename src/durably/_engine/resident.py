@@ -1,0 +1,40 @@
+"""`ResidentSet`: the resident runs parked in this process, capped."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Parkable(Protocol):
+    """A parked run's execution, as far as the cap needs it."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    def evict(self) -> None: ...
+
+
+class ResidentSet:
+    """Parked resident runs in parking order, capped at `max_resident_runs`.
+
+    A parked body costs memory (its coroutine frame) and nothing else: its state is already
+    durable. Past the cap the longest-parked run is evicted — its lease is released and a
+    later wake replays it — so a fleet of long waits cannot exhaust the process.
+    """
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self._parked: dict[str, Parkable] = {}
+
+    def note_parked(self, execution: Parkable) -> None:
+        self._parked.pop(execution.run_id, None)
+        self._parked[execution.run_id] = execution
+        while len(self._parked) > self.cap:
+            oldest = next(iter(self._parked))
+            self._parked.pop(oldest).evict()
+
+    def note_unparked(self, execution: Parkable) -> None:
+        self._parked.pop(execution.run_id, None)
+
+    def __len__(self) -> int:
+        return len(self._parked)
