@@ -1,0 +1,105 @@
+"""The contract between the engine and a transport that carries steps to other processes.
+
+A transport moves two things: step tasks (`RemoteTask`) from an engine to whichever worker
+serves the step's routing token, and step results (`StepResult`) back to any engine of the
+fleet. It never touches the store. Both directions are at-least-once: a dispatched task may run
+twice (a worker died after running it; the broker re-delivers), a result may arrive twice, and
+the engine's compare-and-set on the `pending` checkpoint (`save_checkpoints_if_pending`) makes a
+duplicate harmless. What neither side may do is lose one: `dispatch` returns only once the broker
+holds the task, and a transport acknowledges a result only after `ResultSink.step_results`
+returned (the checkpoint is durable by then).
+
+The engine side is `Transport`; the serving side (a `durably worker`, or an engine that also
+serves its own steps) is `StepServer`, obtained from `Transport.step_server`. Capabilities beyond
+steps (workflow turns, heartbeats and worker descriptors, control messages) are declared on
+`Transport.features`; a transport that lacks one says so there, and the engine refuses the
+feature by name instead of emulating it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from durably._core.wire import RemoteTask, StepResult
+
+__all__ = [
+    "ResultSink",
+    "StepHandler",
+    "StepServer",
+    "Transport",
+    "TransportFeatures",
+    "TransportUnavailableError",
+]
+
+
+class TransportUnavailableError(ConnectionError):
+    """The broker behind a transport could not take or give a message (names it and why)."""
+
+
+class ResultSink(Protocol):
+    """Where a transport hands the step results it consumes (the engine's result settler)."""
+
+    async def step_results(self, results: Sequence[StepResult]) -> None:
+        """Apply the results durably. Returns once every result is written or known to be a
+        duplicate; raises when it could not (the transport must then keep or redeliver the
+        results it was given)."""
+        ...
+
+
+StepHandler = Callable[[RemoteTask], Awaitable[StepResult]]
+"""Runs one step task on a serving process and returns its result (never raises: a handler's
+failure is a failed result)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransportFeatures:
+    """What a transport carries besides step tasks and results."""
+
+    workflow_turns: bool = False
+    """Remote workflow turns (`WorkflowTask` → `WorkflowDecision`)."""
+    worker_descriptors: bool = False
+    """Workers announce heartbeats and descriptors (capability routing, announced routes)."""
+    control_messages: bool = False
+    """Broadcast control messages (cancellation reaches running workers)."""
+
+
+class StepServer(Protocol):
+    """Serves step tasks on a set of routing tokens until drained."""
+
+    async def drain(self, timeout: float) -> None:
+        """Stop taking tasks; wait up to `timeout` seconds for those in flight to answer."""
+        ...
+
+
+class Transport(Protocol):
+    """One broker connection of an engine (a member of its transport pool)."""
+
+    @property
+    def kind(self) -> str:
+        """`redis`, `sql`, … — for messages and health."""
+        ...
+
+    @property
+    def features(self) -> TransportFeatures: ...
+
+    async def start(self, sink: ResultSink) -> None:
+        """Connect and start consuming results into `sink` (idempotent)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop consuming and disconnect; results not yet consumed stay in the broker."""
+        ...
+
+    async def dispatch(self, task: RemoteTask) -> None:
+        """Hand a step task to the broker; returns once the broker holds it. Raises
+        `TransportUnavailableError` when it cannot (the caller may try another member)."""
+        ...
+
+    async def step_server(
+        self, tokens: Sequence[str], handler: StepHandler, *, concurrency: int
+    ) -> StepServer:
+        """Start serving step tasks queued on `tokens` with `handler`, at most `concurrency`
+        at once, publishing each result; returns the running server."""
+        ...
