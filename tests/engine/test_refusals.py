@@ -221,8 +221,8 @@ def test_engine_options_of_missing_features_name_the_feature(option: str, featur
     assert str(info.value).startswith(f"Engine({option}=...): {feature}"), str(info.value)
 
 
-def test_engine_transport_is_refused() -> None:
-    with pytest.raises(NotImplementedError, match="remote transports are not supported yet"):
+def test_a_transport_url_is_refused_until_its_broker_is_supported() -> None:
+    with pytest.raises(NotImplementedError, match="transport URLs are not supported yet"):
         durably.Engine(InMemoryStateStore(), "redis://localhost:6379/0")
 
 

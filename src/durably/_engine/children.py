@@ -40,7 +40,7 @@ from durably._engine.vocab import next_continuation_id, parent_tag
 
 if TYPE_CHECKING:
     from durably._engine.dispatch import Dispatcher
-    from durably._engine.execution import RunHost
+    from durably._engine.host import RunHost
     from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")

@@ -33,8 +33,9 @@ from durably._core.models import (
     replace,
 )
 from durably._engine import children, fans, saga, unsupported
-from durably._engine.execution import STEP_SCOPE, Execution, RunHost
+from durably._engine.execution import STEP_SCOPE, Execution
 from durably._engine.fans import FanMode, Settled
+from durably._engine.host import RunHost
 from durably._engine.registry import BackoffKind, RetryPolicy, Step, Workflow, _backoff_from
 from durably._engine.typed_io import PLAIN, ValueCodec
 

@@ -28,7 +28,8 @@ from durably._core.models import (
 from durably._engine import saga
 from durably._engine.ctx import WorkflowCtx
 from durably._engine.events import EngineEvent
-from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, RunHost, StoreFailure
+from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, StoreFailure
+from durably._engine.host import RunHost
 from durably._engine.registry import Workflow
 from durably._engine.routing import Router, live_handoff
 from durably._engine.saga import CancelHost

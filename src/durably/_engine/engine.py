@@ -29,6 +29,7 @@ from durably._engine.worker import Worker
 from durably._read.lists import LocalWorker
 from durably._store.codec import Codec, wrap_store
 from durably._store.protocol import StateStore
+from durably._transport.open import TransportSpec, transport_pool
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -60,9 +61,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
     def __init__(
         self,
         store: StateStore | AsyncEngine | str | None = None,
-        # Declared so that a transport passed positionally is refused by name below (and
-        # by mypy): remote transports are planned, steps run in-process today.
-        transport: None = None,
+        transport: TransportSpec | None = None,
         *,
         workflows: Iterable[Workflow[Any, Any]] | None = None,
         steps: Iterable[Step[Any, Any]] | None = None,
@@ -100,10 +99,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         **unsupported: Never,
     ):
         refuse_engine_options(unsupported, OPTION_NAMES)
-        if transport is not None:
-            raise NotImplementedError(
-                "remote transports are not supported yet; omit `transport` to run steps in-process"
-            )
+        transports = transport_pool(transport)
         opts = merge_options(
             "Engine",
             options,
@@ -163,6 +159,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             signal_buffer=self.signal_buffer,
             workflows=registry,
             steps=step_registry,
+            transports=transports,
         )
         self._client = Client._for_engine(
             self._worker.plane,

@@ -19,9 +19,9 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 from durably._core.errors import (
     ContinueAsNew,
@@ -45,6 +45,7 @@ from durably._core.models import (
     StepError,
     StepEvent,
     WorkflowRun,
+    ms_from_utc,
     replace,
     utc_from_ms,
 )
@@ -53,12 +54,7 @@ from durably._engine.registry import RetryPolicy, Step, Workflow
 from durably._engine.typed_io import PLAIN, ValueCodec
 
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from durably._engine.events import EventBus
-    from durably._engine.options import EngineOptions
-    from durably._engine.resident import ResidentSet
-    from durably._store.protocol import StateStore
+    from durably._engine.host import RemoteDispatch, RunHost
 
 log = logging.getLogger("durably")
 
@@ -72,120 +68,8 @@ STEP_SCOPE: contextvars.ContextVar[tuple[Execution, str] | None] = contextvars.C
 AMBIENT_CTX: contextvars.ContextVar[Any] = contextvars.ContextVar("durably_ctx", default=None)
 
 
-class StepTransport(Protocol):
-    """Where a step's handler runs (the in-process transport today)."""
-
-    async def execute(
-        self,
-        execution: Execution,
-        step: Step[Any, Any] | None,
-        name: str,
-        json_input: JSONValue,
-        in_codec: ValueCodec,
-        timeout_ms: int | None,
-    ) -> tuple[JSONValue, StepError | None]: ...
-
-
-class RunWakes(Protocol):
-    """Telling other processes (and this one's pick-up) that something happened."""
-
-    def announce_soon(self, kind: str, run_id: str) -> None: ...
-
-
-class RunHost(Protocol):
-    """What a run executing here needs from the worker runtime that drives it — the whole
-    of it, so the execution, its context, fans, children and saga name their collaborators
-    here instead of reaching into an engine.
-
-    The worker runtime (`worker.Worker`) implements it.
-    """
-
-    @property
-    def store(self) -> StateStore: ...
-
-    @property
-    def options(self) -> EngineOptions: ...
-
-    @property
-    def events(self) -> EventBus: ...
-
-    @property
-    def resident(self) -> ResidentSet: ...
-
-    @property
-    def transport(self) -> StepTransport: ...
-
-    @property
-    def wakes(self) -> RunWakes: ...
-
-    @property
-    def namespace(self) -> str | None: ...
-
-    @property
-    def instance_id(self) -> str: ...
-
-    @property
-    def executor(self) -> ThreadPoolExecutor:
-        """The runtime's own thread pool for sync user code (never the loop's default)."""
-        ...
-
-    def clock(self) -> int:
-        """Now, in epoch milliseconds (the engine's clock)."""
-        ...
-
-    def fallback_wake_at(self) -> int | None:
-        """The reconcile safety-net wake of an event-waiting suspend; None when disabled."""
-        ...
-
-    def step_definition(self, name: str) -> Step[Any, Any] | None:
-        """The step registered under `name` (this runtime's, else any decorated one)."""
-        ...
-
-    def registration(self, name: str, version: str | None = None) -> Workflow[Any, Any] | None:
-        """The workflow registered here (newest when `version` is None)."""
-        ...
-
-    def resolve(
-        self, workflow: Workflow[Any, Any] | str, version: str | None
-    ) -> Workflow[Any, Any]:
-        """The registered workflow to start, or `WorkflowNotFoundError`."""
-        ...
-
-    def prepare_input(self, workflow: Workflow[Any, Any], input: Any) -> JSONValue:
-        """A start input validated against the workflow's annotation, as JSON."""
-        ...
-
-    def start_child_soon(
-        self,
-        workflow: Workflow[Any, Any] | str,
-        input: Any,
-        child_id: str,
-        parent: WorkflowRun,
-        version: str | None,
-        priority: int | None,
-    ) -> None:
-        """Start a child run after the current turn; a failed start fails the parent's wait."""
-        ...
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Run a coroutine in the background, tracked by the runtime."""
-        ...
-
-    async def cancel(self, run_id: str) -> Any:
-        """Cancel a run (a fail-fast fan's unfinished children)."""
-        ...
-
-    def run_created_here(self, run_id: str) -> None:
-        """A child run was just created by this process (claimed by id, no history read)."""
-        ...
-
-    async def children_created(self, first_id: str) -> None:
-        """New child runs exist: pick them up now (or tell the processes that drive)."""
-        ...
-
-    def post_completion(self, parent_id: str, child_id: str, completion: JSONValue) -> None:
-        """Deliver a child's completion to its parent (batched, in the background)."""
-        ...
+_COMPLETED: tuple[CheckpointStatus, ...] = ("completed",)
+_SETTLED: tuple[CheckpointStatus, ...] = ("completed", "failed")
 
 
 class ReplayNow(_ControlFlow):
@@ -251,6 +135,7 @@ class Execution:
         self.position = 0
         self.task: asyncio.Task[Any] | None = None
         self.parked: dict[int, _Parked] = {}
+        self._parked_at: dict[int, set[int]] = {}  # seq -> keys of `parked` waiting on it
         self._park_ids = 0
         self.active_steps = 0
         self.closed = False  # the turn ended: orphaned gather branches must stop here
@@ -343,13 +228,20 @@ class Execution:
 
     # ------------------------------------------------------------------ waiting
 
-    async def wait(self, seq: int | None, deadline: int | None) -> StepCheckpoint | None:
-        """Wait until the checkpoint at `seq` is completed (returns it) or `deadline` passes
-        (returns None). Classic mode suspends the turn instead of waiting."""
+    async def wait(
+        self,
+        seq: int | None,
+        deadline: int | None,
+        *,
+        accept: tuple[CheckpointStatus, ...] = _COMPLETED,
+    ) -> StepCheckpoint | None:
+        """Wait until the checkpoint at `seq` has one of the `accept` statuses (completed, by
+        default; a dispatched step also accepts failed) and return it, or until `deadline`
+        passes (None). Classic mode suspends the turn instead of waiting."""
         while True:
             if seq is not None:
                 cp = self.snapshot.get(seq)
-                if cp is not None and cp.status == "completed":
+                if cp is not None and cp.status in accept:
                     return cp
             if deadline is not None and self.now() >= deadline:
                 return None
@@ -357,13 +249,18 @@ class Execution:
                 if seq is not None:
                     self.waiting_seqs.add(seq)
                 raise WorkflowSuspended(deadline)
-            wake = await self._park(seq, deadline)
+            wake = await self._park(seq, deadline, accept)
             if wake.kind == "recheck" and seq is not None:
                 fresh = await self.store.get_checkpoint(self.run_id, seq)
                 if fresh is not None:
                     self.snapshot[seq] = fresh
 
-    async def _park(self, seq: int | None, deadline: int | None) -> Wake:
+    async def _park(
+        self,
+        seq: int | None,
+        deadline: int | None,
+        accept: tuple[CheckpointStatus, ...] = _COMPLETED,
+    ) -> Wake:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Wake] = loop.create_future()
         self._park_ids += 1
@@ -373,6 +270,8 @@ class Execution:
             delay = max(0.0, (deadline - self.now()) / 1000.0)
             parked.timer = loop.call_later(delay, _resolve, future, Wake("timer"))
         self.parked[key] = parked
+        if seq is not None:
+            self._parked_at.setdefault(seq, set()).add(key)
         self.host.resident.note_parked(self)
         try:
             await self.mark_suspended()
@@ -380,12 +279,18 @@ class Execution:
                 # Lost-wake guard: a delivery from another process may have written our
                 # checkpoint before our `suspended` write; its nudge then came too early.
                 fresh = await self.store.get_checkpoint(self.run_id, seq)
-                if fresh is not None and fresh.status == "completed":
+                if fresh is not None and fresh.status in accept:
                     self.snapshot[seq] = fresh
                     _resolve(future, Wake("delivered"))
             wake = await future
         finally:
             self.parked.pop(key, None)
+            if seq is not None:
+                keys = self._parked_at.get(seq)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._parked_at[seq]
             if not self.parked:
                 self.host.resident.note_unparked(self)
             if parked.timer is not None:
@@ -430,10 +335,13 @@ class Execution:
             self.snapshot[cp.seq] = cp
             for watch in self.fan_watches:
                 watch(cp)
+            # Only the waits on this seq: a fan of N dispatched steps parks N waits, and a
+            # walk over all of them per delivery would cost O(N²).
+            for key in tuple(self._parked_at.get(cp.seq, ())):
+                _resolve(self.parked[key].future, Wake("delivered"))
+            return
         for parked in list(self.parked.values()):
-            if cp is not None and parked.seq == cp.seq:
-                _resolve(parked.future, Wake("delivered"))
-            elif cp is None and (seq is None or parked.seq == seq):
+            if seq is None or parked.seq == seq:
                 _resolve(parked.future, Wake("recheck"))
 
     async def park_for_fan(self) -> bool:
@@ -499,6 +407,12 @@ class Execution:
         if cp is not None and cp.status == "completed":
             return out_codec.from_json(cp.output)
         json_input = in_codec.to_json(input)
+        remote = self.host.remote
+        if remote is not None:
+            output = await self._run_remote(
+                remote, seq, name, json_input, policy, timeout_ms, parallel_group
+            )
+            return out_codec.from_json(output)
         attempt = 1
         if cp is not None and cp.status == "failed":
             err = cp.error or StepError(message="step failed")
@@ -587,6 +501,115 @@ class Execution:
             if wake_at is not None and self.now() < wake_at:
                 await self.wait(None, wake_at)
             attempt += 1
+
+    async def _run_remote(
+        self,
+        remote: RemoteDispatch,
+        seq: int,
+        name: str,
+        json_input: JSONValue,
+        policy: RetryPolicy,
+        timeout_ms: int | None,
+        parallel_group: str | None,
+    ) -> JSONValue:
+        """ctx.step over a transport: write the attempt's `pending` row, dispatch it, wait
+        for the result the transport's consumer settles on that row (resident: parked in
+        memory; classic: the turn suspends and the result re-drives the run).
+
+        The row is written before the task leaves, so a result can never arrive for a row
+        that does not exist; a dispatch no transport accepts turns the row into a retryable
+        failure at once (retried by the policy), so nothing waits on a task that was never
+        sent. `timeout_ms` bounds how long an attempt may stay unanswered; the late answer
+        of a timed-out attempt finds its row no longer pending and is dropped.
+        """
+        cp = self.snapshot.get(seq)
+        attempt = 1
+        while True:
+            if cp is not None and cp.status == "completed":
+                return cp.output
+            if cp is not None and cp.status == "failed":
+                err = cp.error or StepError(message="step failed")
+                if err.retryable is False or cp.attempts >= policy.max_attempts:
+                    raise RemoteStepError(err)
+                wake = cp.wake_at
+                if wake is None:
+                    # Stamp the retry deadline once, so it is crash-stable.
+                    wake = self.now() + policy.delay_ms(max(1, cp.attempts))
+                    cp = replace(cp, wake_at=wake)
+                    await self.save(cp)
+                if self.now() < wake:
+                    await self.wait(None, wake)
+                attempt = cp.attempts + 1
+                cp = None
+            if cp is not None:
+                # Dispatched (by this turn or an earlier one): wait for its result.
+                deadline = None
+                if timeout_ms is not None:
+                    deadline = ms_from_utc(cp.started_at) + timeout_ms
+                settled = await self.wait(seq, deadline, accept=_SETTLED)
+                if settled is None:
+                    cp = await self._fail_pending(
+                        cp,
+                        StepError(
+                            message=f'step "{name}" timed out after {timeout_ms}ms',
+                            code="timeout",
+                            retryable=True,
+                        ),
+                    )
+                else:
+                    cp = settled
+                continue
+            now = self.now()
+            pending = self._step_row(
+                seq,
+                name,
+                "remote",
+                "pending",
+                json_input,
+                attempt,
+                now,
+                now,
+                parallel_group=parallel_group,
+            )
+            pending = replace(pending, worker_group=remote.token_for(self.run, name))
+            await self.save(pending)
+            self.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
+            try:
+                await remote.dispatch(self.run, seq, name, json_input, attempt)
+            except Exception as exc:
+                log.warning("run %s: step %s could not be dispatched: %s", self.run_id, name, exc)
+                pending = await self._fail_pending(
+                    pending,
+                    StepError(
+                        message=f"remote step dispatch failed: {exc}",
+                        code="dispatch_failed",
+                        retryable=True,
+                    ),
+                )
+            cp = pending
+
+    async def _fail_pending(self, cp: StepCheckpoint, error: StepError) -> StepCheckpoint:
+        """Settle a still-pending attempt as failed (compare-and-set: a result that landed
+        meanwhile wins, and is returned instead)."""
+        now = self.now()
+        failed = replace(cp, status="failed", error=error, finished_at=utc_from_ms(now))
+        if await self.store.save_checkpoint_if_pending(failed):
+            self.snapshot[cp.seq] = failed
+            self.emit(
+                "step.failed",
+                seq=cp.seq,
+                name=cp.name,
+                kind="remote",
+                error=error,
+                duration_ms=float(now - ms_from_utc(cp.started_at)),
+                attempt=cp.attempts,
+            )
+            return failed
+        fresh: StepCheckpoint | None = await self.store.get_checkpoint(self.run_id, cp.seq)
+        if fresh is None:
+            return failed
+        self.snapshot[cp.seq] = fresh
+        return fresh
 
     async def _resuspend_if_idle(self) -> None:
         # A step finished while other waits of a gather are parked: the body is idle again.

@@ -26,7 +26,8 @@ from durably._core.errors import (
 )
 from durably._core.models import ChildWait, JSONValue, SignalWaiter, StepCheckpoint
 from durably._engine import children
-from durably._engine.execution import Execution, ReplayNow, RunHost
+from durably._engine.execution import Execution, ReplayNow
+from durably._engine.host import RunHost
 from durably._engine.registry import RetryPolicy, Step, Workflow
 from durably._engine.typed_io import PLAIN, ValueCodec
 from durably._store.protocol import BULK_CHUNK

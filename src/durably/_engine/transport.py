@@ -52,41 +52,55 @@ class InProcessTransport:
         scope = STEP_SCOPE.set((execution, name))
         ambient = AMBIENT_CTX.set(None)
         try:
-            value = in_codec.from_json(json_input)
-            if step.is_async:
-                awaitable: Any = step.invoke(value)
-            else:
-                context = contextvars.copy_context()
-                awaitable = asyncio.get_running_loop().run_in_executor(
-                    self._executor(), context.run, step.invoke, value
-                )
-            if timeout_ms is None:
-                result = await awaitable
-            else:
-                try:
-                    async with asyncio.timeout(timeout_ms / 1000.0) as window:
-                        result = await awaitable
-                except TimeoutError:
-                    if not window.expired():
-                        raise  # the step's own TimeoutError, not our deadline
-                    return None, StepError(
-                        message=f'step "{name}" timed out after {timeout_ms}ms',
-                        code="timeout",
-                        retryable=True,
-                    )
-            return step.output_codec.to_json(result), None
-        except SerializationError as exc:
-            return None, StepError(
-                message=f'step "{name}" returned a value that cannot be stored: {exc}',
-                code="serialization",
-                retryable=False,
-            )
-        except ValidationError as exc:
-            return None, StepError(
-                message=f'step "{name}": {exc}', code="validation", retryable=False
-            )
-        except Exception as exc:
-            return None, error_of(exc)
+            return await run_handler(step, name, json_input, in_codec, timeout_ms, self._executor())
         finally:
             AMBIENT_CTX.reset(ambient)
             STEP_SCOPE.reset(scope)
+
+
+async def run_handler(
+    step: Step[Any, Any],
+    name: str,
+    json_input: JSONValue,
+    in_codec: ValueCodec,
+    timeout_ms: int | None,
+    executor: ThreadPoolExecutor,
+) -> tuple[JSONValue, StepError | None]:
+    """Run a step's handler on its JSON input; (output JSON, None) or (None, error). Never
+    raises for the handler's own failures: they become the error (a `FatalError` keeps its
+    code and details and is not retryable). Shared by the in-process transport and by a
+    process serving steps over a remote transport."""
+    try:
+        value = in_codec.from_json(json_input)
+        if step.is_async:
+            awaitable: Any = step.invoke(value)
+        else:
+            context = contextvars.copy_context()
+            awaitable = asyncio.get_running_loop().run_in_executor(
+                executor, context.run, step.invoke, value
+            )
+        if timeout_ms is None:
+            result = await awaitable
+        else:
+            try:
+                async with asyncio.timeout(timeout_ms / 1000.0) as window:
+                    result = await awaitable
+            except TimeoutError:
+                if not window.expired():
+                    raise  # the step's own TimeoutError, not our deadline
+                return None, StepError(
+                    message=f'step "{name}" timed out after {timeout_ms}ms',
+                    code="timeout",
+                    retryable=True,
+                )
+        return step.output_codec.to_json(result), None
+    except SerializationError as exc:
+        return None, StepError(
+            message=f'step "{name}" returned a value that cannot be stored: {exc}',
+            code="serialization",
+            retryable=False,
+        )
+    except ValidationError as exc:
+        return None, StepError(message=f'step "{name}": {exc}', code="validation", retryable=False)
+    except Exception as exc:
+        return None, error_of(exc)

@@ -44,6 +44,7 @@ from durably._engine.operator import cancel as cancel_run
 from durably._engine.operator import current_task
 from durably._engine.poller import Poller
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
+from durably._engine.remote import RemoteSteps, ResultSettler, StepService, step_token
 from durably._engine.resident import ResidentSet
 from durably._engine.routing import Router
 from durably._engine.signals import Deliveries
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
     from durably._engine.options import EngineOptions
     from durably._engine.signal_api import SignalBufferPolicy
     from durably._store.protocol import InstanceHold, StateStore
+    from durably._transport.pool import TransportPool
+    from durably._transport.protocol import StepServer
 
 log = logging.getLogger("durably")
 
@@ -78,6 +81,7 @@ class Worker:
         signal_buffer: SignalBufferPolicy,
         workflows: Registry,
         steps: Registry | None,
+        transports: TransportPool | None = None,
     ):
         self._store = store
         self._options = options
@@ -95,6 +99,9 @@ class Worker:
         self._executor: ThreadPoolExecutor | None = None
         self._background: list[asyncio.Task[Any]] = []
         self._instance: InstanceHold | None = None
+        self._transports = transports
+        self._remote = RemoteSteps(transports) if transports is not None else None
+        self._step_servers: list[StepServer] = []
 
         dispatcher = self._dispatcher = Dispatcher(store, drive_runs=drive_runs)
         self._resident = ResidentSet(options.max_resident_runs)
@@ -156,6 +163,9 @@ class Worker:
             continue_as=self._continue_as,
         )
         dispatcher.connect(self._driver, nudge=self._deliveries.nudge, after_turn=self._after_turn)
+        self._results = ResultSettler(
+            store, dispatcher, self._deliveries, self._events, clock=clock
+        )
 
     # ================================================================== what others read
 
@@ -178,6 +188,10 @@ class Worker:
     @property
     def transport(self) -> InProcessTransport:
         return self._transport
+
+    @property
+    def remote(self) -> RemoteSteps | None:
+        return self._remote
 
     @property
     def wakes(self) -> WakeLink:
@@ -264,6 +278,10 @@ class Worker:
         )
         self._dispatcher.reopen()
         await self._wakes.open()
+        if self._transports is not None:
+            await self._transports.start(self._results)
+            if self.drive_runs:
+                await self._serve_steps(self._transports)
         if self.drive_runs:
             self._background = [
                 asyncio.create_task(self._poller.poll_loop(), name="durably-poller"),
@@ -292,14 +310,33 @@ class Worker:
             await asyncio.sleep(0.05)
         await self._store.release_locks_of(self._instance_id)
 
+    async def _serve_steps(self, transports: TransportPool) -> None:
+        """Serve the steps registered here on every transport (an engine with a transport is
+        also a worker for its own steps; `steps=[]` makes it an orchestrator only)."""
+        registry = self._steps if self._steps is not None else DEFAULT_REGISTRY
+        tokens = sorted({step_token(name, self._namespace) for name in registry.steps})
+        if not tokens:
+            return
+        service = StepService(self.step_definition, lambda: self.executor)
+        for _, transport in transports.members:
+            server = await transport.step_server(
+                tokens, service, concurrency=self._options.step_threads
+            )
+            self._step_servers.append(server)
+
     async def drain(self, timeout: float) -> None:
         """Stop taking work, evict parked runs, wait for turns to finish (or `timeout`)."""
+        servers, self._step_servers = self._step_servers, []
+        for server in servers:
+            await server.drain(timeout)
         await self._poller.drain(timeout)
 
     async def close(self, drain_timeout: float) -> None:
         """Drain, stop the loops and the wake bus, release the instance id, cancel the
         background deliveries still running, stop the thread pool."""
         await self.drain(drain_timeout)
+        if self._transports is not None:
+            await self._transports.close()
         await self._wakes.close()
         if self._instance is not None:
             hold, self._instance = self._instance, None

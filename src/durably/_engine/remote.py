@@ -1,0 +1,255 @@
+"""Steps over a transport: dispatching them, settling their results, serving them.
+
+- `RemoteSteps` sends a step attempt to the workers serving its name. The routing token is
+  the step's name made a queue token, suffixed with the run's namespace when it is not the
+  default one (`tenant_group(sanitize(name), run.namespace)`), so a tenant's steps reach only
+  the workers of its partition.
+- `ResultSettler` is the transports' `ResultSink`: it settles a batch of results on their
+  `pending` rows with one compare-and-set statement (`save_checkpoints_if_pending`), so a
+  duplicate or late result (the row is no longer pending) writes nothing, and wakes each run at
+  most once per batch — in memory when its body is parked here, else through a re-drive that
+  a step fan's join barrier may hold back while members are still pending.
+- `StepService` is the handler of a process that serves steps (a `durably worker`, or an
+  engine serving its own steps): it runs the registered handler and answers with a result.
+
+Results are acknowledged to the broker only after `step_results` returned, so a crash between
+consuming and writing leaves the result in the broker for the next engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from durably._core.models import (
+    TERMINAL_RUN_STATUSES,
+    JSONValue,
+    StepCheckpoint,
+    StepError,
+    WorkflowRun,
+    ms_from_utc,
+    replace,
+    utc_from_ms,
+)
+from durably._core.wire import (
+    RemoteTask,
+    StepResult,
+    sanitize_queue_token,
+    step_id_of,
+    tenant_group,
+)
+from durably._engine.children import fan_span
+from durably._engine.events import EngineEvent, EventBus
+from durably._engine.registry import Step
+from durably._engine.transport import run_handler
+from durably._engine.typed_io import PLAIN
+
+if TYPE_CHECKING:
+    from durably._engine.dispatch import Dispatcher
+    from durably._engine.signals import Deliveries
+    from durably._store.protocol import StateStore
+    from durably._transport.pool import TransportPool
+
+log = logging.getLogger("durably")
+
+__all__ = ["RemoteSteps", "ResultSettler", "StepService", "step_token"]
+
+# Above this many results for one run in a batch, one listing of the run's rows is cheaper
+# than a read per result.
+_LIST_OVER = 16
+
+
+def step_token(name: str, namespace: str | None) -> str:
+    """The routing token of step `name` for a run in `namespace`."""
+    return tenant_group(sanitize_queue_token(name), namespace)
+
+
+class RemoteSteps:
+    """Dispatches step attempts through the engine's transport pool."""
+
+    def __init__(self, pool: TransportPool):
+        self._pool = pool
+
+    def token_for(self, run: WorkflowRun, name: str) -> str:
+        return step_token(name, run.namespace)
+
+    async def dispatch(
+        self, run: WorkflowRun, seq: int, name: str, json_input: JSONValue, attempt: int
+    ) -> None:
+        task = RemoteTask(
+            run_id=run.id,
+            seq=seq,
+            name=name,
+            step_id=step_id_of(run.id, seq),
+            group=self.token_for(run, name),
+            input=json_input,
+            attempt=attempt,
+            priority=run.priority,
+        )
+        await self._pool.dispatch(task)
+
+
+class ResultSettler:
+    """Settles step results from any transport on their pending rows (module docstring)."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        dispatcher: Dispatcher,
+        deliveries: Deliveries,
+        events: EventBus,
+        *,
+        clock: Callable[[], int],
+    ):
+        self._store = store
+        self._dispatcher = dispatcher
+        self._deliveries = deliveries
+        self._events = events
+        self._clock = clock
+
+    async def step_results(self, results: Sequence[StepResult]) -> None:
+        by_run: dict[str, dict[str, StepResult]] = {}
+        for result in results:
+            # The first of two results for one step in a batch wins; the second would lose
+            # the compare-and-set anyway.
+            by_run.setdefault(result.run_id, {}).setdefault(result.step_id, result)
+        # Runs settle concurrently; the results of one run form one batch.
+        outcomes = await asyncio.gather(
+            *(self._settle_run(run_id, list(batch.values())) for run_id, batch in by_run.items()),
+            return_exceptions=True,
+        )
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        if failures:
+            # The transport keeps (redelivers) the whole batch; what was written is written,
+            # and its duplicates then lose the compare-and-set.
+            raise failures[0]
+
+    async def _settle_run(self, run_id: str, results: list[StepResult]) -> None:
+        store = self._store
+        run = await store.get_run(run_id)
+        if run is None or run.status in TERMINAL_RUN_STATUSES:
+            log.debug("dropping %d result(s) for run %s (gone or finished)", len(results), run_id)
+            return
+        if len(results) > _LIST_OVER:
+            rows = {cp.seq: cp for cp in await store.list_checkpoints(run_id)}
+            current = [rows.get(r.seq) for r in results]
+        else:
+            current = [await store.get_checkpoint(run_id, r.seq) for r in results]
+        now = self._clock()
+        settled: list[StepCheckpoint] = []
+        for result, row in zip(results, current, strict=True):
+            if row is None or row.status not in ("pending", "running") or row.kind != "remote":
+                continue  # late, duplicate or foreign: nothing to settle
+            settled.append(_settled_row(row, result, now))
+        if not settled:
+            return
+        written_flags = await store.save_checkpoints_if_pending(settled)
+        written = [cp for cp, ok in zip(settled, written_flags, strict=True) if ok]
+        for cp in written:
+            self._emit(run, cp)
+        if written:
+            await self._wake(run_id, written)
+
+    def _emit(self, run: WorkflowRun, cp: StepCheckpoint) -> None:
+        started = ms_from_utc(cp.started_at)
+        finished = ms_from_utc(cp.finished_at)
+        enqueued = ms_from_utc(cp.enqueued_at) if cp.enqueued_at is not None else started
+        if not self._events.observed:
+            self._events.count_step(
+                "completed" if cp.status == "completed" else "failed", float(finished - started)
+            )
+            return
+        self._events.emit(
+            EngineEvent(
+                type="step.completed" if cp.status == "completed" else "step.failed",
+                run_id=run.id,
+                workflow=run.workflow,
+                seq=cp.seq,
+                name=cp.name,
+                kind="remote",
+                output=cp.output if cp.status == "completed" else None,
+                error=cp.error,
+                duration_ms=float(finished - started),
+                queue_ms=float(max(0, started - enqueued)),
+            )
+        )
+
+    async def _wake(self, run_id: str, written: list[StepCheckpoint]) -> None:
+        execution = self._dispatcher.execution(run_id)
+        if execution is not None and execution.resident:
+            for cp in written:
+                execution.deliver(cp.seq, cp)  # in memory: no replay, no store work
+            return
+        if execution is None and await self._barrier_closed(run_id, written):
+            return
+        await self._deliveries.redrive(run_id, written[-1])
+
+    async def _barrier_closed(self, run_id: str, written: list[StepCheckpoint]) -> bool:
+        """A step fan's join barrier: closed (no re-drive yet) while every written row is
+        completed and each touched fan still has pending members. A failed row always opens
+        it (fail-fast must see it; a retry must be scheduled). A barrier that cannot be read
+        counts as open: a spare re-drive replays harmlessly, a lost one strands the run."""
+        spans: set[tuple[int, int]] = set()
+        for cp in written:
+            span = fan_span(cp.parallel_group)
+            if cp.status != "completed" or span is None:
+                return False
+            spans.add(span)
+        try:
+            for lo, hi in spans:
+                if await self._store.count_checkpoints(run_id, lo, hi, ["pending"]) == 0:
+                    return False
+        except Exception:
+            return False
+        return True
+
+
+def _settled_row(row: StepCheckpoint, result: StepResult, now: int) -> StepCheckpoint:
+    started = utc_from_ms(result.started_at) if result.started_at is not None else row.started_at
+    return replace(
+        row,
+        status=result.status,
+        output=result.output if result.status == "completed" else None,
+        error=result.error if result.status == "failed" else None,
+        events=tuple(result.events) if result.events else row.events,
+        started_at=started,
+        finished_at=utc_from_ms(now),
+    )
+
+
+class StepService:
+    """Runs the steps a process serves: the handler registered under the task's name."""
+
+    def __init__(
+        self,
+        steps: Callable[[str], Step[Any, Any] | None],
+        executor: Callable[[], ThreadPoolExecutor],
+    ):
+        self._steps = steps
+        self._executor = executor
+
+    async def __call__(self, task: RemoteTask) -> StepResult:
+        started = int(time.time() * 1000)
+        step = self._steps(task.name)
+        if step is None:
+            output: JSONValue = None
+            error: StepError | None = StepError(
+                message=f"no handler for {task.name}", retryable=False
+            )
+        else:
+            output, error = await run_handler(
+                step, task.name, task.input, step.input_codec or PLAIN, None, self._executor()
+            )
+        return StepResult(
+            run_id=task.run_id,
+            seq=task.seq,
+            step_id=task.step_id,
+            status="completed" if error is None else "failed",
+            output=output,
+            error=error,
+            started_at=started,
+        )

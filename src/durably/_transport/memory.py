@@ -1,0 +1,147 @@
+"""`InMemoryTransport`: the reference transport, with its broker in this process.
+
+It implements the whole `Transport` contract with asyncio queues: tasks queued per routing
+token, results on one queue every engine sharing the broker consumes, at-least-once delivery
+(a result the sink refused is put back and offered again). It is what the engine's remote-step
+rules are tested against before the real brokers (PostgreSQL tables, Redis), and it serves an
+embedded setup that wants the remote semantics — `pending` rows, retries by result, a separate
+serving pool — inside one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from durably._core.wire import RemoteTask, StepResult
+from durably._transport.protocol import (
+    ResultSink,
+    StepHandler,
+    StepServer,
+    TransportFeatures,
+)
+
+log = logging.getLogger("durably")
+
+__all__ = ["InMemoryBroker", "InMemoryTransport"]
+
+# Results handed to the sink at once, at most: a wide fan settles in batches of this size.
+_BATCH = 500
+
+
+class InMemoryBroker:
+    """The queues several in-process transports share (one broker, many engines)."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, asyncio.Queue[RemoteTask]] = {}
+        self.results: asyncio.Queue[StepResult] = asyncio.Queue()
+        self.dispatched: list[RemoteTask] = []  # every task ever queued, for inspection
+
+    def queue(self, token: str) -> asyncio.Queue[RemoteTask]:
+        queue = self._tasks.get(token)
+        if queue is None:
+            queue = self._tasks[token] = asyncio.Queue()
+        return queue
+
+    def publish_result(self, result: StepResult) -> None:
+        self.results.put_nowait(result)
+
+
+class _Server:
+    def __init__(self, broker: InMemoryBroker, tokens: Sequence[str], handler: StepHandler, n: int):
+        self._broker = broker
+        self._handler = handler
+        self._draining = False
+        self._workers = [
+            asyncio.create_task(self._serve(token), name=f"durably-serve-{token}")
+            for token in tokens
+            for _ in range(max(1, n))
+        ]
+        self._busy = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def _serve(self, token: str) -> None:
+        queue = self._broker.queue(token)
+        while not self._draining:
+            task = await queue.get()
+            if self._draining:
+                queue.put_nowait(task)  # not taken: the next server gets it
+                return
+            self._busy += 1
+            self._idle.clear()
+            try:
+                result = await self._handler(task)
+            except Exception as exc:  # a handler never should; keep the task
+                log.exception("serving %s failed: %s", task.step_id, exc)
+                queue.put_nowait(task)
+                continue
+            finally:
+                self._busy -= 1
+                if not self._busy:
+                    self._idle.set()
+            self._broker.publish_result(result)
+
+    async def drain(self, timeout: float) -> None:
+        self._draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            pass
+        for worker in self._workers:
+            worker.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+
+
+class InMemoryTransport:
+    """A transport whose broker is an `InMemoryBroker` in this process."""
+
+    def __init__(self, broker: InMemoryBroker | None = None):
+        self.broker = broker or InMemoryBroker()
+        self._consumer: asyncio.Task[None] | None = None
+
+    @property
+    def kind(self) -> str:
+        return "memory"
+
+    @property
+    def features(self) -> TransportFeatures:
+        return TransportFeatures()
+
+    async def start(self, sink: ResultSink) -> None:
+        if self._consumer is None:
+            self._consumer = asyncio.create_task(self._consume(sink), name="durably-results")
+
+    async def _consume(self, sink: ResultSink) -> None:
+        results = self.broker.results
+        while True:
+            batch = [await results.get()]
+            while len(batch) < _BATCH and not results.empty():
+                batch.append(results.get_nowait())
+            try:
+                await sink.step_results(batch)
+            except asyncio.CancelledError:
+                for result in batch:
+                    results.put_nowait(result)
+                raise
+            except Exception:
+                log.warning("settling %d step result(s) failed; offering them again", len(batch))
+                for result in batch:
+                    results.put_nowait(result)
+                await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.cancel()
+            await asyncio.gather(consumer, return_exceptions=True)
+
+    async def dispatch(self, task: RemoteTask) -> None:
+        self.broker.dispatched.append(task)
+        self.broker.queue(task.group).put_nowait(task)
+
+    async def step_server(
+        self, tokens: Sequence[str], handler: StepHandler, *, concurrency: int
+    ) -> StepServer:
+        return _Server(self.broker, tokens, handler, concurrency)
