@@ -20,6 +20,7 @@ from durably._transport.protocol import (
     StepHandler,
     StepServer,
     TransportFeatures,
+    TurnChannel,
 )
 
 log = logging.getLogger("durably")
@@ -136,6 +137,10 @@ class InMemoryTransport:
         if consumer is not None:
             consumer.cancel()
             await asyncio.gather(consumer, return_exceptions=True)
+
+    @property
+    def turns(self) -> TurnChannel | None:
+        return None  # remote workflow turns need a broker workflow workers consume
 
     async def dispatch(self, task: RemoteTask) -> None:
         self.broker.dispatched.append(task)

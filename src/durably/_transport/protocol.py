@@ -26,6 +26,8 @@ from durably._core.wire import RemoteTask, StepResult
 
 __all__ = [
     "ResultSink",
+    "TurnChannel",
+    "TurnSink",
     "StepHandler",
     "StepServer",
     "Transport",
@@ -65,6 +67,32 @@ class TransportFeatures:
     """Broadcast control messages (cancellation reaches running workers)."""
 
 
+class TurnSink(Protocol):
+    """Where a transport hands what workflow workers send back about remote turns (the
+    engine's turn applier). Messages arrive as parsed JSON objects; the sink validates them
+    (the wire shapes of turns live with the engine's turn logic). Like `ResultSink`, each
+    method returns only once the effect is durable, and raises when it is not."""
+
+    async def decisions(self, decisions: Sequence[dict[str, object]]) -> None: ...
+
+    async def step_events(self, events: Sequence[dict[str, object]]) -> None: ...
+
+    async def run_heartbeats(self, beats: Sequence[dict[str, object]]) -> None: ...
+
+
+class TurnChannel(Protocol):
+    """Remote workflow turns: tasks out to workflow workers, decisions and step events back.
+    Present on a transport whose `features.workflow_turns` is True."""
+
+    async def dispatch_turn(self, task: dict[str, object], *, token: str) -> None:
+        """Queue a WorkflowTask (JSON object) on `token`; returns once the broker holds it."""
+        ...
+
+    async def start_turns(self, sink: TurnSink) -> None:
+        """Start consuming decisions, step events and run heartbeats into `sink`."""
+        ...
+
+
 class StepServer(Protocol):
     """Serves step tasks on a set of routing tokens until drained."""
 
@@ -102,4 +130,9 @@ class Transport(Protocol):
     ) -> StepServer:
         """Start serving step tasks queued on `tokens` with `handler`, at most `concurrency`
         at once, publishing each result; returns the running server."""
+        ...
+
+    @property
+    def turns(self) -> TurnChannel | None:
+        """The workflow-turn channel (None unless `features.workflow_turns`)."""
         ...
