@@ -26,13 +26,13 @@ from durably._core.wire import RemoteTask, StepResult
 
 __all__ = [
     "ResultSink",
-    "TurnChannel",
-    "TurnSink",
     "StepHandler",
     "StepServer",
     "Transport",
     "TransportFeatures",
     "TransportUnavailableError",
+    "TurnChannel",
+    "TurnSink",
 ]
 
 
