@@ -166,8 +166,8 @@ def test_codec_protocol_and_wrap_store() -> None:
 
 def test_the_wrapper_implements_the_whole_contract_and_nothing_else() -> None:
     """Every first-party store method is part of the one contract, and the wrapper
-    implements all of it: adding a store method means adding it to `StateStore`, and then
-    this test asks how the wrapper treats its payloads."""
+    implements all of it: adding a store method means adding it to `StateStore`, whose
+    annotations tell the derived wrapper where its payloads are (test_codec_derivation.py)."""
     from durably._store.sql import SqlStateStore
 
     assert missing_store_methods(CodecStateStore) == []

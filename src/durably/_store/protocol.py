@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Protocol, cast, runtime_checkable
+from typing import Annotated, Protocol, cast, runtime_checkable
 
 from durably._core.aggregates import CheckpointQuery, CheckpointStat
 from durably._core.buffered_signals import BufferedSignalInfo, BufferScope
@@ -44,8 +44,11 @@ from durably._core.run_facets import (
 
 __all__ = [
     "BULK_CHUNK",
+    "PAYLOAD",
     "STORE_METHODS",
     "InstanceHold",
+    "Payload",
+    "PayloadMark",
     "StateStore",
     "StateStoreUnavailable",
     "WakeBus",
@@ -61,6 +64,25 @@ class StateStoreUnavailable(RuntimeError):
 
 # Entries per statement of the bulk methods: bounds one bound list / one executemany batch.
 BULK_CHUNK = 1000
+
+
+class PayloadMark:
+    """The marker inside `Payload` (one instance, `PAYLOAD`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PAYLOAD"
+
+
+PAYLOAD = PayloadMark()
+
+Payload = Annotated[JSONValue, PAYLOAD]
+"""A user payload passed as a bare JSON value (a signal's payload): the store's data converter
+encodes it at rest. Payloads inside the models (run and checkpoint input/output, buffered
+signal and event payloads) are named by the converter's field table instead
+(`durably._store.converter`); any other JSON value in the contract is refused there, so a
+method cannot carry a payload the converter does not know about."""
 
 
 WakeHandler = Callable[[str, str], None]
@@ -264,14 +286,14 @@ class StateStore(Protocol):
     async def remove_signal_waiter(self, waiter: SignalWaiter) -> None: ...
     async def register_child_waits(self, waits: Sequence[ChildWait]) -> None: ...
     async def deliver_signals(
-        self, payloads: Sequence[tuple[str, JSONValue]], at: datetime
+        self, payloads: Sequence[tuple[str, Payload]], at: datetime
     ) -> list[StepCheckpoint]: ...
 
     # --- buffered signals and events
-    async def buffer_signal(self, token: str, payload: JSONValue) -> None: ...
+    async def buffer_signal(self, token: str, payload: Payload) -> None: ...
     async def take_buffered_signal(self, token: str) -> BufferedSignal | None: ...
     async def buffer_signal_bounded(
-        self, token: str, payload: JSONValue, *, ttl_ms: int, per_token: int, per_namespace: int
+        self, token: str, payload: Payload, *, ttl_ms: int, per_token: int, per_namespace: int
     ) -> BufferScope | None: ...
     async def list_buffered_signals(
         self, *, prefix: str | None, limit: int, offset: int
