@@ -1,0 +1,345 @@
+"""The Redis transport's names and its plain keys and channels (everything that is not a queue).
+
+Queue names and plain names share one prefix `P` (the transport's key prefix with its namespace
+folded in) and carry no `bull:` prefix of their own, exactly as `durable-worker` writes them:
+
+- `P-tasks-<token>`, `P-results`: BullMQ queues (see `redis_bullmq`);
+- `P-control`: broadcast control messages (cancel a run, engine events, a run just enqueued);
+- `P-heartbeat`: run-scoped liveness beats a worker publishes while it replays a workflow turn;
+- `P-worker-heartbeat:<token>:<instance>`: a worker's liveness key, `EX 35`, refreshed every 10 s;
+- `P-worker-descriptor:<token>:<instance>`: the same worker's descriptor, same lifetime.
+
+Everything read here is untrusted (other SDKs, older versions, a person with `redis-cli`): the
+parsers return None for what they cannot read and never raise. Liveness values are read by the
+handshake's `parse_heartbeat_value`, which also knows the older forms (bare numbers, seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+
+log = logging.getLogger("durably.redis")
+
+__all__ = [
+    "ChannelSubscription",
+    "ControlMessage",
+    "RedisNames",
+    "RunBeat",
+    "WorkerBeat",
+    "liveness_value",
+    "parse_control_message",
+    "parse_run_beat",
+    "scan_keys",
+]
+
+LIVENESS_TTL_S = 35
+"""Liveness and descriptor keys expire this long after their last refresh (a dead worker's
+keys vanish on their own)."""
+LIVENESS_REFRESH_S = 10.0
+"""How often a serving process refreshes its keys; well under the TTL so one slow refresh does
+not make a live worker look dead."""
+
+
+def _glob_escape(text: str) -> str:
+    """`text` matched literally in a SCAN pattern."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+@dataclass(frozen=True, slots=True)
+class RedisNames:
+    """The names under one effective prefix."""
+
+    prefix: str
+
+    def tasks(self, token: str) -> str:
+        return f"{self.prefix}-tasks-{token}"
+
+    @property
+    def results(self) -> str:
+        return f"{self.prefix}-results"
+
+    @property
+    def control(self) -> str:
+        return f"{self.prefix}-control"
+
+    @property
+    def heartbeat(self) -> str:
+        return f"{self.prefix}-heartbeat"
+
+    def worker_heartbeat(self, token: str, instance_id: str) -> str:
+        return f"{self.prefix}-worker-heartbeat:{token}:{instance_id}"
+
+    def worker_descriptor(self, token: str, instance_id: str) -> str:
+        return f"{self.prefix}-worker-descriptor:{token}:{instance_id}"
+
+    def worker_heartbeat_pattern(self, token: str | None = None) -> str:
+        base = _glob_escape(f"{self.prefix}-worker-heartbeat:")
+        return f"{base}{_glob_escape(token)}:*" if token is not None else f"{base}*"
+
+    def worker_descriptor_pattern(self, token: str | None = None) -> str:
+        base = _glob_escape(f"{self.prefix}-worker-descriptor:")
+        return f"{base}{_glob_escape(token)}:*" if token is not None else f"{base}*"
+
+    def split_worker_key(self, key: str, kind: str) -> tuple[str, str] | None:
+        """(token, instance id) of a `P-worker-<kind>:<token>:<instance>` key, else None.
+        Tokens never hold `:` (queue names cannot), so the token ends at the first one."""
+        head = f"{self.prefix}-worker-{kind}:"
+        if not key.startswith(head):
+            return None
+        token, sep, instance_id = key[len(head) :].partition(":")
+        if not sep or not token or not instance_id:
+            return None
+        return token, instance_id
+
+
+async def scan_keys(client: Redis, pattern: str) -> list[str]:
+    """Every key matching `pattern`, by SCAN (KEYS would block a shared server)."""
+    found: list[str] = []
+    async for key in client.scan_iter(match=pattern, count=100):
+        found.append(str(key))
+    return found
+
+
+# ------------------------------------------------------------------ liveness keys
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerBeat:
+    """One worker's liveness key on a token."""
+
+    token: str
+    instance_id: str
+    last_beat_at: int
+    """Epoch ms of its last refresh; 0 when the value could not be read (the key's presence
+    alone still means the worker is alive)."""
+    status: dict[str, Any] | None = None
+    """The worker's self-reported status (concurrency, in-flight, memory…) when it sends one."""
+    descriptor_hash: str | None = None
+    """The hash of its current descriptor: re-read the descriptor key when it changes."""
+
+
+def liveness_value(
+    status: Mapping[str, Any] | None, descriptor_hash: str | None, now_ms: int | None = None
+) -> str:
+    """A liveness key's value as durable-worker writes it: `ts` always in epoch ms."""
+    payload: dict[str, Any] = {"ts": int(time.time() * 1000) if now_ms is None else now_ms}
+    if status is not None:
+        payload["status"] = dict(status)
+    if descriptor_hash is not None:
+        payload["descriptorHash"] = descriptor_hash
+    return json.dumps(payload, separators=(",", ":"))
+
+
+# ------------------------------------------------------------------ control and beat channels
+
+
+@dataclass(frozen=True, slots=True)
+class ControlMessage:
+    """A broadcast control message: `cancel` (mark a run cancelled wherever it runs),
+    `enqueued` (a run was just created elsewhere: try to drive it now) or `event` (an engine
+    event for live listeners, never persisted). Other kinds from newer peers are passed on."""
+
+    kind: str
+    sender: str | None = None
+    """The publisher's instance id (`from` on the wire)."""
+    run_id: str | None = None
+    event: Mapping[str, Any] | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.raw)
+        out["kind"] = self.kind
+        if self.sender is not None:
+            out["from"] = self.sender
+        if self.run_id is not None:
+            out["runId"] = self.run_id
+        if self.event is not None:
+            out["event"] = dict(self.event)
+        return out
+
+
+def parse_control_message(raw: str | bytes) -> ControlMessage | None:
+    """A ControlMessage from the channel, or None when it is not one (logged by the caller)."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        return None
+    kind: str = data["kind"]
+    sender = data.get("from")
+    run_id = data.get("runId")
+    event = data.get("event")
+    if kind in ("cancel", "enqueued") and (not isinstance(run_id, str) or not run_id):
+        return None
+    if kind == "event" and not isinstance(event, dict):
+        return None
+    return ControlMessage(
+        kind=kind,
+        sender=sender if isinstance(sender, str) else None,
+        run_id=run_id if isinstance(run_id, str) else None,
+        event=event if isinstance(event, dict) else None,
+        raw=data,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunBeat:
+    """A liveness beat on the heartbeat channel. Without `step_id` it keeps a workflow turn's
+    silence window open (durable-worker sends `seq` 0 and the turn's token every 5 s); with it,
+    a step's."""
+
+    run_id: str
+    seq: int
+    group: str
+    step_id: str | None = None
+
+
+def parse_run_beat(raw: str | bytes) -> RunBeat | None:
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    run_id, seq, group, step_id = (
+        data.get("runId"),
+        data.get("seq"),
+        data.get("group"),
+        data.get("stepId"),
+    )
+    if isinstance(seq, float) and seq.is_integer():
+        seq = int(seq)
+    if not isinstance(run_id, str) or not run_id or not isinstance(group, str):
+        return None
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        return None
+    return RunBeat(
+        run_id=run_id,
+        seq=seq,
+        group=group,
+        step_id=step_id if isinstance(step_id, str) and step_id else None,
+    )
+
+
+MessageHandler = Callable[[str], Awaitable[None] | None]
+
+
+class ChannelSubscription:
+    """One pub/sub channel on a connection of its own, kept alive across Redis restarts.
+
+    The connection is PINGed every `ping_interval` seconds; a PONG that does not come back within
+    `min(5 s, interval)` (or any read error) drops the connection, which is rebuilt and
+    resubscribed with a growing pause. Messages published while it was down are lost, as with any
+    pub/sub: every use of these channels tolerates that (a cancel is also in the store, a beat
+    repeats). Handlers run one at a time in arrival order; one that raises is logged."""
+
+    def __init__(
+        self,
+        client: Redis,
+        channel: str,
+        handler: MessageHandler,
+        *,
+        ping_interval: float = 30.0,
+        owns_client: bool = False,
+    ):
+        self.channel = channel
+        self._owns_client = owns_client
+        self._client = client
+        self._handler = handler
+        self._ping_interval = ping_interval
+        self._pubsub: PubSub | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def start(self) -> None:
+        """Subscribe (raises when Redis is unreachable), then listen in the background."""
+        self._pubsub = await self._subscribe()
+        self._task = asyncio.create_task(self._listen(), name=f"redis-sub:{self.channel}")
+
+    async def _subscribe(self) -> PubSub:
+        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(self.channel)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+            raise
+        return pubsub
+
+    async def _listen(self) -> None:
+        pause = 0.2
+        next_ping = time.monotonic() + self._ping_interval
+        pong_due: float | None = None
+        while not self._closed:
+            try:
+                if self._pubsub is None:
+                    self._pubsub = await self._subscribe()
+                    next_ping = time.monotonic() + self._ping_interval
+                    pong_due = None
+                    log.info("resubscribed to %s", self.channel)
+                message = await self._pubsub.get_message(
+                    ignore_subscribe_messages=True, timeout=0.5
+                )
+                pause = 0.2
+                now = time.monotonic()
+                if message is not None:
+                    if message.get("type") == "pong":
+                        pong_due = None
+                    elif message.get("type") == "message":
+                        await self._deliver(message.get("data"))
+                if pong_due is not None and now > pong_due:
+                    raise ConnectionError(f"no PONG on {self.channel}")
+                if now >= next_ping:
+                    await self._pubsub.ping()
+                    pong_due = now + min(5.0, self._ping_interval)
+                    next_ping = now + self._ping_interval
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._closed:
+                    return
+                log.warning("subscription to %s lost (%s); reconnecting", self.channel, exc)
+                await self._drop()
+                await asyncio.sleep(pause)
+                pause = min(5.0, pause * 2)
+
+    async def _deliver(self, data: object) -> None:
+        if not isinstance(data, (str, bytes)):
+            return
+        try:
+            outcome = self._handler(data if isinstance(data, str) else data.decode())
+            if inspect.isawaitable(outcome):
+                await outcome
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("handler of %s raised", self.channel, exc_info=True)
+
+    async def _drop(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self._drop()
+        if self._owns_client:
+            with contextlib.suppress(Exception):
+                await self._client.aclose()
