@@ -1,0 +1,238 @@
+"""Which runs are remote workflows, and which routing token each of their turns is queued on.
+
+A run is driven by remote turns when, in this order:
+
+1. its workflow is registered here as a `RemoteWorkflow` (`durably.remote_workflow(...)`): the
+   token is the registration's group (`tenant_group(sanitize(group), None)`), or without one
+   the workflow's own name suffixed with the run's namespace, which is the queue a
+   durable-worker `Worker(partition=<namespace>)` consumes for it;
+2. it has no registration here and an ancestor run (a parent named by its parent tag, and so
+   on up) is a registered remote workflow: the child goes where the ancestor goes (a split
+   `WorkflowWorker(group=G)` serves every workflow it holds on G);
+3. it has no registration here, and a live worker beats on the convention token
+   `tenant_group(sanitize(workflow), run.namespace)`: a workflow served by convention.
+
+A workflow registered here with a body (`@durably.workflow`) always runs here, and a run none of
+these matches is not a remote run (the turn driver reports it as unregistered). Convention is
+recomputed on every drive from what the live workers say; nothing is cached into the registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from durably._core.handshake import (
+    RouteDecision,
+    WorkerDescriptor,
+    aggregate,
+    announced_on_error_routes,
+    normalize_descriptor,
+)
+from durably._core.models import WorkflowRun
+from durably._core.wire import WireFormatError, sanitize_queue_token, tenant_group
+from durably._engine.registry import OnErrorRoute, Workflow
+from durably._engine.vocab import PARENT_TAG_PREFIX
+
+log = logging.getLogger("durably")
+
+__all__ = [
+    "MAX_ANCESTORS",
+    "UNDECLARED_VERSION_TAG",
+    "LiveWorkers",
+    "RemoteWorkflow",
+    "TurnRoute",
+    "WorkerDirectory",
+    "as_routes",
+    "convention_token",
+    "parent_of",
+    "remote_workflow",
+    "start_version",
+]
+
+# A run served by convention whose workers announce no single version starts on "1" and is
+# tagged with this, so an operator can tell a placeholder version from a declared one.
+UNDECLARED_VERSION_TAG = "version:undeclared"
+
+# How far up the parent chain a child looks for a remote ancestor to inherit from.
+MAX_ANCESTORS = 16
+
+# Live tokens change when workers start or stop (their keys expire within ~35 s); re-reading
+# them for every drive of every unregistered run would cost a broker scan each time.
+_LIVE_TTL_S = 1.0
+# The onError routes workers announce change only with a deploy.
+_DESCRIPTORS_TTL_S = 5.0
+
+
+async def _served_remotely(ctx: Any, input: Any) -> Any:
+    # Only reached when an engine that cannot issue remote turns drives the run: say so
+    # instead of running nothing.
+    raise RuntimeError(
+        "this workflow runs in remote workers: only an engine with a transport that carries "
+        "workflow turns can drive it"
+    )
+
+
+class RemoteWorkflow(Workflow[Any, Any]):
+    """A workflow whose body runs in remote workers; the engine holds its durable state.
+
+    It is a `Workflow` (same registry, start, children and onError routes as a local one)
+    whose body the engine never runs: every turn is sent to the workers on `token_for(...)`.
+    Inputs are plain JSON (there is no annotation here to validate them against)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        group: str | None = None,
+        version: str = "1",
+        on_error: Iterable[OnErrorRoute] = (),
+        tags: Iterable[str] = (),
+    ):
+        if not isinstance(name, str) or not name:
+            raise ValueError("a remote workflow needs a non-empty name")
+        if group is not None and (not isinstance(group, str) or not group):
+            raise ValueError(f"remote workflow {name!r}: group must be a non-empty string")
+        super().__init__(
+            _served_remotely, name, version, on_error=tuple(on_error), tags=tuple(tags)
+        )
+        self.group = group
+
+    def __repr__(self) -> str:
+        where = f" on {self.group!r}" if self.group is not None else ""
+        return f"<durably.RemoteWorkflow {self.name!r} v{self.version}{where}>"
+
+    def token_for(self, namespace: str | None) -> str:
+        """The routing token a turn of a run in `namespace` is queued on."""
+        if self.group is not None:
+            return tenant_group(sanitize_queue_token(self.group), None)
+        return tenant_group(sanitize_queue_token(self.name), namespace)
+
+
+def remote_workflow(
+    name: str,
+    *,
+    group: str | None = None,
+    version: str = "1",
+    on_error: Iterable[OnErrorRoute] = (),
+    tags: Iterable[str] = (),
+) -> RemoteWorkflow:
+    """Declare a workflow served by remote workers: `Engine(workflows=[remote_workflow("x")])`.
+
+    `group` is the queue its turns go to (a split `WorkflowWorker(group=...)`); without it
+    they go to the workflow's own queue, suffixed with the run's namespace (a durable-worker
+    `Worker(partition=...)` holding the workflow). Unlike `@durably.workflow`, a declaration
+    is not added to the default registry: a remote workflow is served remotely only by the
+    engines it is given to."""
+    return RemoteWorkflow(name, group=group, version=version, on_error=on_error, tags=tags)
+
+
+def convention_token(workflow: str, namespace: str | None) -> str:
+    """The token a workflow without a registration is served on by convention."""
+    return tenant_group(sanitize_queue_token(workflow), namespace)
+
+
+def parent_of(run: WorkflowRun) -> str | None:
+    """The id of the run that started `run` (its parent tag), else None."""
+    for tag in run.tags or ():
+        if tag.startswith(PARENT_TAG_PREFIX):
+            return tag[len(PARENT_TAG_PREFIX) :]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRoute:
+    """Where a remote run's turns go, and why."""
+
+    token: str
+    how: Literal["registered", "inherited", "convention"]
+    registration: RemoteWorkflow | None = None
+
+
+class WorkerDirectory(Protocol):
+    """What the live workers say about themselves (a transport with worker descriptors)."""
+
+    async def list_worker_groups(self) -> set[str]:
+        """Every token some live worker beats on."""
+        ...
+
+    async def read_worker_descriptors(self, token: str | None = None) -> list[dict[str, Any]]:
+        """The raw descriptors published on `token` (JSON objects)."""
+        ...
+
+
+class LiveWorkers:
+    """Reads of the worker directory, cached briefly (see the TTLs above). A read that fails
+    counts as "no live worker": the run is then simply not dispatched this time."""
+
+    def __init__(
+        self, directory: WorkerDirectory | None, *, now: Callable[[], float] = time.monotonic
+    ):
+        self._directory = directory
+        self._now = now
+        self._tokens: tuple[float, frozenset[str]] | None = None
+        self._descriptors: dict[str, tuple[float, tuple[WorkerDescriptor, ...]]] = {}
+
+    async def serves(self, token: str) -> bool:
+        if self._directory is None:
+            return False
+        now = self._now()
+        if self._tokens is None or now - self._tokens[0] > _LIVE_TTL_S:
+            try:
+                tokens = frozenset(await self._directory.list_worker_groups())
+            except Exception as exc:
+                log.warning("could not read which worker groups are live: %s", exc)
+                tokens = frozenset()
+            self._tokens = (now, tokens)
+        return token in self._tokens[1]
+
+    async def descriptors(self, token: str) -> tuple[WorkerDescriptor, ...]:
+        if self._directory is None:
+            return ()
+        now = self._now()
+        cached = self._descriptors.get(token)
+        if cached is not None and now - cached[0] <= _DESCRIPTORS_TTL_S:
+            return cached[1]
+        try:
+            raw = await self._directory.read_worker_descriptors(token)
+        except Exception as exc:
+            log.warning("could not read the worker descriptors of %s: %s", token, exc)
+            raw = []
+        parsed: list[WorkerDescriptor] = []
+        for item in raw:
+            try:
+                parsed.append(normalize_descriptor(item))
+            except WireFormatError as exc:
+                log.debug("skipped a garbled worker descriptor on %s: %s", token, exc)
+        found = tuple(parsed)
+        self._descriptors[token] = (now, found)
+        return found
+
+    async def announced_version(self, workflow: str, token: str) -> str | None:
+        """The one version the workers on `token` announce for `workflow`, else None (none
+        stated, or several: a rollout in progress)."""
+        versions = {
+            entry.version
+            for entry in aggregate(await self.descriptors(token))
+            if entry.name == workflow and entry.version is not None
+        }
+        return versions.pop() if len(versions) == 1 else None
+
+    async def announced_routes(self, workflow: str, version: str, token: str) -> RouteDecision:
+        return announced_on_error_routes(await self.descriptors(token), workflow, version)
+
+
+def as_routes(decision: RouteDecision) -> tuple[OnErrorRoute, ...]:
+    """Announced routes as the engine's own route type."""
+    return tuple(OnErrorRoute(workflow=r.workflow, code=r.code) for r in decision.routes)
+
+
+async def start_version(live: LiveWorkers, workflow: str, token: str) -> tuple[str, Sequence[str]]:
+    """The version a run served by convention starts on, and the tags that go with it."""
+    announced = await live.announced_version(workflow, token)
+    if announced is not None:
+        return announced, ()
+    return "1", (UNDECLARED_VERSION_TAG,)
