@@ -221,9 +221,9 @@ def test_engine_options_of_missing_features_name_the_feature(option: str, featur
     assert str(info.value).startswith(f"Engine({option}=...): {feature}"), str(info.value)
 
 
-def test_a_transport_url_is_refused_until_its_broker_is_supported() -> None:
-    with pytest.raises(NotImplementedError, match="transport URLs are not supported yet"):
-        durably.Engine(InMemoryStateStore(), "redis://localhost:6379/0")
+def test_a_transport_url_of_an_unsupported_broker_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"transport 'amqp://localhost': unknown scheme 'amqp'"):
+        durably.Engine(InMemoryStateStore(), "amqp://localhost")
 
 
 def test_a_misspelt_engine_option_is_a_type_error_with_a_suggestion() -> None:

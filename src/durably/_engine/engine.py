@@ -99,7 +99,6 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         **unsupported: Never,
     ):
         refuse_engine_options(unsupported, OPTION_NAMES)
-        transports = transport_pool(transport)
         opts = merge_options(
             "Engine",
             options,
@@ -133,6 +132,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         self.instance_id = instance_id or f"durably-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.clock: Callable[[], int] = clock or (lambda: int(time.time() * 1000))
         self.signal_buffer = buffer_policy(opts)
+        transports = transport_pool(transport, instance_id=self.instance_id)
 
         if workflows is None:
             registry = DEFAULT_REGISTRY

@@ -131,8 +131,17 @@ class ResultSettler:
     async def _settle_run(self, run_id: str, results: list[StepResult]) -> None:
         store = self._store
         run = await store.get_run(run_id)
-        if run is None or run.status in TERMINAL_RUN_STATUSES:
-            log.debug("dropping %d result(s) for run %s (gone or finished)", len(results), run_id)
+        if run is None:
+            # Deleted, or the run of another fleet sharing this transport's queues (give
+            # each fleet its own transport namespace): either way nothing here can use it.
+            log.warning(
+                "dropping %d result(s) for run %s, which this store does not have",
+                len(results),
+                run_id,
+            )
+            return
+        if run.status in TERMINAL_RUN_STATUSES:
+            log.debug("dropping %d result(s) for run %s (finished)", len(results), run_id)
             return
         if len(results) > _LIST_OVER:
             rows = {cp.seq: cp for cp in await store.list_checkpoints(run_id)}

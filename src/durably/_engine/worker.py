@@ -279,7 +279,8 @@ class Worker:
         self._dispatcher.reopen()
         await self._wakes.open()
         if self._transports is not None:
-            await self._transports.start(self._results)
+            if self._runs_workflows():
+                await self._transports.start(self._results)
             if self.drive_runs:
                 await self._serve_steps(self._transports)
         if self.drive_runs:
@@ -309,6 +310,14 @@ class Worker:
                 )
             await asyncio.sleep(0.05)
         await self._store.release_locks_of(self._instance_id)
+
+    def _runs_workflows(self) -> bool:
+        """Whether this process consumes step results. Results are consumed from one queue
+        shared by the fleet, and any consumer acknowledges what it takes; only engines that
+        run workflows (on the fleet's shared store) can settle them. An engine given
+        `workflows=[]` is a pure step worker: it serves steps and never takes a result, which
+        would otherwise be lost to a store that does not know its run."""
+        return self._workflows is DEFAULT_REGISTRY or bool(self._workflows.workflows)
 
     async def _serve_steps(self, transports: TransportPool) -> None:
         """Serve the steps registered here on every transport (an engine with a transport is
