@@ -34,6 +34,7 @@ EXPECTED_EXPORTS = [
     "OnErrorRoute",
     "Rejected",
     "RemoteStepError",
+    "RemoteWorkflow",
     "ReservedTokenError",
     "RetryPolicy",
     "RunDetail",
@@ -71,6 +72,7 @@ EXPECTED_EXPORTS = [
     "WorkflowRun",
     "__version__",
     "parse_duration",
+    "remote_workflow",
     "step",
     "workflow",
 ]

@@ -57,6 +57,7 @@ from durably._engine.registry import (
     step,
     workflow,
 )
+from durably._engine.remote_turns_routing import RemoteWorkflow, remote_workflow
 from durably._read.list_models import (
     GroupHealth,
     RunFacetRow,
@@ -101,6 +102,7 @@ __all__ = [
     "OnErrorRoute",
     "Rejected",
     "RemoteStepError",
+    "RemoteWorkflow",
     "ReservedTokenError",
     "RetryPolicy",
     "RunDetail",
@@ -138,6 +140,7 @@ __all__ = [
     "WorkflowRun",
     "__version__",
     "parse_duration",
+    "remote_workflow",
     "step",
     "workflow",
 ]

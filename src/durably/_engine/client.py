@@ -76,7 +76,7 @@ def prepare_input(workflow: Workflow[Any, Any], input: Any) -> JSONValue:
     return json_input
 
 
-def _plain_input(name: str, input: Any) -> JSONValue:
+def plain_input(name: str, input: Any) -> JSONValue:
     """The input of a start by name: it must already be JSON (no annotation to apply)."""
     try:
         json_input: JSONValue = PLAIN.to_json(input)
@@ -321,7 +321,7 @@ class Client(ReadApi, BufferedSignalsApi):
         rid = await self._plane.create_run(
             name,
             version if version is not None else UNPINNED_VERSION,
-            _plain_input(name, input),
+            plain_input(name, input),
             run_id=run_id,
             tags=tags,
             search_attributes=search_attributes,

@@ -56,6 +56,14 @@ class Continuation(Protocol):
     def __call__(self, run: WorkflowRun, input: Any, run_id: str) -> Coroutine[Any, Any, Any]: ...
 
 
+class RemoteRuns(Protocol):
+    """Runs whose bodies run in workflow workers (the runtime's `RemoteTurns`)."""
+
+    async def drive_if_remote(self, run: WorkflowRun) -> bool:
+        """Issue a remote turn of a leased run and return True; False when it runs here."""
+        ...
+
+
 class TurnDriver:
     """Drives runs on this process: lease → one turn (resident or replay) → settle.
 
@@ -78,6 +86,7 @@ class TurnDriver:
         registration: Callable[[str, str | None], Workflow[Any, Any] | None],
         fallback_wake_at: Callable[[], int | None],
         continue_as: Continuation,
+        remote: RemoteRuns | None = None,
     ):
         self._host = host
         self._settle = settle
@@ -91,6 +100,7 @@ class TurnDriver:
         self._registration = registration
         self._fallback_wake_at = fallback_wake_at
         self._continue_as = continue_as
+        self._remote = remote
 
     async def run_one(self, run_id: str) -> bool:
         """Lease the run, then execute one turn on this instance.
@@ -114,6 +124,8 @@ class TurnDriver:
 
     async def drive(self, run: WorkflowRun) -> None:
         """Execute one turn of a run whose lease this instance holds."""
+        if self._remote is not None and await self._remote.drive_if_remote(run):
+            return  # a remote workflow: its turn went to a workflow worker
         try:
             prepared = await self._prepare_turn(run)
         except Exception as exc:

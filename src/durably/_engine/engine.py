@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Never, TypeVar
 
 from durably._core.durations import Duration
-from durably._core.errors import RunNotFoundError
+from durably._core.errors import RunNotFoundError, WorkflowNotFoundError
 from durably._core.ids import given_run_id
 from durably._core.models import RunResult, WorkflowRun
 from durably._engine import operator, unsupported
@@ -254,7 +254,25 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         given_run_id(run_id)  # a bad id is refused before the store is even opened
         await self._ensure_open()
         worker = self._worker
-        wf = worker.resolve(workflow, version)
+        try:
+            wf = worker.resolve(workflow, version)
+        except WorkflowNotFoundError:
+            # Not registered here: a workflow that live workflow workers serve starts by
+            # name (its first turn pins the version); a pinned version never does.
+            if not isinstance(workflow, str) or version is not None:
+                raise
+            remote_id = await worker.start_served_remotely(
+                workflow,
+                input,
+                run_id=run_id,
+                tags=tags,
+                search_attributes=search_attributes,
+                priority=priority,
+                namespace=namespace,
+            )
+            if remote_id is None:
+                raise
+            return RunHandle(self, remote_id)
         rid = await worker.create_run(
             wf,
             worker.prepare_input(wf, input),

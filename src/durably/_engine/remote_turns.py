@@ -188,6 +188,11 @@ class RemoteTurns:
         self._lease_ms = lease_ms
         self._silence_ms = silence_ms
 
+    async def start(self) -> None:
+        """Start consuming decisions, step events and run heartbeats from the channel."""
+        if self._channel is not None:
+            await self._channel.start_turns(self)
+
     # ================================================================== which runs
 
     async def route(self, run: WorkflowRun) -> TurnRoute | None:

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from durably._core.handshake import (
     RouteDecision,
@@ -36,6 +36,7 @@ from durably._core.models import WorkflowRun
 from durably._core.wire import WireFormatError, sanitize_queue_token, tenant_group
 from durably._engine.registry import OnErrorRoute, Workflow
 from durably._engine.vocab import PARENT_TAG_PREFIX
+from durably._transport.protocol import WorkerDirectory
 
 log = logging.getLogger("durably")
 
@@ -150,18 +151,6 @@ class TurnRoute:
     token: str
     how: Literal["registered", "inherited", "convention"]
     registration: RemoteWorkflow | None = None
-
-
-class WorkerDirectory(Protocol):
-    """What the live workers say about themselves (a transport with worker descriptors)."""
-
-    async def list_worker_groups(self) -> set[str]:
-        """Every token some live worker beats on."""
-        ...
-
-    async def read_worker_descriptors(self, token: str | None = None) -> list[dict[str, Any]]:
-        """The raw descriptors published on `token` (JSON objects)."""
-        ...
 
 
 class LiveWorkers:

@@ -9,7 +9,7 @@ run without a local registration is never routed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.models import (
@@ -99,6 +99,9 @@ def on_error_input(run: WorkflowRun, error: StepError) -> dict[str, Any]:
     ).to_json()
 
 
+AnnouncedRoutes = Callable[[WorkflowRun], Awaitable[tuple[OnErrorRoute, ...]]]
+
+
 class ChildStarter(Protocol):
     def __call__(
         self,
@@ -137,6 +140,15 @@ class Router:
         self._registration = registration
         self._workflows = workflows
         self._start_child = start_child
+        self._announced: AnnouncedRoutes | None = None
+
+    def connect(self, announced: AnnouncedRoutes) -> None:
+        """Where the routes of a run without a local registration come from: what the live
+        workers serving it announce (remote workflows; set once those exist)."""
+        self._announced = announced
+
+    def _registered(self, run: WorkflowRun) -> bool:
+        return self._registration(run.workflow, run.workflow_version or None) is not None
 
     def _routes_of(self, run: WorkflowRun) -> tuple[OnErrorRoute, ...]:
         """The routes of the local registration of `workflow@version` (or latest). Routes
@@ -149,7 +161,10 @@ class Router:
     async def route_failure(self, run: WorkflowRun, error: StepError) -> bool:
         """Hand the failure to its handler; True when routed
         (the run is then `suspended`, its lease released), False when it fails as usual."""
-        route = route_for(self._routes_of(run), error)
+        routes = self._routes_of(run)
+        if not routes and self._announced is not None and not self._registered(run):
+            routes = await self._announced(run)
+        route = route_for(routes, error)
         if route is None:
             return False
         store = self._settle.store

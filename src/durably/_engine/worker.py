@@ -34,8 +34,9 @@ from durably._core.errors import WorkflowNotFoundError
 from durably._core.models import JSONValue, RunResult, StepCheckpoint, StepError, WorkflowRun
 from durably._engine import publish
 from durably._engine.children import ChildMailbox
+from durably._engine.client import plain_input
 from durably._engine.client import prepare_input as validated_input
-from durably._engine.control import ControlPlane
+from durably._engine.control import UNPINNED_VERSION, ControlPlane
 from durably._engine.dispatch import Dispatcher
 from durably._engine.driver import TurnDriver
 from durably._engine.events import EngineEvent, EventBus
@@ -45,6 +46,7 @@ from durably._engine.operator import current_task
 from durably._engine.poller import Poller
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
 from durably._engine.remote import RemoteSteps, ResultSettler, StepService, step_token
+from durably._engine.remote_turns import RemoteTurns
 from durably._engine.resident import ResidentSet
 from durably._engine.routing import Router
 from durably._engine.signals import Deliveries
@@ -149,6 +151,9 @@ class Worker:
             workflows=self.registered_workflows,
             start_child=self.start_child_soon,
         )
+        self._turns = self._remote_turns(transports)
+        if self._turns is not None:
+            self._router.connect(self._turns.announced_routes)
         self._driver = TurnDriver(
             self,
             self,
@@ -161,11 +166,39 @@ class Worker:
             registration=self.registration,
             fallback_wake_at=self.fallback_wake_at,
             continue_as=self._continue_as,
+            remote=self._turns,
         )
         dispatcher.connect(self._driver, nudge=self._deliveries.nudge, after_turn=self._after_turn)
         self._results = ResultSettler(
             store, dispatcher, self._deliveries, self._events, clock=clock
         )
+
+    def _remote_turns(self, transports: TransportPool | None) -> RemoteTurns | None:
+        """Remote workflow turns, over the first member of the pool that carries them (with
+        that member's worker directory, when it has one); None without such a member."""
+        if transports is None:
+            return None
+        for _, member in transports.members:
+            channel = member.turns
+            if member.features.workflow_turns and channel is not None:
+                return RemoteTurns(
+                    self,
+                    self._router,
+                    self._deliveries,
+                    self._plane,
+                    channel=channel,
+                    directory=member.directory,
+                    steps=transports,
+                    registration=self.registration,
+                    start_registered=self._start_registered_child,
+                    spawn=self.spawn,
+                    clock=self._clock,
+                    fallback_wake_at=self.fallback_wake_at,
+                    instance_id=self._instance_id,
+                    namespace=self._namespace,
+                    lease_ms=self._options.lease_ms,
+                )
+        return None
 
     # ================================================================== what others read
 
@@ -281,6 +314,8 @@ class Worker:
         if self._transports is not None:
             if self._runs_workflows():
                 await self._transports.start(self._results)
+                if self._turns is not None:
+                    await self._turns.start()
             if self.drive_runs:
                 await self._serve_steps(self._transports)
         if self.drive_runs:
@@ -460,7 +495,22 @@ class Worker:
         priority: int | None,
     ) -> None:
         """Start a child run after the current turn; a failed start fails the awaiting
-        parent (delivered as a failed child completion)."""
+        parent (delivered as a failed child completion). A child not registered here may be
+        a remote workflow (served by inheritance or by convention): remote turns start it."""
+        if self._turns is not None:
+            self._turns.start_child_soon(workflow, input, child_id, parent, version, priority)
+            return
+        self._start_registered_child(workflow, input, child_id, parent, version, priority)
+
+    def _start_registered_child(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any,
+        child_id: str,
+        parent: WorkflowRun,
+        version: str | None,
+        priority: int | None,
+    ) -> None:
 
         async def start_child() -> None:
             name = workflow.name if isinstance(workflow, Workflow) else workflow
@@ -509,6 +559,34 @@ class Worker:
 
     async def _start_for_event(self, wf: Workflow[Any, Any], payload: Any, run_id: str) -> str:
         return await self.create_run(wf, self.prepare_input(wf, payload), run_id=run_id)
+
+    async def start_served_remotely(
+        self,
+        name: str,
+        input: Any,
+        *,
+        run_id: str | None,
+        tags: Sequence[str] | None,
+        search_attributes: dict[str, str | int | float | bool] | None,
+        priority: int | None,
+        namespace: str | None,
+    ) -> str | None:
+        """Start a run of a workflow registered nowhere here but served by live workflow
+        workers (by convention): created by name with its JSON input, the version pinned by
+        its first turn. None when no live worker serves it."""
+        ns = namespace or self._namespace
+        if self._turns is None or not await self._turns.serves_workflow(name, ns):
+            return None
+        return await self._plane.create_run(
+            name,
+            UNPINNED_VERSION,
+            plain_input(name, input),
+            run_id=run_id,
+            tags=tags,
+            search_attributes=search_attributes,
+            priority=priority,
+            namespace=namespace,
+        )
 
     # ================================================================== RunHost
 

@@ -21,6 +21,7 @@ from durably._transport.protocol import (
     StepServer,
     TransportFeatures,
     TurnChannel,
+    WorkerDirectory,
 )
 
 log = logging.getLogger("durably")
@@ -137,6 +138,10 @@ class InMemoryTransport:
         if consumer is not None:
             consumer.cancel()
             await asyncio.gather(consumer, return_exceptions=True)
+
+    @property
+    def directory(self) -> WorkerDirectory | None:
+        return None  # no heartbeats or descriptors on this transport
 
     @property
     def turns(self) -> TurnChannel | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from durably._core.wire import RemoteTask, StepResult
 
@@ -33,6 +33,7 @@ __all__ = [
     "TransportUnavailableError",
     "TurnChannel",
     "TurnSink",
+    "WorkerDirectory",
 ]
 
 
@@ -93,6 +94,19 @@ class TurnChannel(Protocol):
         ...
 
 
+class WorkerDirectory(Protocol):
+    """What live workers say about themselves on a transport that carries heartbeats and
+    descriptors (`features.worker_descriptors`)."""
+
+    async def list_worker_groups(self) -> set[str]:
+        """Every routing token some live worker beats on."""
+        ...
+
+    async def read_worker_descriptors(self, token: str | None = None) -> list[dict[str, Any]]:
+        """The raw descriptors (JSON objects) live workers publish on `token` (all: None)."""
+        ...
+
+
 class StepServer(Protocol):
     """Serves step tasks on a set of routing tokens until drained."""
 
@@ -135,4 +149,10 @@ class Transport(Protocol):
     @property
     def turns(self) -> TurnChannel | None:
         """The workflow-turn channel (None unless `features.workflow_turns`)."""
+        ...
+
+    @property
+    def directory(self) -> WorkerDirectory | None:
+        """The live workers' heartbeats and descriptors (None unless
+        `features.worker_descriptors`)."""
         ...

@@ -153,6 +153,12 @@ class RedisTransport:
         """Workflow turns are not carried yet."""
         return None
 
+    @property
+    def directory(self) -> RedisTransport:
+        """Live workers' liveness and descriptor keys (`list_worker_groups`,
+        `read_worker_descriptors`)."""
+        return self
+
     def _unavailable(self, doing: str, exc: BaseException) -> TransportUnavailableError:
         return TransportUnavailableError(f"redis at {self.where} could not {doing}: {exc}")
 
@@ -352,9 +358,7 @@ class RedisTransport:
                 continue
             beat = parse_heartbeat_value(value)
             beats.append(
-                WorkerBeat(
-                    where[0], where[1], beat.last_beat_ms, beat.status, beat.descriptor_hash
-                )
+                WorkerBeat(where[0], where[1], beat.last_beat_ms, beat.status, beat.descriptor_hash)
             )
         return sorted(beats, key=lambda b: (b.token, b.instance_id))
 

@@ -76,6 +76,7 @@ from durably._transport.protocol import (
     TransportFeatures,
     TransportUnavailableError,
     TurnChannel,
+    WorkerDirectory,
 )
 
 try:
@@ -331,6 +332,10 @@ class SqlTransport:
     @property
     def features(self) -> TransportFeatures:
         return TransportFeatures()
+
+    @property
+    def directory(self) -> WorkerDirectory | None:
+        return None  # no heartbeats or descriptors on this transport
 
     @property
     def turns(self) -> TurnChannel | None:
