@@ -37,7 +37,7 @@ def refused(options: EngineOptions) -> None:
     Engine("memory", options={"lease_ms": 1})  # mypy-error: "options"
     Engine("memory", codec="aes")  # mypy-error: "codec"
     Engine(42)  # mypy-error: Argument 1 to "Engine"
-    Engine("memory", "redis://localhost:6379/0")  # mypy-error: Argument 2 to "Engine"
+    Engine("memory", 42)  # mypy-error: Argument 2 to "Engine"
     EngineOptions(lease_mss=1)  # mypy-error: "lease_mss"
     EngineOptions(timer_poll_ms=None)  # mypy-error: "timer_poll_ms"
     EngineOptions(30_000)  # mypy-error: Too many positional arguments

@@ -347,11 +347,13 @@ class Worker:
         await self._store.release_locks_of(self._instance_id)
 
     def _runs_workflows(self) -> bool:
-        """Whether this process consumes step results. Results are consumed from one queue
-        shared by the fleet, and any consumer acknowledges what it takes; only engines that
-        run workflows (on the fleet's shared store) can settle them. An engine given
-        `workflows=[]` is a pure step worker: it serves steps and never takes a result, which
-        would otherwise be lost to a store that does not know its run."""
+        """Whether this process consumes step results and turn decisions. They come back on
+        queues shared by the fleet, and any consumer acknowledges what it takes; only engines
+        that run workflows (on the fleet's shared store) can apply them. An engine given
+        `workflows=[]` is a pure step worker: it serves steps and never takes a result or a
+        decision, which would otherwise be lost to a store that does not know its run. (An
+        engine that starts workflows served by remote workers declares them with
+        `remote_workflow`, or keeps the default registry.)"""
         return self._workflows is DEFAULT_REGISTRY or bool(self._workflows.workflows)
 
     async def _serve_steps(self, transports: TransportPool) -> None:

@@ -54,6 +54,7 @@ from durably._transport.redis_plain import (
 )
 from durably._transport.redis_results import ResultConsumer, ResultIntake
 from durably._transport.redis_server import RedisStepServer
+from durably._transport.redis_turns import RedisTurns
 
 log = logging.getLogger("durably.redis")
 
@@ -136,8 +137,16 @@ class RedisTransport:
         self._consumer: ResultConsumer | None = None
         self._servers: list[RedisStepServer] = []
         self._subscriptions: list[ChannelSubscription] = []
+        self._turns = RedisTurns(
+            url=url,
+            names=self.names,
+            timing=self._timing,
+            queue=self._queue,
+            check_token=self._check_token,
+            subscribe_beats=self.subscribe_run_beats,
+        )
         self._features = TransportFeatures(
-            workflow_turns=False, worker_descriptors=True, control_messages=True
+            workflow_turns=True, worker_descriptors=True, control_messages=True
         )
 
     @property
@@ -149,9 +158,9 @@ class RedisTransport:
         return self._features
 
     @property
-    def turns(self) -> None:
-        """Workflow turns are not carried yet."""
-        return None
+    def turns(self) -> RedisTurns:
+        """Remote workflow turns (`redis_turns`)."""
+        return self._turns
 
     @property
     def directory(self) -> RedisTransport:
@@ -202,6 +211,7 @@ class RedisTransport:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             await consumer.close()
+        await self._turns.close(self._intake.close_grace_s)
         servers, self._servers = self._servers, []
         for server in servers:
             await server.drain(self._intake.close_grace_s)
