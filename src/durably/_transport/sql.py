@@ -14,8 +14,10 @@ Steps only (`features`): the SDK's runner handles step rows and nothing else.
   the sink raises, the claim is released and the next poll delivers the rows again.
 - `step_server` (durably's own workers): the same claim on `grp` equal to one of its tokens,
   at most `concurrency` handlers at once; the result insert (`DO NOTHING`) and the task delete
-  (of the attempt that ran only) share one transaction. A malformed task row gets a failed,
-  non-retryable result when its ids are consistent (`step_id = run_id:seq`), else is deleted.
+  (of the attempt that ran only) share one transaction. The claims of running steps are renewed
+  every third of the lease, so a step longer than the lease is not taken again while its
+  worker lives. A malformed task row gets a failed, non-retryable result when its ids are
+  consistent (`step_id = run_id:seq`), else is deleted.
 
 Re-dispatch of a step id. A retry reuses the step id, the primary key of both tables, and the
 SDK deletes a task only after inserting its result (two autocommitted statements), so:
@@ -175,6 +177,10 @@ class _Sql:
             'WHERE "step_id" = ANY($1::varchar[]) AND "claimed_by" = $2 AND "claimed_at" = $3'
         )
         self.release_tasks = self.release_results.replace(r, t)
+        self.renew_tasks = (
+            f'UPDATE {t} SET "claimed_at" = $3 WHERE "step_id" = ANY($1::varchar[]) '
+            'AND "claimed_by" = $2'
+        )
         self.insert_result = (
             f'INSERT INTO {r} ("step_id","run_id","seq","status","output","error",'
             '"started_at","created_at") VALUES ($1,$2,$3,$4,$5,$6,$7,$8) '
@@ -700,6 +706,8 @@ class _SqlStepServer:
         self._stop = asyncio.Event()
         self._running: dict[asyncio.Task[None], tuple[str, int]] = {}  # -> (step id, stamp)
         self._loop_task = asyncio.get_running_loop().create_task(self._serve_loop())
+        self._renew_stop = asyncio.Event()
+        self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
 
     async def _serve_loop(self) -> None:
         failures = 0
@@ -736,6 +744,36 @@ class _SqlStepServer:
             if not rows:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), t._poll_s)
+
+    async def _renew_loop(self) -> None:
+        """Renew the claims of the steps running here every third of the lease. Any claim
+        older than the lease is free to take, so without renewal a step running longer than
+        the lease is claimed again (by this very server too) and runs twice while its first
+        run goes on; a worker that dies stops renewing, and its steps come back after the
+        lease (BullMQ renews its job locks the same way)."""
+        every = self._t._lease_ms / 3000
+        while True:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._renew_stop.wait(), every)
+            if self._renew_stop.is_set():
+                return
+            if self._running:
+                await self._renew()
+
+    async def _renew(self) -> None:
+        t = self._t
+        jobs = list(self._running.items())
+        ids = [step_id for step_id, _ in self._running.values()]
+        stamp = _now_ms()
+        try:
+            async with t._conn("renewing step task claims") as conn:
+                await conn.execute(t._sql.renew_tasks, ids, self.instance_id, stamp)
+        except Exception as exc:  # the next renewal tries again; past the lease, so be it
+            log.warning("SQL transport: renewing step claims failed (%s)", exc)
+            return
+        for job, (step_id, _) in jobs:
+            if job in self._running:  # the release at drain matches the current stamp
+                self._running[job] = (step_id, stamp)
 
     def _finished(self, job: asyncio.Task[None]) -> None:
         self._running.pop(job, None)
@@ -806,6 +844,11 @@ class _SqlStepServer:
             await self._loop_task
         if self._running:
             await asyncio.wait(list(self._running), timeout=max(timeout, 0.0))
+        # Stopped, not cancelled, before the stamps are read: a renewal cut short could leave
+        # stamps the release below misses.
+        self._renew_stop.set()
+        with suppress(BaseException):
+            await self._renewer
         leftover = dict(self._running)
         for job in leftover:
             job.cancel()
