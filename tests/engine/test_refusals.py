@@ -139,24 +139,6 @@ async def test_a_queued_step_fails_the_run_with_an_error_naming_the_feature(
 # ------------------------------------------------------------------ decorators
 
 
-def test_step_requires_is_refused_at_declaration(uid: str) -> None:
-    with pytest.raises(NotImplementedError, match="capability routing is not supported yet"):
-
-        @durably.step(f"{uid}.gpu", requires=["gpu"])
-        def on_gpu(x: int) -> int:
-            return x
-
-    with pytest.raises(NotImplementedError, match=rf"@durably.step\('{uid}.gpu2'\) requires="):
-        durably.step(f"{uid}.gpu2", requires=("gpu",))
-
-    # Requiring nothing is not a requirement.
-    @durably.step(f"{uid}.plain", requires=[])
-    def plain(x: int) -> int:
-        return x
-
-    assert plain.name == f"{uid}.plain"
-
-
 @pytest.mark.parametrize(
     ("option", "value", "feature"),
     [
@@ -176,12 +158,11 @@ def test_unimplemented_workflow_options_are_refused_at_declaration(
 
 
 def test_refusals_name_the_error_the_feature_will_raise(uid: str) -> None:
-    """These three errors are public and importable though nothing raises them yet; each
+    """These two errors are public and importable though nothing raises them yet; each
     says (docstring) when it will be raised, and the matching refusal names it."""
     for error, option in (
         (durably.ConcurrencyLimitError, "concurrency="),
         (durably.SingletonQueueFullError, "singleton="),
-        (durably.WorkflowBlocked, "requires="),
     ):
         assert error.__doc__ and option in error.__doc__ and "never raises" in error.__doc__
     with pytest.raises(NotImplementedError, match="ConcurrencyLimitError"):
@@ -238,14 +219,12 @@ def test_a_misspelt_engine_option_is_a_type_error_with_a_suggestion() -> None:
 # ------------------------------------------------------------------ events and extras
 
 
-def test_events_that_are_never_emitted_are_not_declared() -> None:
+def test_blocked_and_unrouted_runs_are_declared_and_counted() -> None:
     declared = set(typing.get_args(typing.get_type_hints(EngineEvent)["type"]))
-    assert "run.unrouted" not in declared and "run.blocked" not in declared
-    assert "run.routed" in declared
-    assert "reason" not in EngineEvent.__dataclass_fields__  # only those two carried it
+    assert {"run.blocked", "run.unrouted", "run.routed"} <= declared
+    assert {"reason", "requires", "diagnostics"} <= set(EngineEvent.__dataclass_fields__)
     snapshot = memory_engine().metrics()
-    assert "unrouted" not in snapshot.runs
-    assert "unrouted" not in snapshot.to_prometheus()
+    assert snapshot.runs["blocked"] == 0 and snapshot.runs["unrouted"] == 0
 
 
 def test_every_optional_extra_is_asked_for_by_the_code_that_needs_it() -> None:

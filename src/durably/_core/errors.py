@@ -171,20 +171,6 @@ class SignalTimeoutError(DurablyError):
         self.timeout_ms = timeout_ms
 
 
-class WorkflowBlocked(DurablyError):
-    """No live worker has the capabilities the next step requires; the run is parked
-    `blocked` until one appears.
-
-    It will be raised once capability routing to remote workers exists. Until then
-    `@durably.step(requires=...)` is refused when declared (every step runs in-process) and
-    durably never raises this error; it is exported so code can already catch it."""
-
-    def __init__(self, reason: str, code: str = "capability.unavailable"):
-        super().__init__(reason)
-        self.reason = reason
-        self.code = code
-
-
 class RunFailedError(DurablyError):
     """`execute` / `RunHandle.result` of a run that did not complete."""
 
@@ -334,6 +320,27 @@ class StoreConnectTimeoutError(StoreConnectionError, TimeoutError):
 
 class _ControlFlow(BaseException):
     __durably_control_flow__ = True
+
+
+class WorkflowBlocked(_ControlFlow):
+    """No live worker offers what the run's next step requires (`@durably.step(requires=…)`):
+    the turn ends and the run is parked `blocked` (its error says why), then re-checked every
+    few seconds and resumed once such a worker appears. A control-flow signal, like a
+    suspension: a body's `except Exception` never sees it."""
+
+    def __init__(
+        self,
+        reason: str,
+        code: str = "capability.unavailable",
+        *,
+        requires: tuple[str, ...] = (),
+        diagnostics: JSONValue = None,
+    ):
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+        self.requires = requires
+        self.diagnostics = diagnostics
 
 
 class WorkflowSuspended(_ControlFlow):

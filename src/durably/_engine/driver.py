@@ -14,6 +14,7 @@ from durably._core.errors import (
     InputValidationError,
     RunEvicted,
     SerializationError,
+    WorkflowBlocked,
     WorkflowSuspended,
     error_of,
 )
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
     from durably._engine.dispatch import Dispatcher
 
 log = logging.getLogger("durably")
+
+# How often a blocked run looks again for a worker that offers what its next step requires.
+BLOCKED_RECHECK_MS = 5_000
 
 
 class Continuation(Protocol):
@@ -239,6 +243,13 @@ class TurnDriver:
             if not ex.cancelled:
                 await self._store.release_run_lock(ex.run_id)
             return
+        except WorkflowBlocked as blocked:
+            await ex.close()
+            if ex.cancel_requested:
+                await saga.compensate_and_cancel(self._settle, ex)
+                return
+            await self._park_blocked(ex, blocked)
+            return
         except WorkflowSuspended as suspended:
             await ex.close()
             if ex.cancel_requested:  # cancel-requested wins over any outcome
@@ -337,6 +348,35 @@ class TurnDriver:
             if cp is not None and cp.status == "completed":
                 self._dispatcher.dispatch(ex.run_id)
                 return
+
+    async def _park_blocked(self, ex: Execution, blocked: WorkflowBlocked) -> None:
+        """No live worker offers what the next step requires: park the run `blocked` with the
+        reason as its error, re-checked every few seconds (the due-timer poll re-drives it),
+        and tell subscribers why (`run.blocked`)."""
+        error = StepError(message=blocked.reason, code=blocked.code, retryable=True)
+        patch: RunPatch = {
+            "status": "blocked",
+            "error": error,
+            "wake_at": self._clock() + BLOCKED_RECHECK_MS,
+            "locked_by": None,
+            "locked_until": None,
+        }
+        if not await update_if_live(self._settle, ex.run_id, patch):
+            await release_quietly(self._settle, ex.run_id)
+            return
+        self._settle.events.emit(
+            EngineEvent(
+                type="run.blocked",
+                run_id=ex.run_id,
+                workflow=ex.run.workflow,
+                namespace=ex.run.namespace,
+                error=error,
+                requires=blocked.requires or None,
+                reason=blocked.reason,
+                diagnostics=blocked.diagnostics,
+            )
+        )
+        self._settle.wakes.announce_soon("settled", ex.run_id)
 
     async def _settle_continued(self, ex: Execution, new_input: Any) -> None:
         """ContinueAsNew: complete (no output) and start `<id>~N` unpinned (newest version)."""

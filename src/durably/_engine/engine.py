@@ -70,6 +70,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         instance_id: str | None = None,
         clock: Callable[[], int] | None = None,
         codec: Codec | None = None,
+        capabilities: Sequence[str] = (),
         options: EngineOptions | None = None,
         # The tuning options, each documented on `EngineOptions`. UNSET means "take it from
         # `options` (or the default)", so an explicit keyword always wins over `options`.
@@ -160,6 +161,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             workflows=registry,
             steps=step_registry,
             transports=transports,
+            capabilities=capabilities,
         )
         self._client = Client._for_engine(
             self._worker.plane,

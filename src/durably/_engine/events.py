@@ -13,16 +13,18 @@ from durably._core.models import JSONValue, StepError, now_utc
 
 log = logging.getLogger("durably")
 
-# Only the types this engine emits. `run.blocked` (no live worker with a step's required
-# capabilities) and `run.unrouted` (onError routes announced by remote workers that disagree)
-# both need remote workers; declaring them would invite subscribers to wait for events that
-# never come. They return with remote workers, with their `reason` field and metric.
+# The types this engine emits. `run.blocked`: no live worker offers what a run's next step
+# requires (with `requires`, `reason` and `diagnostics`); `run.unrouted`: the onError routes
+# the live workers announce for a failed run's workflow disagree, so it was not routed
+# (with `reason`).
 EngineEventType = Literal[
     "run.started",
     "run.completed",
     "run.failed",
     "run.suspended",
     "run.routed",
+    "run.blocked",
+    "run.unrouted",
     "step.started",
     "step.completed",
     "step.failed",
@@ -46,6 +48,9 @@ class EngineEvent(JsonObject):
     duration_ms: float | None = None
     queue_ms: float | None = None
     attempt: int | None = None
+    requires: tuple[str, ...] | None = None
+    reason: str | None = None
+    diagnostics: JSONValue = None
     at: datetime = field(default_factory=now_utc)
 
 
@@ -104,6 +109,8 @@ class EventBus:
             "failed": 0,
             "suspended": 0,
             "routed": 0,
+            "blocked": 0,
+            "unrouted": 0,
         }
         self._steps = {"started": 0, "completed": 0, "failed": 0}
         self._by_workflow: dict[str, dict[str, int]] = {}

@@ -19,7 +19,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,6 +30,7 @@ from durably._core.errors import (
     RunEvicted,
     SerializationError,
     StepFailedError,
+    WorkflowBlocked,
     WorkflowSuspended,
     _ControlFlow,
     error_of,
@@ -407,12 +408,22 @@ class Execution:
         if cp is not None and cp.status == "completed":
             return out_codec.from_json(cp.output)
         json_input = in_codec.to_json(input)
+        requires = step.requires if step is not None else ()
         remote = self.host.remote
         if remote is not None:
             output = await self._run_remote(
-                remote, seq, name, json_input, policy, timeout_ms, parallel_group
+                remote, seq, name, json_input, policy, timeout_ms, parallel_group, requires
             )
             return out_codec.from_json(output)
+        if requires:
+            # In-process steps run here, and this engine declares no capabilities: only a
+            # worker reached over a transport can honour a requirement.
+            raise WorkflowBlocked(
+                f"blocked: no compatible worker (requires {', '.join(sorted(requires))}): this "
+                "engine runs steps in-process; a step with requirements runs on a worker that "
+                "declares them, reached over a transport",
+                requires=tuple(sorted(requires)),
+            )
         attempt = 1
         if cp is not None and cp.status == "failed":
             err = cp.error or StepError(message="step failed")
@@ -511,6 +522,7 @@ class Execution:
         policy: RetryPolicy,
         timeout_ms: int | None,
         parallel_group: str | None,
+        requires: Sequence[str] = (),
     ) -> JSONValue:
         """ctx.step over a transport: write the attempt's `pending` row, dispatch it, wait
         for the result the transport's consumer settles on that row (resident: parked in
@@ -559,6 +571,16 @@ class Execution:
                 else:
                     cp = settled
                 continue
+            # Capability routing: nothing is written for an attempt no live worker could take;
+            # the run is parked `blocked` and re-checked until one appears.
+            plan = await remote.blocked(self.run, name, requires)
+            if plan is not None:
+                raise WorkflowBlocked(
+                    plan.reason,
+                    plan.code,
+                    requires=tuple(plan.requires),
+                    diagnostics=plan.diagnostics.to_json(),
+                )
             now = self.now()
             pending = self._step_row(
                 seq,

@@ -9,7 +9,7 @@ worker, and keep the runtime's imports free of cycles.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.models import JSONValue, StepError, WorkflowRun
@@ -53,6 +53,11 @@ class RemoteDispatch(Protocol):
 
     def token_for(self, run: WorkflowRun, name: str) -> str:
         """The routing token a step of `run` named `name` is queued on."""
+        ...
+
+    async def blocked(self, run: WorkflowRun, name: str, requires: Sequence[str]) -> Any:
+        """Why a step requiring `requires` cannot go out now (with `reason`, `code`,
+        `requires`, `diagnostics.to_json()`), or None when a live worker offers it all."""
         ...
 
 

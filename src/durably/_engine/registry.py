@@ -209,14 +209,11 @@ def step(
     Durations: a number is seconds, a `timedelta` is itself, a string like `"500ms"`/`"30s"`.
     `backoff` is either the kind (`"fixed"`, `"exponential"`) or the base delay; `backoff_ms`
     sets the base delay explicitly. The decorated object stays a plain callable.
-    `requires` (capability routing) is refused until remote workers exist: every step runs
-    in-process, so a requirement could never be honoured. An empty list requires nothing
-    and is accepted.
+    `requires` names capabilities (`["gpu"]`): the step goes only to a worker, reached over
+    the engine's transport, that declares them all; with none live the run is parked
+    `blocked` (its error says why) and resumes when one appears. An engine without a
+    transport runs steps in-process and declares nothing, so there such a step blocks.
     """
-    if requires:
-        raise NotImplementedError(
-            f"{_declared('step', name)} requires=...: {unsupported.CAPABILITY_ROUTING}"
-        )
     return _StepDecorator(
         name,
         {

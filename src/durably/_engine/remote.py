@@ -25,6 +25,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from durably._core.handshake import (
+    BlockCode,
+    DispatchBlocked,
+    DispatchDiagnostics,
+    WorkerDescriptor,
+    normalize_descriptor,
+    plan_dispatch,
+)
 from durably._core.models import (
     TERMINAL_RUN_STATUSES,
     JSONValue,
@@ -38,6 +46,7 @@ from durably._core.models import (
 from durably._core.wire import (
     RemoteTask,
     StepResult,
+    WireFormatError,
     sanitize_queue_token,
     step_id_of,
     tenant_group,
@@ -61,6 +70,41 @@ __all__ = ["RemoteSteps", "ResultSettler", "StepService", "step_token"]
 # Above this many results for one run in a batch, one listing of the run's rows is cheaper
 # than a read per result.
 _LIST_OVER = 16
+# How long a read of the live workers' descriptors on a token is reused.
+_DIRECTORY_TTL_S = 1.0
+
+
+def _blocked_without_workers(
+    token: str, required: tuple[str, ...], cp: WorkerDescriptor
+) -> DispatchBlocked:
+    code: BlockCode = "capability.unavailable"
+    return DispatchBlocked(
+        code=code,
+        reason=f"blocked: no compatible worker (requires {', '.join(required)}): no live "
+        f"worker serves {token}",
+        requires=required,
+        diagnostics=DispatchDiagnostics(
+            code=code,
+            token=token,
+            requires=required,
+            live_workers=0,
+            control_plane=cp,
+            workers=(),
+            missing_capabilities=required,
+        ),
+    )
+
+
+def _blocked_without_directory(
+    token: str, required: tuple[str, ...], cp: WorkerDescriptor
+) -> DispatchBlocked:
+    blocked = _blocked_without_workers(token, required, cp)
+    return replace(
+        blocked,
+        reason=f"blocked: no compatible worker (requires {', '.join(required)}): steps with "
+        "requirements go to workers that declare capabilities, which this engine can see "
+        "only over a transport that carries worker descriptors (Redis)",
+    )
 
 
 def step_token(name: str, namespace: str | None) -> str:
@@ -69,10 +113,52 @@ def step_token(name: str, namespace: str | None) -> str:
 
 
 class RemoteSteps:
-    """Dispatches step attempts through the engine's transport pool."""
+    """Dispatches step attempts through the engine's transport pool, and checks that some
+    live worker offers what a step requires before it is dispatched (capability routing)."""
 
-    def __init__(self, pool: TransportPool):
+    def __init__(self, pool: TransportPool, *, control_plane: WorkerDescriptor):
         self._pool = pool
+        self._control_plane = control_plane
+        self._cache: dict[str, tuple[float, list[WorkerDescriptor] | None]] = {}
+
+    async def blocked(self, run: WorkflowRun, name: str, requires: Sequence[str]) -> Any:
+        """Why a step requiring `requires` cannot be dispatched now (a `DispatchBlocked`), or
+        None when some live worker on its token offers all of it. Nothing is required →
+        nothing is checked. A requirement no worker can be asked about (no transport of this
+        engine carries descriptors) blocks: it could never be honoured."""
+        if not requires:
+            return None
+        token = self.token_for(run, name)
+        live = await self._descriptors(token)
+        required = tuple(sorted(set(requires)))
+        if live is None:
+            return _blocked_without_directory(token, required, self._control_plane)
+        if not live:
+            return _blocked_without_workers(token, required, self._control_plane)
+        plan = plan_dispatch(required, live, self._control_plane, token)
+        return plan if isinstance(plan, DispatchBlocked) else None
+
+    async def _descriptors(self, token: str) -> list[WorkerDescriptor] | None:
+        """The live descriptors on `token` across the pool (None: no member has a worker
+        directory). Cached for a second: a fan of steps with requirements asks once, not once
+        per member."""
+        now = time.monotonic()
+        hit = self._cache.get(token)
+        if hit is not None and now - hit[0] < _DIRECTORY_TTL_S:
+            return hit[1]
+        found: list[WorkerDescriptor] | None = None
+        for _, member in self._pool.members:
+            directory = member.directory
+            if directory is None:
+                continue
+            found = found if found is not None else []
+            for raw in await directory.read_worker_descriptors(token):
+                try:
+                    found.append(normalize_descriptor(raw))
+                except WireFormatError as exc:
+                    log.warning("skipped a garbled worker descriptor on %s: %s", token, exc)
+        self._cache[token] = (now, found)
+        return found
 
     def token_for(self, run: WorkflowRun, name: str) -> str:
         return step_token(name, run.namespace)

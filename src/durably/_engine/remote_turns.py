@@ -60,6 +60,7 @@ from durably._core.wire_turns import (
     turn_task_id,
 )
 from durably._engine.children import completion_of_run
+from durably._engine.events import EngineEvent
 from durably._engine.registry import OnErrorRoute, Workflow
 from durably._engine.remote_turns_apply import (
     Applied,
@@ -265,7 +266,18 @@ class RemoteTurns:
             run.workflow, run.workflow_version or "1", token
         )
         if decision.unrouted is not None:
+            # Workers mid-rollout announce different routes: routing by either could send the
+            # failure to a handler the other half does not have. Not routed, and said so.
             log.warning("run %s is not routed: %s", run.id, decision.unrouted)
+            self._host.events.emit(
+                EngineEvent(
+                    type="run.unrouted",
+                    run_id=run.id,
+                    workflow=run.workflow,
+                    namespace=run.namespace,
+                    reason=decision.unrouted,
+                )
+            )
         return as_routes(decision)
 
     # ================================================================== history

@@ -28,12 +28,6 @@ FLOW_CONTROL_QUEUES = (
     "planned. Omit queue (or pass None)"
 )
 
-CAPABILITY_ROUTING = (
-    "capability routing is not supported yet: every step runs in-process on "
-    "whichever engine drives its run, so nothing could honour the requirement; routing "
-    "steps to remote workers that declare capabilities is planned. Omit requires"
-)
-
 CONCURRENCY_QUOTAS = (
     "workflow concurrency quotas are not supported yet: start never counts "
     "the runs already in flight for a key, so it could not raise ConcurrencyLimitError; "

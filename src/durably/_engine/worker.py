@@ -26,11 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from durably._core.errors import WorkflowNotFoundError
+from durably._core.handshake import (
+    LEGACY_V1_PROTOCOL,
+    SdkInfo,
+    WorkerDescriptor,
+    control_plane_descriptor,
+)
 from durably._core.models import JSONValue, RunResult, StepCheckpoint, StepError, WorkflowRun
 from durably._engine import publish
 from durably._engine.children import ChildMailbox
@@ -64,6 +71,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably")
 
+# The version a step worker announces in its descriptor (observability only).
+DURABLY_VERSION = "0.1.0"
+
 __all__ = ["Worker"]
 
 
@@ -84,6 +94,7 @@ class Worker:
         workflows: Registry,
         steps: Registry | None,
         transports: TransportPool | None = None,
+        capabilities: Sequence[str] = (),
     ):
         self._store = store
         self._options = options
@@ -102,7 +113,13 @@ class Worker:
         self._background: list[asyncio.Task[Any]] = []
         self._instance: InstanceHold | None = None
         self._transports = transports
-        self._remote = RemoteSteps(transports) if transports is not None else None
+        self._started_at = int(time.time() * 1000)
+        self._capabilities = tuple(dict.fromkeys(capabilities))
+        self._remote = (
+            RemoteSteps(transports, control_plane=control_plane_descriptor(instance_id, namespace))
+            if transports is not None
+            else None
+        )
         self._step_servers: list[StepServer] = []
 
         dispatcher = self._dispatcher = Dispatcher(store, drive_runs=drive_runs)
@@ -346,6 +363,21 @@ class Worker:
             await asyncio.sleep(0.05)
         await self._store.release_locks_of(self._instance_id)
 
+    def _descriptor(self, steps: list[str]) -> WorkerDescriptor:
+        """What this process announces as a step worker: the steps it serves and the
+        capabilities it was given (`Engine(capabilities=…)`), which capability routing reads."""
+        return WorkerDescriptor(
+            instance_id=self._instance_id,
+            runtime="python",
+            sdk=SdkInfo(name="durably", version=DURABLY_VERSION),
+            protocol=LEGACY_V1_PROTOCOL,
+            capabilities=self._capabilities,
+            workflows=(),
+            steps=tuple(steps),
+            namespace=self._namespace if self._namespace not in (None, "", "default") else None,
+            started_at=self._started_at,
+        )
+
     def _runs_workflows(self) -> bool:
         """Whether this process consumes step results and turn decisions. They come back on
         queues shared by the fleet, and any consumer acknowledges what it takes; only engines
@@ -364,9 +396,10 @@ class Worker:
         if not tokens:
             return
         service = StepService(self.step_definition, lambda: self.executor)
+        descriptor = self._descriptor(sorted(registry.steps))
         for _, transport in transports.members:
             server = await transport.step_server(
-                tokens, service, concurrency=self._options.step_threads
+                tokens, service, concurrency=self._options.step_threads, descriptor=descriptor
             )
             self._step_servers.append(server)
 

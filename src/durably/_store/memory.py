@@ -479,12 +479,12 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
     async def list_due_timers(
         self, now_ms: int, namespace: str | None = None, limit: int | None = None
     ) -> list[WorkflowRun]:
-        """Suspended runs with `wake_at <= now_ms`, ordered by (wake_at, id)."""
+        """Suspended and blocked runs with `wake_at <= now_ms`, ordered by (wake_at, id)."""
         self._tick()
         rows = [
             r
             for r in self._runs.values()
-            if r.status == "suspended"
+            if r.status in ("suspended", "blocked")
             and r.wake_at is not None
             and r.wake_at <= now_ms
             and namespace_matches(r.namespace, namespace)

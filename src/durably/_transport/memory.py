@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from durably._core.handshake import WorkerDescriptor
 from durably._core.wire import RemoteTask, StepResult
 from durably._transport.protocol import (
     ResultSink,
@@ -152,6 +153,11 @@ class InMemoryTransport:
         self.broker.queue(task.group).put_nowait(task)
 
     async def step_server(
-        self, tokens: Sequence[str], handler: StepHandler, *, concurrency: int
+        self,
+        tokens: Sequence[str],
+        handler: StepHandler,
+        *,
+        concurrency: int,
+        descriptor: WorkerDescriptor | None = None,  # no descriptors on this transport
     ) -> StepServer:
         return _Server(self.broker, tokens, handler, concurrency)

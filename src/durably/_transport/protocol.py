@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from durably._core.handshake import WorkerDescriptor
 from durably._core.wire import RemoteTask, StepResult
 
 __all__ = [
@@ -140,10 +141,17 @@ class Transport(Protocol):
         ...
 
     async def step_server(
-        self, tokens: Sequence[str], handler: StepHandler, *, concurrency: int
+        self,
+        tokens: Sequence[str],
+        handler: StepHandler,
+        *,
+        concurrency: int,
+        descriptor: WorkerDescriptor | None = None,
     ) -> StepServer:
         """Start serving step tasks queued on `tokens` with `handler`, at most `concurrency`
-        at once, publishing each result; returns the running server."""
+        at once, publishing each result; returns the running server. `descriptor` is what the
+        server announces about itself where the transport carries descriptors (capability
+        routing reads it); elsewhere it is not sent."""
         ...
 
     @property

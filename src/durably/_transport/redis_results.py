@@ -6,8 +6,10 @@ processor call parses its job, puts the result in a shared batch and waits until
 applied by `ResultSink.step_results`; only then does it return. A results worker therefore holds
 up to two batches' worth of jobs at once (`concurrency = 2 × batch_size`): one batch being
 applied while the next fills, which is what lets a fan of 10,000 members settle a hundred at a
-time instead of one by one. A batch is cut when it is full, or `linger` after its first result,
-or, while every flush slot is busy, whenever a slot frees (so a slow sink gets larger batches).
+time instead of one by one. A batch is cut when it is full; else at once when no batch is in the
+sink (an idle engine settles a lone result without waiting: a `linger` on every result was most
+of a sequential step's round trip), else `linger` after its first result; and, while every flush
+slot is busy, whenever a slot frees (so a slow sink gets larger batches).
 
 When the sink raises, the jobs must not be lost, and raising from the processor would lose them
 (producers use one attempt and `removeOnFail`). So, per batch:
@@ -57,6 +59,7 @@ class ResultIntake:
 
     batch_size: int = 100
     linger_s: float = 0.005
+    """How long a batch waits for more results while another batch is in the sink."""
     flush_slots: int = 2
     """Batches handed to the sink at once."""
     sink_attempts: int = 4
@@ -158,7 +161,8 @@ class ResultConsumer:
         size = max(1, self._intake.batch_size)
         while True:
             await self._wake.wait()
-            if len(self._waiting) < size:
+            if len(self._waiting) < size and self._flushes:
+                # Results are arriving while a batch is in the sink: gather more of them.
                 await asyncio.sleep(self._intake.linger_s)
             await self._slots.acquire()
             batch, self._waiting = self._waiting[:size], self._waiting[size:]

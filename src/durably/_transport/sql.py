@@ -60,6 +60,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from durably._core.handshake import WorkerDescriptor
 from durably._core.models import StepError
 from durably._core.wire import (
     RemoteTask,
@@ -679,7 +680,12 @@ class SqlTransport:
     # ---------------------------------------------------------------- serving side
 
     async def step_server(
-        self, tokens: Sequence[str], handler: StepHandler, *, concurrency: int
+        self,
+        tokens: Sequence[str],
+        handler: StepHandler,
+        *,
+        concurrency: int,
+        descriptor: WorkerDescriptor | None = None,  # no descriptors on this transport
     ) -> StepServer:
         if not tokens:
             raise ValueError("a step server needs at least one routing token")

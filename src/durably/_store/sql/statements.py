@@ -98,7 +98,13 @@ class Statements:
         self.pending_runs = _scan_variants(
             r.status == "pending", order=(r.created_at, r.id), limited=True
         )
-        due = (r.status == "suspended", r.wake_at.is_not(None), r.wake_at <= bp("now"))
+        # `blocked` runs (no live worker could take their next step) are re-checked on
+        # the same clock as suspended ones.
+        due = (
+            r.status.in_(("suspended", "blocked")),
+            r.wake_at.is_not(None),
+            r.wake_at <= bp("now"),
+        )
         self.due = _scan_variants(*due, order=(r.wake_at, r.id))
         self.due_limited = _scan_variants(*due, order=(r.wake_at, r.id), limited=True)
         orphaned = (

@@ -454,7 +454,7 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
     async def list_due_timers(
         self, now_ms: int, namespace: str | None = None, limit: int | None = None
     ) -> list[WorkflowRun]:
-        """Suspended runs with `wake_at <= now_ms`, ordered by (wake_at, id)."""
+        """Suspended and blocked runs with `wake_at <= now_ms`, ordered by (wake_at, id)."""
         if limit is None:
             return await self._scan(self._q.due, namespace, {"now": int(now_ms)})
         params = {"now": int(now_ms), "lim": max(int(limit), 0)}
