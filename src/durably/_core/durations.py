@@ -73,3 +73,20 @@ def to_ms(value: Duration) -> int:
 
 def to_ms_or_none(value: Duration | None) -> int | None:
     return None if value is None else to_ms(value)
+
+
+def ms_keyword(value: Duration) -> int:
+    """A keyword whose name ends in `_ms` (`backoff_ms=`): a bare number is MILLISECONDS, as
+    the name says — reading `backoff_ms=200` as 200 seconds would be a trap; a string or a
+    timedelta is a duration as everywhere else."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration: {value!r}")
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"invalid duration in milliseconds: {value!r}")
+        return round(value)
+    return to_ms(value)
+
+
+def ms_keyword_or_none(value: Duration | None) -> int | None:
+    return None if value is None else ms_keyword(value)

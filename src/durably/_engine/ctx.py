@@ -14,7 +14,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar, overload
 
-from durably._core.durations import Duration, to_ms, to_ms_or_none
+from durably._core.durations import (
+    Duration,
+    ms_keyword,
+    ms_keyword_or_none,
+    to_ms,
+    to_ms_or_none,
+)
 from durably._core.errors import (
     ContinueAsNew,
     FatalError,
@@ -220,8 +226,8 @@ class WorkflowCtx:
         policy = base.overlay(
             retries=retries,
             backoff=kind,
-            backoff_ms=to_ms(backoff_ms) if backoff_ms is not None else base_ms,
-            backoff_max_ms=to_ms_or_none(backoff_max_ms),
+            backoff_ms=ms_keyword(backoff_ms) if backoff_ms is not None else base_ms,
+            backoff_max_ms=ms_keyword_or_none(backoff_max_ms),
             jitter=jitter,
         )
         timeout_ms = (
@@ -251,8 +257,8 @@ class WorkflowCtx:
         policy = RetryPolicy().overlay(
             retries=retries,
             backoff=backoff,
-            backoff_ms=to_ms_or_none(backoff_ms),
-            backoff_max_ms=to_ms_or_none(backoff_max_ms),
+            backoff_ms=ms_keyword_or_none(backoff_ms),
+            backoff_max_ms=ms_keyword_or_none(backoff_max_ms),
             jitter=jitter,
         )
         call = self._ex.run_local(

@@ -9,7 +9,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
 
-from durably._core.durations import Duration, to_ms, to_ms_or_none
+from durably._core.durations import (
+    Duration,
+    ms_keyword,
+    ms_keyword_or_none,
+    to_ms,
+    to_ms_or_none,
+)
 from durably._core.models import StepError
 from durably._engine import unsupported
 from durably._engine.typed_io import codecs_for
@@ -182,8 +188,8 @@ def _make_step(
     policy = RetryPolicy().overlay(
         retries=retries,
         backoff=kind,
-        backoff_ms=to_ms(backoff_ms) if backoff_ms is not None else base,
-        backoff_max_ms=to_ms_or_none(backoff_max_ms),
+        backoff_ms=ms_keyword(backoff_ms) if backoff_ms is not None else base,
+        backoff_max_ms=ms_keyword_or_none(backoff_max_ms),
         jitter=jitter,
     )
     step_name = name or getattr(fn, "__qualname__", None) or fn.__name__
