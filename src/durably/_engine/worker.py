@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from durably._engine.signal_api import SignalBufferPolicy
     from durably._store.protocol import InstanceHold, StateStore
     from durably._transport.pool import TransportPool
-    from durably._transport.protocol import StepServer
+    from durably._transport.protocol import StepServer, WorkerDirectory
 
 log = logging.getLogger("durably")
 
@@ -301,6 +301,11 @@ class Worker:
         return LocalWorker(
             self._instance_id, self._options.max_concurrent_runs, self._dispatcher.executing_count
         )
+
+    def worker_directories(self) -> list[tuple[str, WorkerDirectory]]:
+        """The members of the transport pool that can say which workers are live, by id."""
+        members = self._transports.members if self._transports is not None else []
+        return [(i, d) for i, t in members if (d := t.directory) is not None]
 
     def turn_running(self, run_id: str) -> bool:
         """A turn of the run executes here and its body is not parked (tests wait for it
@@ -703,6 +708,23 @@ class Worker:
             )
         )
         self.fire_cancel(run.id)
+        if self._transports is not None:
+            self.spawn(self._broadcast_cancel(run.id))
+
+    async def _broadcast_cancel(self, run_id: str) -> None:
+        """Tell the workers running the run's steps (best effort: a worker that misses it
+        finishes its step, whose late result the cancelled run then ignores)."""
+        assert self._transports is not None
+        for member_id, member in self._transports.members:
+            control = member.control
+            if control is None:
+                continue
+            try:
+                await control.cancel_run(run_id)
+            except Exception as exc:
+                log.warning(
+                    "could not broadcast the cancel of %s on %r: %s", run_id, member_id, exc
+                )
 
     # ================================================================== listeners
 

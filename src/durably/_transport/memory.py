@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from durably._core.handshake import WorkerDescriptor
 from durably._core.wire import RemoteTask, StepResult
 from durably._transport.protocol import (
+    ControlChannel,
     ResultSink,
     StepHandler,
     StepServer,
@@ -139,6 +140,10 @@ class InMemoryTransport:
         if consumer is not None:
             consumer.cancel()
             await asyncio.gather(consumer, return_exceptions=True)
+
+    @property
+    def control(self) -> ControlChannel | None:
+        return None  # no broadcast channel on this transport
 
     @property
     def directory(self) -> WorkerDirectory | None:

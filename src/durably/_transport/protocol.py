@@ -18,7 +18,7 @@ feature by name instead of emulating it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,6 +26,7 @@ from durably._core.handshake import WorkerDescriptor
 from durably._core.wire import RemoteTask, StepResult
 
 __all__ = [
+    "ControlChannel",
     "ResultSink",
     "StepHandler",
     "StepServer",
@@ -34,6 +35,7 @@ __all__ = [
     "TransportUnavailableError",
     "TurnChannel",
     "TurnSink",
+    "WorkerBeatView",
     "WorkerDirectory",
 ]
 
@@ -95,6 +97,32 @@ class TurnChannel(Protocol):
         ...
 
 
+class WorkerBeatView(Protocol):
+    """One live worker's liveness entry on one routing token, already read by the transport
+    (a value it could not read still counts: the entry's presence means the worker is alive)."""
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def last_beat_at(self) -> int:
+        """Epoch ms of its last refresh; 0 when the value could not be read."""
+        ...
+
+    @property
+    def status(self) -> Mapping[str, Any] | None:
+        """What the worker reports about itself (concurrency, in flight, …), untrusted JSON."""
+        ...
+
+    @property
+    def descriptor_hash(self) -> str | None:
+        """The content hash of the descriptor it publishes next to this entry, if any."""
+        ...
+
+
 class WorkerDirectory(Protocol):
     """What live workers say about themselves on a transport that carries heartbeats and
     descriptors (`features.worker_descriptors`)."""
@@ -104,7 +132,26 @@ class WorkerDirectory(Protocol):
         ...
 
     async def read_worker_descriptors(self, token: str | None = None) -> list[dict[str, Any]]:
-        """The raw descriptors (JSON objects) live workers publish on `token` (all: None)."""
+        """The raw descriptors (JSON objects) live workers publish on `token` (all: None, then
+        one per instance id)."""
+        ...
+
+    async def read_worker_heartbeats(self, token: str | None = None) -> Sequence[WorkerBeatView]:
+        """The liveness entries of `token`'s live workers (every token's: None)."""
+        ...
+
+    async def queue_depth(self, token: str) -> int:
+        """Tasks queued on `token` and not finished yet (waiting, running, delayed)."""
+        ...
+
+
+class ControlChannel(Protocol):
+    """Broadcast control messages to every worker and engine on the transport
+    (`features.control_messages`)."""
+
+    async def cancel_run(self, run_id: str) -> None:
+        """Tell running workers the run was cancelled (a cooperative abort: a step sees it at
+        its next check; the store's state is what makes the cancel final)."""
         ...
 
 
@@ -157,6 +204,11 @@ class Transport(Protocol):
     @property
     def turns(self) -> TurnChannel | None:
         """The workflow-turn channel (None unless `features.workflow_turns`)."""
+        ...
+
+    @property
+    def control(self) -> ControlChannel | None:
+        """Broadcast control messages (None unless `features.control_messages`)."""
         ...
 
     @property

@@ -163,9 +163,15 @@ class RedisTransport:
         return self._turns
 
     @property
+    def control(self) -> RedisTransport:
+        """Control messages on `P-control` (`cancel_run`, `publish_control`)."""
+        return self
+
+    @property
     def directory(self) -> RedisTransport:
         """Live workers' liveness and descriptor keys (`list_worker_groups`,
-        `read_worker_descriptors`)."""
+        `read_worker_descriptors`, `read_worker_heartbeats`) and the task queues' depths
+        (`queue_depth`): what worker health and the workflow directory read."""
         return self
 
     def _unavailable(self, doing: str, exc: BaseException) -> TransportUnavailableError:

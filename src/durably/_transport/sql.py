@@ -73,6 +73,7 @@ from durably._core.wire import (
 )
 from durably._store.sql import pg as _pg
 from durably._transport.protocol import (
+    ControlChannel,
     ResultSink,
     StepHandler,
     StepServer,
@@ -339,6 +340,10 @@ class SqlTransport:
     @property
     def features(self) -> TransportFeatures:
         return TransportFeatures()
+
+    @property
+    def control(self) -> ControlChannel | None:
+        return None  # no broadcast channel on this transport
 
     @property
     def directory(self) -> WorkerDirectory | None:
