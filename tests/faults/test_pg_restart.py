@@ -31,6 +31,9 @@ from tests.faults.pg_harness import (
     workers_cleanup,
 )
 
+# It restarts the PostgreSQL server every other test uses: never beside them.
+pytestmark = pytest.mark.serial
+
 RUNS = 300
 STEPS = 20
 STEP_MS = 500  # a run takes at least 10 s, however fast the database: in flight across both
