@@ -23,44 +23,23 @@ from .support import RESULT_TIMEOUT, shape
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PRIORITY = r"priority is not supported yet"
-QUEUES = r"flow-control queues are not supported yet"
+PRIORITY = r"step priority is not supported yet"
 
 
 def memory_engine(**options: Any) -> durably.Engine:
     return durably.Engine(store=InMemoryStateStore(), **options)
 
 
-# ------------------------------------------------------------------ priority
+# ------------------------------------------------------------------ step priority
+# A run's priority is implemented (tests/engine/test_priority.py); a step's orders nothing yet.
 
 
-async def test_start_and_execute_refuse_a_priority_and_create_nothing(
-    engine_factory: EngineFactory, uid: str
-) -> None:
-    @durably.workflow(f"{uid}.wf")
-    async def wf(ctx: WorkflowCtx, x: int) -> int:
-        return x + 1
-
-    async with engine_factory() as engine:
-        with pytest.raises(NotImplementedError, match=f"Engine.start: {PRIORITY}"):
-            await engine.start(wf, 1, run_id=f"{uid}-a", priority=5)
-        with pytest.raises(NotImplementedError, match=PRIORITY):
-            await engine.execute(wf, 1, run_id=f"{uid}-b", priority=0)
-        # by name, as a process that only knows the workflow's name starts it
-        with pytest.raises(NotImplementedError, match=f"Engine.start: {PRIORITY}"):
-            await engine.start(wf.name, 1, run_id=f"{uid}-c", priority=1)
-        refused = [await engine.get_run(f"{uid}-{x}") for x in "abc"]
-        # priority=None is the default and stays accepted
-        done = await engine.execute(wf, 1, run_id=f"{uid}-d", priority=None)
-    assert refused == [None, None, None]
-    assert done == 2
-
-
-async def test_ctx_calls_refuse_priority_and_queue_at_the_call(
+async def test_ctx_calls_refuse_step_priority_and_queue_at_the_call(
     engine_factory: EngineFactory, uid: str
 ) -> None:
     """The error comes out of the ctx call itself, before any position is claimed: a body
-    that catches it goes on with the same history numbering as one that never tried."""
+    that catches it goes on with the same history numbering as one that never tried. A
+    child's or a workflow fan's priority is the child runs' and is accepted."""
 
     @durably.step(f"{uid}.inc")
     def inc(x: int) -> int:
@@ -75,9 +54,6 @@ async def test_ctx_calls_refuse_priority_and_queue_at_the_call(
         refused: dict[str, str] = {}
         attempts: dict[str, Any] = {
             "step.priority": lambda: ctx.step(inc, 1, priority=1),
-            "step.queue": lambda: ctx.step(inc, 1, queue="payments"),
-            "child.priority": lambda: ctx.child(child, 1, priority=1),
-            "start_child.priority": lambda: ctx.start_child(child, 1, priority=1),
             "all.priority": lambda: ctx.all(inc, [1, 2], priority=1),
             "all_settled.priority": lambda: ctx.all_settled(inc, [1, 2], priority=1),
         }
@@ -87,53 +63,30 @@ async def test_ctx_calls_refuse_priority_and_queue_at_the_call(
             except NotImplementedError as exc:
                 refused[label] = str(exc)
         out = await ctx.step(inc, 1, priority=None, queue=None)
-        return {"refused": refused, "out": out}
+        kid = await ctx.child(child, 7, priority=3)  # a run priority: accepted
+        return {"refused": refused, "out": out, "kid": kid}
 
     async with engine_factory() as engine:
         handle = await engine.start(wf, run_id=f"{uid}-r")
         result = await handle.result(timeout=RESULT_TIMEOUT)
         cps = await engine.list_checkpoints(handle.run_id)
+        child_run = await engine.get_run(f"{uid}-r.child.1")
 
     refused = result["refused"]
     assert sorted(refused) == sorted(
         [
             "step.priority",
-            "step.queue",
-            "child.priority",
-            "start_child.priority",
             "all.priority",
             "all_settled.priority",
         ]
     )
-    assert re.search(QUEUES, refused["step.queue"]) and "'payments'" in refused["step.queue"]
     for label in refused:
-        if label != "step.queue":
-            primitive = label.split(".")[0]
-            assert refused[label].startswith(f"ctx.{primitive}: "), refused[label]
-            assert re.search(PRIORITY, refused[label]), refused[label]
-    assert result["out"] == 2
-    assert shape(cps) == [(0, f"{uid}.inc", "remote", "completed")]
-
-
-async def test_a_queued_step_fails_the_run_with_an_error_naming_the_feature(
-    engine_factory: EngineFactory, uid: str
-) -> None:
-    @durably.step(f"{uid}.inc")
-    def inc(x: int) -> int:
-        return x + 1
-
-    @durably.workflow(f"{uid}.wf")
-    async def wf(ctx: WorkflowCtx) -> int:
-        return await ctx.step(inc, 1, queue="payments")
-
-    async with engine_factory() as engine:
-        handle = await engine.start(wf, run_id=f"{uid}-r")
-        with pytest.raises(RunFailedError) as info:
-            await handle.result(timeout=RESULT_TIMEOUT)
-        cps = await engine.list_checkpoints(handle.run_id)
-    assert info.value.error is not None
-    assert re.search(QUEUES, info.value.error.message), info.value.error.message
-    assert cps == []  # the step never ran
+        primitive = label.split(".")[0]
+        assert refused[label].startswith(f"ctx.{primitive}: "), refused[label]
+        assert re.search(PRIORITY, refused[label]), refused[label]
+    assert result["out"] == 2 and result["kid"] == 7
+    assert shape(cps)[0] == (0, f"{uid}.inc", "remote", "completed")
+    assert child_run is not None and child_run.priority == 3
 
 
 # ------------------------------------------------------------------ decorators
@@ -172,7 +125,7 @@ def test_refusals_name_the_error_the_feature_will_raise(uid: str) -> None:
 
 
 def test_step_decorators_take_no_queue() -> None:
-    """A queue belongs to the call (`ctx.step(queue=)`, refused above), never to the step."""
+    """A queue belongs to the call (`ctx.step(queue=)`), never to the step."""
     with pytest.raises(TypeError, match="queue"):
         durably.step("x", queue="payments")  # type: ignore[call-arg]
 
@@ -187,13 +140,11 @@ def test_step_decorators_take_no_queue() -> None:
         ("retention", "retention is not supported yet"),
         ("debounce", "event batching and debouncing are not supported yet"),
         ("batch", "event batching and debouncing are not supported yet"),
-        ("queues", "flow-control queues are not supported yet"),
-        ("admission", "flow-control queues are not supported yet"),
         ("dead_letter_workflow", "dead-letter workflows are not supported yet"),
-        ("concurrency", "worker concurrency of remote workers is not supported yet"),
-        ("connection", "remote workers and transports are not supported yet"),
-        ("transports", "remote workers and transports are not supported yet"),
-        ("topology", "remote workers and transports are not supported yet"),
+        ("concurrency", "adaptive worker concurrency is not supported yet"),
+        ("topology", "topology roles are not supported yet"),
+        ("partition", "serving partitions are not supported yet"),
+        ("remote_redispatch_ms", "timed re-dispatch of unanswered remote steps"),
     ],
 )
 def test_engine_options_of_missing_features_name_the_feature(option: str, feature: str) -> None:
@@ -205,6 +156,12 @@ def test_engine_options_of_missing_features_name_the_feature(option: str, featur
 def test_a_transport_url_of_an_unsupported_broker_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match=r"transport 'amqp://localhost': unknown scheme 'amqp'"):
         durably.Engine(InMemoryStateStore(), "amqp://localhost")
+
+
+def test_the_transport_options_of_other_engines_point_to_transport() -> None:
+    for name in ("transports", "connection"):
+        with pytest.raises(TypeError, match=rf"{name} \(did you mean transport\?\)"):
+            memory_engine(**{name: []})
 
 
 def test_a_misspelt_engine_option_is_a_type_error_with_a_suggestion() -> None:

@@ -1,7 +1,7 @@
 """Options the public API declares that durably does not implement yet, refused loudly.
 
 An option that is accepted and then ignored is worse than an error: the caller believes a
-run is prioritised, rate limited or routed to a GPU worker while nothing of the kind happens.
+step is prioritised, rate limited or routed to a GPU worker while nothing of the kind happens.
 So every such option raises `NotImplementedError` where it is given (the decorator, the
 `Engine(...)` call, `start`, the ctx call), and the message names the feature in plain words
 and says what durably does instead. `None` (the default) is always accepted, so code written
@@ -17,15 +17,11 @@ import difflib
 from collections.abc import Iterable
 
 PRIORITY = (
-    "priority is not supported yet: runs are picked up oldest first and steps run as soon "
-    "as they are called; ordering runs and steps by priority is planned together with "
-    "flow-control queues. Omit priority (or pass None)"
-)
-
-FLOW_CONTROL_QUEUES = (
-    "flow-control queues are not supported yet: a step runs as soon as its workflow calls "
-    "it, with no per-queue concurrency or rate limit; queues (and queue= on ctx.step) are "
-    "planned. Omit queue (or pass None)"
+    "step priority is not supported yet outside a flow-control queue: a step without a "
+    "queue runs as soon as its workflow calls it (a step sent to another machine carries "
+    "its run's priority); within a queue, ctx.step(..., queue=..., priority=...) orders "
+    "its waiters. Give the run a priority instead "
+    "(start(..., priority=...), ctx.child(..., priority=...)), or omit it here"
 )
 
 CONCURRENCY_QUOTAS = (
@@ -47,10 +43,10 @@ EVENT_BATCHING = (
     "triggers are planned"
 )
 
-REMOTE_WORKERS = (
-    "remote workers and transports are not supported yet: every workflow body and step "
-    "runs in the process of the engine that drives its run; remote worker groups are "
-    "planned. Omit this option"
+TOPOLOGY = (
+    "topology roles are not supported yet: every Engine with a store is both a control plane "
+    "and a worker (give it workflows=[] to make a pure step worker); separate roles are "
+    "planned"
 )
 
 # Engine options of planned features that durably does not implement yet: each is refused
@@ -70,34 +66,51 @@ _ENGINE_OPTIONS: dict[str, str] = {
     "debounce": EVENT_BATCHING,
     "batch": EVENT_BATCHING,
     "event_batch": EVENT_BATCHING,
-    "queues": FLOW_CONTROL_QUEUES,
-    "admission": FLOW_CONTROL_QUEUES,
     "dead_letter_workflow": (
         "dead-letter workflows are not supported yet: a run that exceeds "
         "max_recovery_attempts is marked dead and reported to engine.on_dead(listener), "
         "but no workflow is started for it; dead-letter workflows are planned"
     ),
     "concurrency": (
-        "worker concurrency of remote workers is not supported yet (there are no remote "
-        "workers); the runs this engine executes at once are capped by max_concurrent_runs"
+        "adaptive worker concurrency is not supported yet: a worker serves at most "
+        "step_threads steps at once and drives at most max_concurrent_runs runs"
     ),
-    "transports": REMOTE_WORKERS,
-    "connection": REMOTE_WORKERS,
-    "control_plane": REMOTE_WORKERS,
-    "partition": REMOTE_WORKERS,
-    "topology": REMOTE_WORKERS,
-    "remote_redispatch_ms": REMOTE_WORKERS,
-    "remote_redispatch_max": REMOTE_WORKERS,
-    "remote_advance_silence_ms": REMOTE_WORKERS,
-    "blocked_poll_ms": REMOTE_WORKERS,
+    "control_plane": TOPOLOGY,
+    "topology": TOPOLOGY,
+    "partition": (
+        "serving partitions are not supported yet: a worker serves its steps on the tokens of "
+        "its engine's namespace (`<step>@<namespace>`); a separate partition is planned"
+    ),
+    "remote_redispatch_ms": (
+        "timed re-dispatch of unanswered remote steps is not supported yet: bound an attempt "
+        "with the step's timeout= (it is then retried by the step's policy)"
+    ),
+    "remote_redispatch_max": (
+        "timed re-dispatch of unanswered remote steps is not supported yet: bound an attempt "
+        "with the step's timeout= (it is then retried by the step's policy)"
+    ),
+    "remote_advance_silence_ms": (
+        "a separate silence window for remote turns is not supported yet: a turn with no "
+        "decision is issued again at the reconcile wake (reconcile_ms)"
+    ),
+    "blocked_poll_ms": (
+        "a configurable re-check of blocked runs is not supported yet: a blocked run is "
+        "re-checked every 5 seconds"
+    ),
 }
 
 # Names other engines use for an option durably has under another name.
-_RENAMED: dict[str, str] = {"shutdown_timeout_ms": "drain_timeout_ms"}
+_RENAMED: dict[str, str] = {
+    "shutdown_timeout_ms": "drain_timeout_ms",
+    # one keyword takes a transport, a URL or an ordered pool [(id, transport), …]
+    "transports": "transport",
+    "connection": "transport",
+}
 
 
 def refuse_priority(priority: int | None, where: str) -> None:
-    """`priority=` is part of the API but nothing orders work by it yet."""
+    """A step's `priority=` is part of the API but nothing orders steps by it yet (runs are
+    ordered by theirs)."""
     if priority is not None:
         raise NotImplementedError(f"{where}: {PRIORITY}")
 
