@@ -16,16 +16,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import durably
-from durably import OnErrorRoute, WorkflowCtx
 from durably._transport.redis import RedisTransport
 from tests.remote import redis_support
 from tests.remote.durable_worker_env import durable_worker_python
 from tests.remote.redis_support import wait_for_line
+from tests.remote.step_workloads import behaves_as_in_process, worker_app, workflows
 
 redis_url = redis_support.redis_url
 redis_prefix = redis_support.redis_prefix
@@ -71,42 +70,6 @@ async def main():
 asyncio.run(main())
 """
 
-DURABLY_WORKER_APP = """
-import durably
-from durably import FatalError
-from durably._transport.redis import RedisTransport
-
-URL, PREFIX, TAG = {url!r}, {prefix!r}, {tag!r}
-attempts = {{"n": 0}}
-
-
-@durably.step(TAG + ".echo")
-async def echo(data):
-    return {{"echo": data, "by": "durably"}}
-
-
-@durably.step(TAG + ".fatal")
-def fatal(data):
-    raise FatalError("card declined", code="E1", details={{"k": data}})
-
-
-@durably.step(TAG + ".flaky")
-def flaky(data):
-    attempts["n"] += 1
-    if attempts["n"] < 3:
-        raise RuntimeError("try %d" % attempts["n"])
-    return attempts["n"]
-
-
-# A step worker for other engines' runs: no workflows of its own, an in-memory store.
-app = durably.Engine(
-    "memory",
-    transport=RedisTransport(URL, prefix=PREFIX),
-    workflows=[],
-    steps=[echo, fatal, flaky],
-)
-"""
-
 
 @contextmanager
 def sdk_worker(url: str, prefix: str, tag: str) -> Iterator[None]:
@@ -129,7 +92,14 @@ def sdk_worker(url: str, prefix: str, tag: str) -> Iterator[None]:
 @contextmanager
 def durably_worker(url: str, prefix: str, tag: str, tmp_path: Path) -> Iterator[None]:
     module = tmp_path / f"stepapp_{tag.replace('-', '_')}.py"
-    module.write_text(textwrap.dedent(DURABLY_WORKER_APP.format(url=url, prefix=prefix, tag=tag)))
+    source = worker_app(
+        transport_import="from durably._transport.redis import RedisTransport",
+        transport="RedisTransport(URL, prefix=PREFIX)",
+        url=url,
+        prefix=prefix,
+        tag=tag,
+    )
+    module.write_text(textwrap.dedent(source))
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO / 'src'}"}
     # The worker's output goes to a file: a pipe nobody reads would fill up and block it.
     log_path = tmp_path / f"{module.stem}.log"
@@ -158,38 +128,12 @@ def durably_worker(url: str, prefix: str, tag: str, tmp_path: Path) -> Iterator[
             proc.wait()
 
 
-def _workflows(tag: str) -> dict[str, Any]:
-    @durably.workflow(f"{tag}.handler")
-    async def handler(ctx: WorkflowCtx, failure: dict[str, Any]) -> dict[str, Any]:
-        return {"handled": failure["error"]["code"], "details": failure["error"].get("details")}
-
-    @durably.workflow(f"{tag}.ok")
-    async def ok(ctx: WorkflowCtx, x: int) -> Any:
-        return await ctx.step(f"{tag}.echo", {"x": x})
-
-    @durably.workflow(f"{tag}.bad")
-    async def bad(ctx: WorkflowCtx, x: int) -> Any:
-        return await ctx.step(f"{tag}.fatal", x, retries=5)
-
-    @durably.workflow(f"{tag}.retried")
-    async def retried(ctx: WorkflowCtx, x: int) -> Any:
-        return await ctx.step(f"{tag}.flaky", x, retries=3)
-
-    @durably.workflow(
-        f"{tag}.routed", on_error=[OnErrorRoute(code="E1", workflow=f"{tag}.handler")]
-    )
-    async def routed(ctx: WorkflowCtx, x: int) -> Any:
-        return await ctx.step(f"{tag}.fatal", x)
-
-    return {"handler": handler, "ok": ok, "bad": bad, "retried": retried, "routed": routed}
-
-
 @pytest.mark.parametrize("server", ["durable-worker", "durably"])
 async def test_remote_steps_behave_as_in_process_steps(
     server: str, redis_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
     tag = f"t{os.getpid()}-{server}"
-    wfs = _workflows(tag)
+    wfs = workflows(tag)
     serving = (
         sdk_worker(redis_url, redis_prefix, tag)
         if server == "durable-worker"
@@ -204,21 +148,4 @@ async def test_remote_steps_behave_as_in_process_steps(
     )
     with serving:
         async with engine:
-            assert await engine.execute(wfs["ok"], 1, timeout=RESULT_TIMEOUT) == {
-                "echo": {"x": 1},
-                "by": server,
-            }
-            with pytest.raises(durably.RunFailedError) as info:
-                await engine.execute(wfs["bad"], 7, run_id=f"{tag}-bad", timeout=RESULT_TIMEOUT)
-            error = info.value.error
-            assert error is not None
-            assert (error.message, error.code, error.details) == ("card declined", "E1", {"k": 7})
-            bad_rows = await engine.list_checkpoints(f"{tag}-bad")
-            assert [(r.attempts, r.status) for r in bad_rows] == [(1, "failed")]  # never retried
-
-            assert await engine.execute(wfs["retried"], 0, timeout=RESULT_TIMEOUT) == 3
-
-            routed = await engine.execute(wfs["routed"], 9, run_id=f"{tag}-r", timeout=60)
-            assert routed == {"handled": "E1", "details": {"k": 9}}
-            run = await engine.get_run(f"{tag}-r")
-            assert run is not None and run.status == "completed"
+            await behaves_as_in_process(engine, wfs, tag, server)

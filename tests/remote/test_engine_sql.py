@@ -13,15 +13,14 @@ import textwrap
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import durably
-from durably import OnErrorRoute, WorkflowCtx
 from durably._transport.sql import SqlTransport
 from tests.pg_support import PG_URL, fresh_schema, schema_url
 from tests.remote.sql_support import create_tables, prefix_fixture  # noqa: F401
+from tests.remote.step_workloads import behaves_as_in_process, worker_app, workflows
 from tests.remote.worker_process import durably_worker, sdk_script
 
 pytestmark = pytest.mark.timeout(600)  # the first run builds the SDK's virtualenv
@@ -79,42 +78,6 @@ async def main():
 asyncio.run(main())
 """
 
-DURABLY_WORKER_APP = """
-import durably
-from durably import FatalError
-from durably._transport.sql import SqlTransport
-
-URL, PREFIX, TAG = {url!r}, {prefix!r}, {tag!r}
-attempts = {{"n": 0}}
-
-
-@durably.step(TAG + ".echo")
-async def echo(data):
-    return {{"echo": data, "by": "durably"}}
-
-
-@durably.step(TAG + ".fatal")
-def fatal(data):
-    raise FatalError("card declined", code="E1", details={{"k": data}})
-
-
-@durably.step(TAG + ".flaky")
-def flaky(data):
-    attempts["n"] += 1
-    if attempts["n"] < 3:
-        raise RuntimeError("try %d" % attempts["n"])
-    return attempts["n"]
-
-
-# A step worker for other engines' runs: no workflows of its own, an in-memory store.
-app = durably.Engine(
-    "memory",
-    transport=SqlTransport(URL, prefix=PREFIX, poll_ms=50, pool_size=2),
-    workflows=[],
-    steps=[echo, fatal, flaky],
-)
-"""
-
 
 def _dsn() -> str:
     """`PG_URL` as asyncpg (the SDK's driver) takes it."""
@@ -133,37 +96,16 @@ def _sdk_worker(prefix: str, tag: str, tmp_path: Path) -> Iterator[None]:
 @contextmanager
 def _durably_worker(prefix: str, tag: str, tmp_path: Path) -> Iterator[None]:
     module = tmp_path / f"stepapp_{tag.replace('-', '_')}.py"
-    module.write_text(
-        textwrap.dedent(DURABLY_WORKER_APP.format(url=PG_URL, prefix=prefix, tag=tag))
+    source = worker_app(
+        transport_import="from durably._transport.sql import SqlTransport",
+        transport="SqlTransport(URL, prefix=PREFIX, poll_ms=50, pool_size=2)",
+        url=PG_URL,
+        prefix=prefix,
+        tag=tag,
     )
+    module.write_text(textwrap.dedent(source))
     with durably_worker(f"{module.stem}:app", tmp_path / f"{module.stem}.log", cwd=tmp_path):
         yield
-
-
-def _workflows(tag: str) -> dict[str, Any]:
-    @durably.workflow(f"{tag}.handler")
-    async def handler(ctx: WorkflowCtx, failure: dict[str, Any]) -> dict[str, Any]:
-        return {"handled": failure["error"]["code"], "details": failure["error"].get("details")}
-
-    @durably.workflow(f"{tag}.ok")
-    async def ok(ctx: WorkflowCtx, x: int) -> Any:
-        return await ctx.step(f"{tag}.echo", {"x": x})
-
-    @durably.workflow(f"{tag}.bad")
-    async def bad(ctx: WorkflowCtx, x: int) -> Any:
-        return await ctx.step(f"{tag}.fatal", x, retries=5)
-
-    @durably.workflow(f"{tag}.retried")
-    async def retried(ctx: WorkflowCtx, x: int) -> Any:
-        return await ctx.step(f"{tag}.flaky", x, retries=3)
-
-    @durably.workflow(
-        f"{tag}.routed", on_error=[OnErrorRoute(code="E1", workflow=f"{tag}.handler")]
-    )
-    async def routed(ctx: WorkflowCtx, x: int) -> Any:
-        return await ctx.step(f"{tag}.fatal", x)
-
-    return {"handler": handler, "ok": ok, "bad": bad, "retried": retried, "routed": routed}
 
 
 @pytest.fixture
@@ -178,7 +120,7 @@ async def test_remote_steps_behave_as_in_process_steps(
     server: str, prefix: str, store_url: str, tmp_path: Path
 ) -> None:
     tag = f"{prefix}-{server}"
-    wfs = _workflows(tag)
+    wfs = workflows(tag)
     # The tables first: the SDK's pollers are started with auto_create=False.
     await create_tables(prefix)
     serving = (
@@ -195,26 +137,4 @@ async def test_remote_steps_behave_as_in_process_steps(
     )
     with serving:
         async with engine:
-            assert await engine.execute(wfs["ok"], 1, timeout=RESULT_TIMEOUT) == {
-                "echo": {"x": 1},
-                "by": server,
-            }
-            with pytest.raises(durably.RunFailedError) as info:
-                await engine.execute(wfs["bad"], 7, run_id=f"{tag}-bad", timeout=RESULT_TIMEOUT)
-            error = info.value.error
-            assert error is not None
-            assert (error.message, error.code, error.details) == ("card declined", "E1", {"k": 7})
-            bad_rows = await engine.list_checkpoints(f"{tag}-bad")
-            assert [(r.attempts, r.status) for r in bad_rows] == [(1, "failed")]  # never retried
-
-            retried = await engine.execute(
-                wfs["retried"], 0, run_id=f"{tag}-flaky", timeout=RESULT_TIMEOUT
-            )
-            assert retried == 3
-            retried_rows = await engine.list_checkpoints(f"{tag}-flaky")
-            assert [(r.attempts, r.status) for r in retried_rows] == [(3, "completed")]
-
-            routed = await engine.execute(wfs["routed"], 9, run_id=f"{tag}-r", timeout=60)
-            assert routed == {"handled": "E1", "details": {"k": 9}}
-            run = await engine.get_run(f"{tag}-r")
-            assert run is not None and run.status == "completed"
+            await behaves_as_in_process(engine, wfs, tag, server)
