@@ -29,6 +29,7 @@ __all__ = [
     "RemoteTask",
     "StepResult",
     "WireFormatError",
+    "WireReader",
     "effective_prefix",
     "error_from_wire",
     "error_to_wire",
@@ -200,63 +201,88 @@ def error_from_wire(raw: object, kind: str, message_id: str | None) -> StepError
     )
 
 
-def _object(raw: object, kind: str) -> dict[str, Any]:
-    if isinstance(raw, (bytes, bytearray, str)):
+class WireReader:
+    """Strict reads of one message's keys; every problem names the kind, the message's id
+    (`ident`, once read) and the key."""
+
+    def __init__(self, kind: str, raw: object):
+        if isinstance(raw, (bytes, bytearray, str)):
+            try:
+                raw = json.loads(raw)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise WireFormatError(kind, f"not JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise WireFormatError(kind, "not a JSON object")
+        self.kind = kind
+        self.data: dict[str, Any] = raw
+        self.ident: str | None = None
+
+    def fail(self, problem: str) -> WireFormatError:
+        return WireFormatError(self.kind, problem, self.ident)
+
+    def string(self, data: Mapping[str, Any], key: str, where: str = "") -> str:
+        value = data.get(key)
+        if not isinstance(value, str) or not value:
+            raise self.fail(f"`{where}{key}` must be a non-empty string")
+        return value
+
+    def optional_string(self, data: Mapping[str, Any], key: str, where: str = "") -> str | None:
+        value = data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.fail(f"`{where}{key}` must be a string")
+        return value
+
+    def integer(self, data: Mapping[str, Any], key: str, where: str = "") -> int:
+        value = data.get(key)
+        # bool is an int in Python; a JSON float with no fraction (7.0) is accepted as 7.
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.fail(f"`{where}{key}` must be a non-negative integer")
+        return value
+
+    def optional_integer(self, data: Mapping[str, Any], key: str, where: str = "") -> int | None:
+        if data.get(key) is None:
+            return None
+        return self.integer(data, key, where)
+
+    def error(self, value: object, where: str) -> StepError:
         try:
-            raw = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise WireFormatError(kind, f"not JSON ({exc})") from None
-    if not isinstance(raw, dict):
-        raise WireFormatError(kind, "not a JSON object")
-    return raw
+            return error_from_wire(value, self.kind, self.ident)
+        except WireFormatError as exc:
+            raise self.fail(exc.problem.replace("`error", f"`{where}error", 1)) from None
 
-
-def _str(raw: dict[str, Any], key: str, kind: str, message_id: str | None) -> str:
-    value = raw.get(key)
-    if not isinstance(value, str) or not value:
-        raise WireFormatError(kind, f"`{key}` must be a non-empty string", message_id)
-    return value
-
-
-def _int(raw: dict[str, Any], key: str, kind: str, message_id: str | None) -> int:
-    value = raw.get(key)
-    # bool is an int in Python; a JSON float with no fraction (7.0) is accepted as 7.
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise WireFormatError(kind, f"`{key}` must be a non-negative integer", message_id)
-    return value
-
-
-def _optional_int(raw: dict[str, Any], key: str, kind: str, message_id: str | None) -> int | None:
-    if raw.get(key) is None:
-        return None
-    return _int(raw, key, kind, message_id)
+    def events(self, value: object, where: str) -> tuple[StepEvent, ...]:
+        if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+            raise self.fail(f"`{where}events` must be a list of objects")
+        return tuple(StepEvent.from_json(e) for e in value)
 
 
 def parse_remote_task(raw: object) -> RemoteTask:
     """A RemoteTask from its JSON (object, or JSON text)."""
-    kind = "step task"
-    data = _object(raw, kind)
-    step_id = data.get("stepId") if isinstance(data.get("stepId"), str) else None
+    r = WireReader("step task", raw)
+    data = r.data
+    r.ident = data.get("stepId") if isinstance(data.get("stepId"), str) else None
     if "history" in data:
-        raise WireFormatError(kind, "has `history` (a workflow turn, not a step)", step_id)
-    run_id = _str(data, "runId", kind, step_id)
-    seq = _int(data, "seq", kind, step_id)
-    name = _str(data, "name", kind, step_id)
-    step_id = _str(data, "stepId", kind, step_id)
+        raise r.fail("has `history` (a workflow turn, not a step)")
+    run_id = r.string(data, "runId")
+    seq = r.integer(data, "seq")
+    name = r.string(data, "name")
+    step_id = r.string(data, "stepId")
     if step_id != step_id_of(run_id, seq):
-        raise WireFormatError(kind, "`stepId` is not `<runId>:<seq>`", step_id)
-    group = _str(data, "group", kind, step_id)
-    attempt = _int(data, "attempt", kind, step_id)
+        raise r.fail("`stepId` is not `<runId>:<seq>`")
+    group = r.string(data, "group")
+    attempt = r.integer(data, "attempt")
     context = data.get("context")
     if context is not None and not isinstance(context, dict):
-        raise WireFormatError(kind, "`context` must be an object", step_id)
+        raise r.fail("`context` must be an object")
     priority = data.get("priority")
     if priority is not None and (
         isinstance(priority, bool) or not isinstance(priority, (int, float))
     ):
-        raise WireFormatError(kind, "`priority` must be a number", step_id)
+        raise r.fail("`priority` must be a number")
     traceparent = data.get("traceparent")
     transport = data.get("transport")
     return RemoteTask(
@@ -276,28 +302,24 @@ def parse_remote_task(raw: object) -> RemoteTask:
 
 def parse_step_result(raw: object) -> StepResult:
     """A StepResult from its JSON (object, or JSON text)."""
-    kind = "step result"
-    data = _object(raw, kind)
-    step_id = data.get("stepId") if isinstance(data.get("stepId"), str) else None
-    run_id = _str(data, "runId", kind, step_id)
-    seq = _int(data, "seq", kind, step_id)
-    step_id = _str(data, "stepId", kind, step_id)
+    r = WireReader("step result", raw)
+    data = r.data
+    r.ident = data.get("stepId") if isinstance(data.get("stepId"), str) else None
+    run_id = r.string(data, "runId")
+    seq = r.integer(data, "seq")
+    step_id = r.string(data, "stepId")
     if step_id != step_id_of(run_id, seq):
-        raise WireFormatError(kind, "`stepId` is not `<runId>:<seq>`", step_id)
+        raise r.fail("`stepId` is not `<runId>:<seq>`")
     status = data.get("status")
     if status not in ("completed", "failed"):
-        raise WireFormatError(kind, "`status` must be 'completed' or 'failed'", step_id)
+        raise r.fail("`status` must be 'completed' or 'failed'")
     error: StepError | None = None
     if status == "failed":
         if data.get("error") is None:
-            raise WireFormatError(kind, "a failed result needs `error`", step_id)
-        error = error_from_wire(data["error"], kind, step_id)
+            raise r.fail("a failed result needs `error`")
+        error = r.error(data["error"], "")
     raw_events = data.get("events")
-    events: tuple[StepEvent, ...] = ()
-    if raw_events is not None:
-        if not isinstance(raw_events, list) or not all(isinstance(e, dict) for e in raw_events):
-            raise WireFormatError(kind, "`events` must be a list of objects", step_id)
-        events = tuple(StepEvent.from_json(e) for e in raw_events)
+    events = r.events(raw_events, "") if raw_events is not None else ()
     return StepResult(
         run_id=run_id,
         seq=seq,
@@ -305,6 +327,6 @@ def parse_step_result(raw: object) -> StepResult:
         status=status,
         output=data.get("output") if status == "completed" else None,
         error=error,
-        started_at=_optional_int(data, "startedAt", kind, step_id),
+        started_at=r.optional_integer(data, "startedAt"),
         events=events,
     )

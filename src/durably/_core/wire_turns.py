@@ -25,7 +25,6 @@ drops it, before anything of that decision was applied.
 
 from __future__ import annotations
 
-import json
 import math
 import secrets
 from collections.abc import Mapping
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from durably._core.models import HANDOFF_SEQ_BASE, JSONValue, StepError, StepEvent
-from durably._core.wire import WireFormatError, error_from_wire, error_to_wire
+from durably._core.wire import WireFormatError, WireReader, error_to_wire
 
 __all__ = [
     "DECISION_KIND",
@@ -375,51 +374,8 @@ class RunHeartbeat:
 # ------------------------------------------------------------------ reading
 
 
-class _Reader:
-    """Strict reads of one message's keys; every problem names the kind, the id and the key."""
-
-    def __init__(self, kind: str, raw: object):
-        if isinstance(raw, (bytes, bytearray, str)):
-            try:
-                raw = json.loads(raw)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise WireFormatError(kind, f"not JSON ({exc})") from None
-        if not isinstance(raw, dict):
-            raise WireFormatError(kind, "not a JSON object")
-        self.kind = kind
-        self.data: dict[str, Any] = raw
-        self.ident: str | None = None
-
-    def fail(self, problem: str) -> WireFormatError:
-        return WireFormatError(self.kind, problem, self.ident)
-
-    def string(self, data: Mapping[str, Any], key: str, where: str = "") -> str:
-        value = data.get(key)
-        if not isinstance(value, str) or not value:
-            raise self.fail(f"`{where}{key}` must be a non-empty string")
-        return value
-
-    def optional_string(self, data: Mapping[str, Any], key: str, where: str = "") -> str | None:
-        value = data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise self.fail(f"`{where}{key}` must be a string")
-        return value
-
-    def integer(self, data: Mapping[str, Any], key: str, where: str = "") -> int:
-        value = data.get(key)
-        # bool is an int in Python; a JSON float with no fraction (7.0) is accepted as 7.
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.fail(f"`{where}{key}` must be a non-negative integer")
-        return value
-
-    def optional_integer(self, data: Mapping[str, Any], key: str, where: str = "") -> int | None:
-        if data.get(key) is None:
-            return None
-        return self.integer(data, key, where)
+class _Reader(WireReader):
+    """A turn message's reader: positions must stay below the engine's handoff range."""
 
     def seq(self, data: Mapping[str, Any], where: str = "") -> int:
         seq = self.integer(data, "seq", where)
@@ -428,17 +384,6 @@ class _Reader:
         if seq >= HANDOFF_SEQ_BASE:
             raise self.fail(f"`{where}seq` is in the range the engine reserves ({seq})")
         return seq
-
-    def error(self, value: object, where: str) -> StepError:
-        try:
-            return error_from_wire(value, self.kind, self.ident)
-        except WireFormatError as exc:
-            raise self.fail(exc.problem.replace("`error", f"`{where}error", 1)) from None
-
-    def events(self, value: object, where: str) -> tuple[StepEvent, ...]:
-        if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
-            raise self.fail(f"`{where}events` must be a list of objects")
-        return tuple(StepEvent.from_json(e) for e in value)
 
 
 def parse_workflow_task(raw: object) -> WorkflowTask:
