@@ -1,4 +1,4 @@
-"""`durably runs list|show|cancel|retry|continue|signal` — on a `drive=False` engine.
+"""`durably runs list|show|cancel|retry|continue|signal|workers` — on a `drive=False` engine.
 
 These commands never execute a run: they read the store, or change it and let the workers
 sharing the store do the work (a signal nudges the run's wakeAt so its holder's timer poll
@@ -11,6 +11,7 @@ import argparse
 import base64
 from typing import Any, get_args
 
+from durably._cli import health
 from durably._cli.common import (
     EXIT_OK,
     CliError,
@@ -113,6 +114,8 @@ def add_parser(sub: Any) -> None:
         help="deliver only to a run waiting now; store nothing otherwise (exit 1)",
     )
     p.set_defaults(handler=on_control_engine(_signal))
+
+    health.add_verb(verbs)
 
 
 async def _require_run(engine: Engine, run_id: str) -> WorkflowRun:

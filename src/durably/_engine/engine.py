@@ -34,6 +34,8 @@ from durably._transport.open import TransportSpec, transport_pool
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from durably._transport.protocol import WorkerDirectory
+
 log = logging.getLogger("durably")
 
 I = TypeVar("I")
@@ -335,6 +337,9 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
 
     def _local_worker(self) -> LocalWorker | None:
         return self._worker.local_worker()
+
+    def _worker_directories(self) -> list[tuple[str, WorkerDirectory]]:
+        return self._worker.worker_directories()
 
     # ================================================================== observing
 

@@ -5,17 +5,21 @@ answers exactly what an `Engine` does. `get_run_detail` and `get_fan_members` an
 the store-backed gateway functions (`durably._read.gateway`), so an aggregating store (every
 first-party store) summarises wide fans from a `GROUP BY` plus a bounded number of rows, and
 a matching `if_none_match` answers not-modified without reading the timeline.
-`WorkerHealthApi` (the health of worker groups, this engine included) is the engine's alone.
+`WorkerHealthApi` (the health of worker groups, this engine included, and the workflow
+directory of the live workers) is the engine's alone: only an engine has transports.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from durably._core.models import RunQuery, StepCheckpoint, WorkflowRun
 from durably._engine.operator import get_run_children
-from durably._read import lists
+from durably._engine.remote_turns_routing import RemoteWorkflow
+from durably._read import fleet, lists
 from durably._read.gateway import store_fan_members, store_run_detail
 from durably._read.list_models import (
     GroupHealth,
@@ -24,15 +28,24 @@ from durably._read.list_models import (
     RunValueFacetOptions,
     RunValueFacetRow,
     RunWaiting,
+    WorkflowDirectory,
 )
 from durably._read.models import FanPage, FanPageQuery, RunDetail, RunDetailOptions
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 
 if TYPE_CHECKING:
     from durably._engine.options import EngineOptions
+    from durably._engine.registry import Workflow
     from durably._store.protocol import StateStore
+    from durably._transport.protocol import WorkerDirectory
 
-__all__ = ["ReadApi", "WorkerHealthApi"]
+__all__ = ["ReadApi", "WorkerHealthApi", "read_fleet"]
+
+log = logging.getLogger("durably")
+
+# Queue depths are read this many tokens at a time: enough to answer a large fleet within one
+# console refresh, few enough not to crowd the broker connection the engine dispatches on.
+_DEPTH_READS_AT_ONCE = 32
 
 
 class ReadApi:
@@ -135,8 +148,32 @@ class ReadApi:
         return await lists.count_runs(self.store, lists.as_run_query(**query))
 
 
+async def read_fleet(
+    transport: str, directory: WorkerDirectory, known: Iterable[str] = ()
+) -> fleet.FleetRead:
+    """One transport member's live workers: their liveness entries, their descriptors and the
+    depth of every token they beat on (and of the `known` tokens). A member that cannot be
+    read answers with the reason instead of raising: worker health is what an operator opens
+    when something is wrong, so one sick broker must not hide the rest of the answer."""
+    try:
+        beats, raw = await asyncio.gather(
+            directory.read_worker_heartbeats(), directory.read_worker_descriptors()
+        )
+        tokens = fleet.tokens_to_measure(beats, known)
+        depths: dict[str, int] = {}
+        for at in range(0, len(tokens), _DEPTH_READS_AT_ONCE):
+            chunk = tokens[at : at + _DEPTH_READS_AT_ONCE]
+            counts = await asyncio.gather(*(directory.queue_depth(t) for t in chunk))
+            depths.update(zip(chunk, counts, strict=True))
+    except Exception as exc:  # any broker failure, whatever the transport's client raises
+        log.warning("could not read the live workers of transport %r: %s", transport, exc)
+        return fleet.FleetRead(transport, error=f"{type(exc).__name__}: {exc}")
+    return fleet.FleetRead(transport, tuple(beats), fleet.parse_descriptors(raw), depths)
+
+
 class WorkerHealthApi:
-    """Mixed into `Engine`: worker health lists this engine itself when it drives runs."""
+    """Mixed into `Engine`: worker health lists this engine itself when it drives runs, and
+    the workers its transports report."""
 
     if TYPE_CHECKING:
         store: StateStore
@@ -147,13 +184,57 @@ class WorkerHealthApi:
 
         def _local_worker(self) -> lists.LocalWorker | None: ...
 
-    async def worker_health(self) -> list[GroupHealth]:
-        """Worker groups and their health, derived from the live leases in the store (see
-        `durably._read.lists.worker_health`); this engine is listed when it drives runs."""
-        return await lists.worker_health(
-            self.store,
-            now_ms=self.clock(),
-            lease_ms=self.options.lease_ms,
-            namespace=self.namespace,
-            local=self._local_worker(),
+        def _worker_directories(self) -> list[tuple[str, WorkerDirectory]]: ...
+
+        def registered_workflows(self) -> list[Workflow[Any, Any]]: ...
+
+    def _remote_workflow_tokens(self) -> set[str]:
+        """The tokens this engine sends workflow turns to (its remote workflows')."""
+        return {
+            wf.token_for(self.namespace)
+            for wf in self.registered_workflows()
+            if isinstance(wf, RemoteWorkflow)
+        }
+
+    async def _read_fleet(self, known: Iterable[str] = ()) -> Sequence[fleet.FleetRead]:
+        wanted = tuple(known)
+        return await asyncio.gather(
+            *(read_fleet(i, d, wanted) for i, d in self._worker_directories())
         )
+
+    async def worker_health(self) -> list[GroupHealth]:
+        """Worker groups and their health.
+
+        First what the store tells (`durably._read.lists.worker_health`): one `runs@<ns>`
+        group per namespace with its backlog and the owners of live run leases, this engine
+        included when it drives runs. Then, for each transport that says which workers are
+        live (Redis), one group per routing token (`transport` names the pool member): its
+        queue depth and every worker beating on it, with the status it reports and what its
+        descriptor says (runtime, SDK, capabilities, workflows and steps served). Tokens of
+        every namespace are listed. A token this engine sends workflow turns to appears while
+        its queue holds tasks, even with nobody serving it. A transport that cannot be read
+        is left out (logged; `workflow_directory` says why)."""
+        known = self._remote_workflow_tokens()
+        stored, reads = await asyncio.gather(
+            lists.worker_health(
+                self.store,
+                now_ms=self.clock(),
+                lease_ms=self.options.lease_ms,
+                namespace=self.namespace,
+                local=self._local_worker(),
+            ),
+            self._read_fleet(known),
+        )
+        out = list(stored)
+        for read in reads:
+            out.extend(fleet.fleet_groups(read, workflow_tokens=known))
+        return out
+
+    async def workflow_directory(self) -> WorkflowDirectory:
+        """The workflows the live workers announce, one entry per name and version, with the
+        values they state (groups, origins, required capabilities, onError routes) and where
+        they disagree — announced onError routes of a workflow are not followed while its
+        workers disagree on them. Workers beating on a token no descriptor accounts for are
+        listed as `observed`. An engine in a namespace sees that namespace's workers and
+        counts the others in `other_partitions`; `detail` says what the answer means."""
+        return fleet.workflow_directory(await self._read_fleet(), namespace=self.namespace)

@@ -3,8 +3,8 @@
 Functions the Engine's read API calls. Every count is answered by the store itself (one
 `GROUP BY` on the SQL stores); the rows are re-merged here (`merge_run_facet_rows`,
 `merge_run_value_facet_rows` from `durably._core.run_facets`) so a limit holds whatever the
-store did. Worker health is derived from the run leases the store holds: the in-process
-transport has no heartbeats.
+store did. Worker health here is what the store can tell (the run leases); the engine adds
+the groups its transports report (`durably._read.fleet`).
 """
 
 from __future__ import annotations

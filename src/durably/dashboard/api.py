@@ -131,6 +131,7 @@ class DashboardApi:
             w("/signals/buffered/purge", self.purge_signals, "purge buffered signals"),
             r("/metrics", self.metrics),
             r("/workers", self.workers),
+            r("/workers/directory", self.workflow_directory),
             r("/topology", self.topology),
         ]
 
@@ -408,9 +409,20 @@ class DashboardApi:
         )
 
     async def workers(self, request: Request) -> Response:
+        """`GET workers`: `GroupHealth[]` — the store's groups, then one per routing token of
+        each transport that says which workers are live, with their reported load and what
+        their descriptors say."""
         _params(request, _NONE)
         groups = await self.engine.worker_health()
         return json_response([g.to_json() for g in groups])
+
+    async def workflow_directory(self, request: Request) -> Response:
+        """`GET workers/directory`: the workflows the live workers announce, with every
+        disagreement between them (an onError route set the workers disagree on is not
+        followed), and a sentence saying what the answer means."""
+        _params(request, _NONE)
+        directory = await self.engine.workflow_directory()
+        return json_response(directory.to_json())
 
     async def topology(self, request: Request) -> Response:
         _params(request, _NONE)
