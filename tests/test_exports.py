@@ -64,6 +64,7 @@ EXPECTED_EXPORTS = [
     "StepEvent",
     "StepFailedError",
     "StoreConnectionError",
+    "TenantGateway",
     "UpdateResult",
     "Workflow",
     "WorkflowBlocked",

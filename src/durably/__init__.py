@@ -71,6 +71,7 @@ from durably._store.codec import Codec, CodecStateStore
 from durably._store.crypto import AesGcmCodec
 from durably._store.memory import InMemoryStateStore
 from durably._store.protocol import StateStore
+from durably.tenant import TenantGateway
 
 __version__ = "0.1.0"
 
@@ -132,6 +133,7 @@ __all__ = [
     "StepEvent",
     "StepFailedError",
     "StoreConnectionError",
+    "TenantGateway",
     "UpdateResult",
     "Workflow",
     "WorkflowBlocked",
