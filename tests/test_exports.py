@@ -111,9 +111,12 @@ def test_binding_api_names() -> None:
         "ConcurrencyLimitError",
         "SingletonQueueFullError",
         "NestedWorkflowCallError",
-        "WorkflowBlocked",
     ):
         assert issubclass(getattr(durably, name), Exception), name
+    # Parking a run `blocked` is control flow, like a suspension: a body's `except Exception`
+    # must not swallow it and carry on without the step.
+    assert issubclass(durably.WorkflowBlocked, BaseException)
+    assert not issubclass(durably.WorkflowBlocked, Exception)
     assert durably.NonDeterminismError.code == "non_determinism"
     assert callable(durably.step) and callable(durably.workflow)
     assert isinstance(durably.__version__, str)
