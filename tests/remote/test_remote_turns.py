@@ -993,3 +993,36 @@ async def test_run_heartbeats_push_the_liveness_wake_of_a_replaying_turn(
             [{"runId": "beat", "seq": 3, "group": "greet", "stepId": "beat:3"}]
         )
         assert (await h.run("beat")).wake_at == h.clock() + 15_000
+
+
+# ------------------------------------------------------------------ priority
+
+
+async def test_a_remote_runs_priority_rides_its_turns_calls_and_children(
+    store_url: str, sdk: Sdk
+) -> None:
+    """A run's priority is on every workflow task of the run (the broker orders turns by it),
+    on the step tasks its calls send, and on the children it starts (which carry it on
+    their own turns); a run without one sends none."""
+    async with harness(store_url, sdk, [wf("greet"), wf("family"), wf("leaf")]) as h:
+        await h.engine.start("greet", {"name": "ada"}, run_id="pg1", priority=6)
+        task = await h.issue("pg1")
+        assert task["priority"] == 6
+        await h.replay(task)
+        sent = await h.answer_steps(lambda t: t.input.upper())
+        assert [(t.step_id, t.priority) for t in sent] == [("pg1:0", 6)]
+        await h.until_due("pg1")
+        assert (await h.issue("pg1"))["priority"] == 6  # every turn, not just the first
+
+        await h.engine.start("family", None, run_id="pf", priority=-2)
+        await h.turn("pf")
+
+        async def child_exists() -> bool:
+            return await h.store.get_run("pf.child.0") is not None
+
+        await h.until(child_exists)
+        assert (await h.run("pf.child.0")).priority == -2
+        assert (await h.issue("pf.child.0"))["priority"] == -2
+
+        await h.engine.start("greet", {"name": "bo"}, run_id="plain")
+        assert "priority" not in await h.issue("plain")

@@ -8,6 +8,7 @@ import sqlite3
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,38 @@ def _normalize_default(value: Any) -> str | None:
     return re.sub(r"::[a-z ]+$", "", text)
 
 
+def _key_text(definition: str) -> str:
+    """The key of an index definition (the text inside its last parentheses), lowercased with
+    whitespace and identifier quotes dropped: `status, coalesce(priority, 0) desc, created_at,
+    id` (SQLAlchemy quotes a column named `key`, the migrations' DDL does not)."""
+    pattern = r"\bON\s+[\w.\"]+\s+(?:USING\s+\w+\s+)?\((.*)\)\s*$"
+    found = re.search(pattern, definition, re.I | re.S)
+    assert found is not None, definition
+    return re.sub(r"\s+", " ", found.group(1).replace('"', "")).strip().lower()
+
+
+def index_keys(conn: Connection, table: str) -> dict[str, str]:
+    """Every index of `table` with its key as the database itself states it. SQLAlchemy's
+    reflection skips expression indexes on SQLite (the pick-up index is one), so the
+    definitions come from the catalog: `sqlite_master` / `pg_indexes`."""
+    if conn.dialect.name == "sqlite":
+        query = (
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = :t"
+            " AND sql IS NOT NULL"
+        )
+    else:
+        query = (
+            "SELECT indexname, indexdef FROM pg_indexes"
+            " WHERE schemaname = current_schema() AND tablename = :t"
+        )
+    rows = conn.execute(sa.text(query), {"t": table}).all()
+    return {name: _key_text(sql) for name, sql in rows}
+
+
 def describe_schema(conn: Connection) -> dict[str, Any]:
     """Dialect-neutral description of the store's tables (works on SQLite and PostgreSQL):
-    columns in order with compiled type, nullability and default; primary key; indexes."""
+    columns in order with compiled type, nullability and default; primary key; indexes (as
+    reflected, and with their keys as the catalog states them)."""
     insp = sa.inspect(conn)
     managed = set(durable_managed_tables())
     out: dict[str, Any] = {}
@@ -62,11 +92,15 @@ def describe_schema(conn: Connection) -> dict[str, Any]:
             for c in insp.get_columns(table)
         ]
         pk = tuple(insp.get_pk_constraint(table)["constrained_columns"])
+        with warnings.catch_warnings():
+            # "Skipped unsupported reflection of expression-based index": index_keys has it.
+            warnings.simplefilter("ignore", sa.exc.SAWarning)
+            reflected = insp.get_indexes(table)
         indexes = sorted(
-            (i["name"], tuple(i["column_names"]), bool(i["unique"]))
-            for i in insp.get_indexes(table)
+            (i["name"], tuple(i["column_names"]), bool(i["unique"])) for i in reflected
         )
-        out[table] = {"columns": columns, "pk": pk, "indexes": indexes}
+        keys = index_keys(conn, table)
+        out[table] = {"columns": columns, "pk": pk, "indexes": indexes, "index_keys": keys}
     return out
 
 

@@ -68,6 +68,7 @@ from tests.store.test_conformance_checkpoints import (  # noqa: F401
     test_save_checkpoints_if_pending_is_atomic,
 )
 from tests.store.test_conformance_claims import (  # noqa: F401
+    test_claims_by_priority_then_age,
     test_claims_oldest_pending_first_up_to_the_limit,
     test_live_leases_are_skipped_and_expired_ones_claimed,
 )

@@ -47,6 +47,64 @@ async def test_claims_oldest_pending_first_up_to_the_limit(store: ConformantStor
         assert untouched is not None and untouched.locked_by is None
 
 
+async def test_claims_by_priority_then_age(store: ConformantStore) -> None:
+    """Higher priority first, then oldest (created_at, id). A run without a priority counts
+    as 0: after positive priorities, among the zeros by age, before negative ones. The claim
+    and the listing share the order, and a claim is still one statement."""
+    claim = claimer(store)
+    backlog: list[tuple[str, int | None, int]] = [  # id, priority, created second
+        ("old-neg", -3, 0),
+        ("lowest", -(2**31), 0),
+        ("old-none", None, 1),
+        ("zero", 0, 2),
+        ("new-high", 9, 5),
+        ("old-high", 9, 3),
+        ("mid-b", 4, 4),
+        ("mid-a", 4, 4),  # same age as mid-b: the id decides
+        ("new-none", None, 6),
+        ("highest", 2**31 - 1, 7),
+    ]
+    for run_id, priority, second in backlog:
+        await store.create_run(
+            make_run(run_id, status="pending", priority=priority, created_at=at(second))
+        )
+    # Never claimed whatever their priority: not pending, or in another namespace.
+    await store.create_run(make_run("busy", status="running", priority=100, created_at=at(0)))
+    await store.create_run(
+        make_run("elsewhere", status="pending", priority=100, namespace="beta", created_at=at(0))
+    )
+    order = [
+        "highest",
+        "old-high",
+        "new-high",
+        "mid-a",
+        "mid-b",
+        "old-none",
+        "zero",
+        "new-none",
+        "old-neg",
+        "lowest",
+    ]
+    listed = await store.list_pending_runs(20, "default")
+    assert run_ids(listed) == order
+    assert run_ids(await store.list_pending_runs(3, "default")) == order[:3]
+    assert [r.priority for r in listed[:2]] == [2**31 - 1, 9]
+    assert listed[5].priority is None  # counted as 0 for the order, still stored as none
+
+    before = store.statement_count
+    first = await claim("a", UNTIL, NOW, 4, "default")
+    assert store.statement_count - before == 1
+    assert run_ids(first) == order[:4]
+    assert all((r.locked_by, r.locked_until) == ("a", UNTIL) for r in first)
+    # A run that arrives later with a higher priority is next, ahead of the older rest.
+    await store.create_run(make_run("late-urgent", status="pending", priority=50, created_at=at(9)))
+    assert run_ids(await claim("b", UNTIL, NOW, 2, "default")) == ["late-urgent", "mid-b"]
+    assert run_ids(await claim("c", UNTIL, NOW, 10)) == ["elsewhere", *order[5:]]
+    assert await claim("d", UNTIL, NOW, 10) == []
+    busy = await store.get_run("busy")
+    assert busy is not None and busy.locked_by is None
+
+
 async def test_a_zero_limit_claims_nothing(store: ConformantStore) -> None:
     claim = claimer(store)
     await store.create_run(make_run("p", status="pending"))

@@ -76,12 +76,17 @@ async def create_children(
     workflow: Workflow[Any, Any] | str,
     members: Sequence[tuple[str, Any]],
     parent: WorkflowRun,
+    priority: int | None = None,
 ) -> list[str]:
     """Create the child runs `(child_id, input)` that do not exist yet (only if absent, so a
     replayed launch is idempotent). A member that cannot start (unknown workflow, invalid
     input, its id held by another workflow) gets its failed Completion delivered to the
-    parent like any child result. Returns the ids that existed before this call."""
+    parent like any child result. Returns the ids that existed before this call.
+
+    Members carry `priority`, else their parent's: work done on behalf of an urgent run is
+    as urgent as the run itself, so a fan never falls behind the backlog its parent jumped."""
     name = workflow.name if isinstance(workflow, Workflow) else workflow
+    member_priority = priority if priority is not None else parent.priority
     failed: dict[str, str] = {}
     new_runs: list[WorkflowRun] = []
     try:
@@ -109,6 +114,7 @@ async def create_children(
                     input=json_input,
                     tags=tags,
                     namespace=parent.namespace or host.namespace or "default",
+                    priority=member_priority,
                     created_at=now,
                     updated_at=now,
                 )

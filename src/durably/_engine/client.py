@@ -256,6 +256,7 @@ class Client(ReadApi, BufferedSignalsApi):
         run_id: str | None = None,
         tags: Sequence[str] | None = None,
         search_attributes: dict[str, str | int | float | bool] | None = None,
+        priority: int | None = None,
         version: str | None = None,
         namespace: str | None = None,
     ) -> RunHandle[O]: ...
@@ -269,6 +270,7 @@ class Client(ReadApi, BufferedSignalsApi):
         run_id: str | None = None,
         tags: Sequence[str] | None = None,
         search_attributes: dict[str, str | int | float | bool] | None = None,
+        priority: int | None = None,
         version: str | None = None,
         namespace: str | None = None,
     ) -> RunHandle[Any]: ...
@@ -281,6 +283,7 @@ class Client(ReadApi, BufferedSignalsApi):
         run_id: str | None = None,
         tags: Sequence[str] | None = None,
         search_attributes: dict[str, str | int | float | bool] | None = None,
+        priority: int | None = None,
         version: str | None = None,
         namespace: str | None = None,
     ) -> RunHandle[Any]:
@@ -292,6 +295,9 @@ class Client(ReadApi, BufferedSignalsApi):
         name the input must be JSON; the worker that executes the run validates it (an
         invalid input fails the run with the validation error) and, without `version`,
         runs its newest registered version of the workflow.
+
+        `priority`: pending runs are picked up higher first, then oldest (None counts as 0);
+        the run's children, fan members, retries and continuations carry it too.
         """
         given_run_id(run_id)  # a bad id is refused before the store is even opened
         await self._ensure_open()
@@ -314,6 +320,7 @@ class Client(ReadApi, BufferedSignalsApi):
                 run_id=run_id,
                 tags=[*wf.tags, *(tags or ())],
                 search_attributes=search_attributes,
+                priority=priority,
                 namespace=namespace,
             )
             return RunHandle(self, rid, wf, self._plane.registration)
@@ -325,6 +332,7 @@ class Client(ReadApi, BufferedSignalsApi):
             run_id=run_id,
             tags=tags,
             search_attributes=search_attributes,
+            priority=priority,
             namespace=namespace,
         )
         return RunHandle(self, rid, None, self._plane.registration)
@@ -460,6 +468,7 @@ class Client(ReadApi, BufferedSignalsApi):
             input,
             run_id=new_id,
             tags=operator.retry_tags(run, static),
+            priority=run.priority,  # a fix-and-replay is as urgent as the run it replaces
             namespace=run.namespace,
         )
         return new_id

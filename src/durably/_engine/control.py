@@ -29,7 +29,7 @@ from durably._core.models import (
 )
 from durably._engine import signals
 from durably._engine.signal_api import SignalBufferPolicy
-from durably._engine.vocab import may_have_parent
+from durably._engine.vocab import check_priority, may_have_parent
 
 if TYPE_CHECKING:
     from durably._engine.registry import Workflow
@@ -124,7 +124,9 @@ class ControlPlane:
         namespace: str | None = None,
     ) -> str:
         """Insert a `pending` run (idempotent by `run_id`: the same workflow returns the
-        existing id, another workflow is a `RunIdConflictError`), then have it driven."""
+        existing id, another workflow is a `RunIdConflictError`), then have it driven.
+        `priority`: pending runs are picked up higher first, then oldest (None counts as 0)."""
+        check_priority(priority, f"start of {workflow}")  # nothing is created when refused
         rid = given_run_id(run_id) or str(uuid.uuid4())  # every start, derived ids included
         merged = [t for t in dict.fromkeys(tags or ()) if t != "durable:singleton:admitted"]
         now = now_utc()

@@ -44,6 +44,7 @@ from durably._engine.fans import FanMode, Settled
 from durably._engine.host import RunHost
 from durably._engine.registry import BackoffKind, RetryPolicy, Step, Workflow, _backoff_from
 from durably._engine.typed_io import PLAIN, ValueCodec
+from durably._engine.vocab import check_priority
 
 I = TypeVar("I")
 O = TypeVar("O")
@@ -480,8 +481,10 @@ class WorkflowCtx:
         version: str | None = None,
         priority: int | None = None,
     ) -> Coroutine[Any, Any, O]:
-        """Start a child workflow and wait for its output; FatalError if it failed."""
-        unsupported.refuse_priority(priority, "ctx.child")
+        """Start a child workflow and wait for its output; FatalError if it failed.
+
+        The child run carries `priority`, else this run's (higher is picked up first)."""
+        check_priority(priority, "ctx.child")  # before the position is claimed
         seq = self._claim("child")
         return self._child(seq, workflow, input, id, version, priority)
 
@@ -522,7 +525,8 @@ class WorkflowCtx:
             for recovered in await children.recover_completions(ex, {child_id: seq}):
                 return _unwrap(child_id, recovered.output, codec)
         if cp is None and await store.get_run(child_id) is None:
-            self._host.start_child_soon(workflow, input, child_id, ex.run, version, priority)
+            child_priority = priority if priority is not None else ex.run.priority
+            self._host.start_child_soon(workflow, input, child_id, ex.run, version, child_priority)
         done = await ex.wait(seq, None)
         assert done is not None
         return _unwrap(child_id, done.output, codec)
@@ -536,8 +540,10 @@ class WorkflowCtx:
         version: str | None = None,
         priority: int | None = None,
     ) -> Coroutine[Any, Any, str]:
-        """Start a child fire-and-forget; returns its run id (join later with `child`)."""
-        unsupported.refuse_priority(priority, "ctx.start_child")
+        """Start a child fire-and-forget; returns its run id (join later with `child`).
+
+        The child run carries `priority`, else this run's (higher is picked up first)."""
+        check_priority(priority, "ctx.start_child")  # before the position is claimed
         seq = self._claim("start_child")
         return self._start_child(seq, workflow, input, id, version, priority)
 
@@ -556,7 +562,8 @@ class WorkflowCtx:
             return str(cp.output)
         child_id = given_run_id(child_id, what="child run id") or f"{ex.run_id}.child.{seq}"
         if await self._ex.store.get_run(child_id) is None:
-            self._host.start_child_soon(workflow, input, child_id, ex.run, version, priority)
+            child_priority = priority if priority is not None else ex.run.priority
+            self._host.start_child_soon(workflow, input, child_id, ex.run, version, child_priority)
         await ex.save(ex.instant(seq, f"spawn:{child_id}", "local", output=child_id))
         return child_id
 
@@ -606,12 +613,15 @@ class WorkflowCtx:
         )
         if not isinstance(target, Workflow | Step | str):
             raise TypeError(f"ctx.{primitive}() takes a workflow or a step, not {target!r}")
+        # A workflow fan takes mode, concurrency and `priority` (its member runs'; by default
+        # the parent's), no step options.
+        fan_priority = step_opts.pop("priority", None) if not is_step else None
         if not is_step and step_opts:
-            # Decision: a workflow fan takes only mode and concurrency, no step options.
             raise TypeError(f"ctx.{primitive}: step options {sorted(step_opts)} on a workflow fan")
         unknown = sorted(set(step_opts) - _STEP_FAN_OPTIONS)
         if unknown:
             raise TypeError(f"ctx.{primitive}: unsupported step fan options {unknown}")
+        check_priority(fan_priority, f"ctx.{primitive}")
         unsupported.refuse_priority(step_opts.get("priority"), f"ctx.{primitive}")
         self._guard(primitive)
         if not inputs:
@@ -622,7 +632,14 @@ class WorkflowCtx:
             return _step_fan(self, target, inputs, first, mode, concurrency, step_opts, settled)
         assert not isinstance(target, Step)
         return fans.workflow_fan(
-            self._ex, target, inputs, first, mode=mode, concurrency=concurrency, settled=settled
+            self._ex,
+            target,
+            inputs,
+            first,
+            mode=mode,
+            concurrency=concurrency,
+            settled=settled,
+            priority=fan_priority,
         )
 
     # ------------------------------------------------------------------ operator hooks
@@ -690,8 +707,9 @@ class WorkflowCtx:
         await ex.save(ex.instant(seq, "searchAttributes", "local", output=attrs))
 
 
-# Step fan options: the step dispatch options minus queue and timeout. `priority` belongs
-# to the API but is refused (unsupported.PRIORITY) until something orders steps by it.
+# Step fan options: the step dispatch options minus queue and timeout. A step's `priority`
+# belongs to the API but is refused (unsupported.PRIORITY) until something orders steps by
+# it; a workflow fan's `priority` is its member runs' and is taken before this check.
 _STEP_FAN_OPTIONS = frozenset(
     {"retries", "backoff", "backoff_ms", "backoff_max_ms", "jitter", "priority"}
 )

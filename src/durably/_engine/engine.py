@@ -14,7 +14,7 @@ from durably._core.durations import Duration
 from durably._core.errors import RunNotFoundError, WorkflowNotFoundError
 from durably._core.ids import given_run_id
 from durably._core.models import RunResult, WorkflowRun
-from durably._engine import operator, unsupported
+from durably._engine import operator
 from durably._engine.client import Client
 from durably._engine.events import Listener, MetricsSnapshot
 from durably._engine.handle import RunHandle, WaitUntil
@@ -253,8 +253,8 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         version: str | None = None,
         namespace: str | None = None,
     ) -> RunHandle[O]:
-        """Enqueue a run and return at once. Idempotent by `run_id`."""
-        unsupported.refuse_priority(priority, "Engine.start")
+        """Enqueue a run and return at once. Idempotent by `run_id`. Pending runs are picked
+        up by `priority` (higher first; None counts as 0), then oldest."""
         given_run_id(run_id)  # a bad id is refused before the store is even opened
         await self._ensure_open()
         worker = self._worker

@@ -167,7 +167,10 @@ async def workflow_fan(
     mode: FanMode,
     concurrency: int | None,
     settled: bool,
+    priority: int | None = None,
 ) -> list[Any]:
+    """Run one child of `workflow` per input. Members carry `priority` when given, else
+    their parent's (children.create_children)."""
     host = ex.host
     store = ex.store
     n = len(inputs)
@@ -247,7 +250,14 @@ async def workflow_fan(
             if fail_fast and (failure := first_failure()) is not None:
                 await stop(failure)
             await _launch_members(
-                ex, workflow, inputs, ids, first, [i for i in wave if record(i) is None], group
+                ex,
+                workflow,
+                inputs,
+                ids,
+                first,
+                [i for i in wave if record(i) is None],
+                group,
+                priority,
             )
             outstanding = [i for i in wave if record(i) is None]
             if fail_fast and (failure := first_failure()) is not None:
@@ -324,6 +334,7 @@ async def _launch_members(
     first: int,
     indices: list[int],
     group: str,
+    priority: int | None,
 ) -> None:
     """The single-child protocol (as in `ctx.child`) for the not-completed members of a wave,
     in bulk: waiters and `running` placeholders in one `register_child_waits`
@@ -333,7 +344,7 @@ async def _launch_members(
     # 40,000-member launch never holds 40,000 pending row objects at once.
     for start in range(0, len(indices), BULK_CHUNK):
         await _launch_chunk(
-            ex, workflow, inputs, ids, first, indices[start : start + BULK_CHUNK], group
+            ex, workflow, inputs, ids, first, indices[start : start + BULK_CHUNK], group, priority
         )
 
 
@@ -345,6 +356,7 @@ async def _launch_chunk(
     first: int,
     indices: list[int],
     group: str,
+    priority: int | None,
 ) -> None:
     placeholders: dict[int, StepCheckpoint] = {}
     waits: list[ChildWait] = []
@@ -362,7 +374,7 @@ async def _launch_chunk(
     # Members with a row already (a replay) are included: the insert is idempotent, and a
     # crash between the placeholders and the children must not leave a member unstarted.
     existed = await children.create_children(
-        ex.host, workflow, [(ids[i], inputs[i]) for i in indices], ex.run
+        ex.host, workflow, [(ids[i], inputs[i]) for i in indices], ex.run, priority
     )
     # A replay: members whose row still waits may have a child that finished while its
     # announcement was lost (children.recover_completions).

@@ -63,6 +63,10 @@ class Poller:
         self._backlogged = False
         # Runs created here (a wide fan's children) to claim by id.
         self._local_backlog: deque[str] = deque()
+        # One pick-up pass at a time: the poll loop and a wake's kick would otherwise both
+        # count the same free room while their claims are in flight, and together lease
+        # more runs than `max_concurrent_runs` (and in no single pick-up order).
+        self._picking = asyncio.Lock()
 
     @property
     def backlogged(self) -> bool:
@@ -108,12 +112,16 @@ class Poller:
     # ------------------------------------------------------------------ pick-up
 
     async def run_pending(self) -> int:
-        """Pick up pending runs, oldest first, each under a lease.
+        """Pick up pending runs, higher priority first, then oldest, each under a lease.
 
         The lease is taken in batches by one statement (`FOR UPDATE SKIP LOCKED` on
         PostgreSQL), so engines sharing a database split the backlog instead of racing for
         the same rows; at most `max_concurrent_runs` run here.
         """
+        async with self._picking:
+            return await self._run_pending()
+
+    async def _run_pending(self) -> int:
         dispatcher = self._dispatcher
         if dispatcher.draining:
             return 0

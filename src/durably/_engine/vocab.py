@@ -1,5 +1,6 @@
 """Small pure pieces several runtime modules share: the cancelled outcome, the tag that
-names a child's parent, continuation ids and the completion a failed run announces.
+names a child's parent, continuation ids, the check of a run priority and the completion a
+failed run announces.
 
 A leaf module (it imports nothing from the runtime), so the modules that settle, signal,
 start children and act as the operator can all use it without importing each other.
@@ -34,6 +35,26 @@ def next_continuation_id(run_id: str) -> str:
     if sep and n.isdigit() and "~retry~" not in run_id[-(len(n) + 7) :]:
         return f"{base}~{int(n) + 1}"
     return f"{run_id}~1"
+
+
+# A run's priority is stored in a 32-bit INTEGER column on PostgreSQL: refusing what does not
+# fit at the call gives a clear error instead of a database error halfway through a start.
+PRIORITY_MIN = -(2**31)
+PRIORITY_MAX = 2**31 - 1
+
+
+def check_priority(priority: object, where: str) -> int | None:
+    """A run priority as given (None: none), or ValueError naming the call. Higher runs
+    first; bool is refused although it is an int, because `priority=True` is a mistake."""
+    if priority is None:
+        return None
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(f"{where}: priority must be an integer or None, not {priority!r}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ValueError(
+            f"{where}: priority must be between {PRIORITY_MIN} and {PRIORITY_MAX}, not {priority}"
+        )
+    return priority
 
 
 def completion_of_failure(error: StepError) -> dict[str, Any]:

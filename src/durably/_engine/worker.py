@@ -573,13 +573,15 @@ class Worker:
         self.spawn(start_child())
 
     async def _continue_as(self, run: WorkflowRun, input: Any, run_id: str) -> None:
-        """ContinueAsNew's successor: the same workflow, newest version, same tags."""
+        """ContinueAsNew's successor: the same workflow, newest version, same tags and
+        priority (a continuation is the same logical run, so it keeps its place)."""
         wf = self.resolve(run.workflow, None)
         await self.create_run(
             wf,
             self.prepare_input(wf, input),
             run_id=run_id,
             tags=run.tags,
+            priority=run.priority,
             namespace=run.namespace,
         )
 

@@ -57,6 +57,7 @@ from durably._store.query import (
     newest_first,
     normalize_attribute_rows,
     page,
+    pickup_order,
 )
 
 _INCOMPLETE_STATUSES = frozenset({"running", "cancelling"})
@@ -466,14 +467,15 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
     async def list_pending_runs(
         self, limit: int, namespace: str | None = None
     ) -> list[WorkflowRun]:
-        """FIFO by (created_at, id); the namespace filter applies before the limit."""
+        """In pick-up order (priority, then created_at, id); the namespace filter applies
+        before the limit."""
         self._tick()
         rows = [
             r
             for r in self._runs.values()
             if r.status == "pending" and namespace_matches(r.namespace, namespace)
         ]
-        rows.sort(key=lambda r: (r.created_at, r.id))
+        rows.sort(key=pickup_order)
         return [_read_run(r) for r in rows[: max(limit, 0)]]
 
     async def list_due_timers(
@@ -578,7 +580,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
         limit: int,
         namespace: str | None = None,
     ) -> list[WorkflowRun]:
-        """Lease up to `limit` pending runs, oldest first."""
+        """Lease up to `limit` pending runs, higher priority first, then oldest."""
         self._tick()
         rows = [
             r
@@ -587,7 +589,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
             and namespace_matches(r.namespace, namespace)
             and (r.locked_until is None or r.locked_until <= now_ms)
         ]
-        rows.sort(key=lambda r: (r.created_at, r.id))
+        rows.sort(key=pickup_order)
         claimed = []
         for row in rows[: max(limit, 0)]:
             self._try_lock(row.id, owner, lease_until_ms, now_ms)

@@ -153,8 +153,10 @@ class StateStore(Protocol):
     - `claim_runs(ids, owner, lease_until_ms, now_ms)`: lease the listed runs that are
       `pending` with a free or expired lease (by primary key).
     - `claim_pending_runs(owner, lease_until_ms, now_ms, limit, namespace=None)`: claim up to
-      `limit` pending runs, oldest first, in one statement, skipping runs another engine is
-      claiming (`FOR UPDATE SKIP LOCKED` on PostgreSQL), taking only free or expired leases.
+      `limit` pending runs in pick-up order — higher `priority` first (a run without one
+      counts as 0), then oldest (`created_at`, `id`) — in one statement, skipping runs another
+      engine is claiming (`FOR UPDATE SKIP LOCKED` on PostgreSQL), taking only free or expired
+      leases. `list_pending_runs` lists in the same order.
     - `renew_run_locks(owner, lease_until_ms)`: extend every lease `owner` holds, returning
       how many; `release_locks_of(owner)`: clear them all (an instance restarting with the
       same id voids its previous life's leases).

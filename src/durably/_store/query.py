@@ -8,6 +8,7 @@ directly, and a SQL store pushes the same predicates down (`attribute_predicate_
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from durably._core.models import (
@@ -221,6 +222,13 @@ def newest_first(runs: Iterable[WorkflowRun]) -> list[WorkflowRun]:
     return sorted(runs, key=lambda r: (r.created_at, r.id), reverse=True)
 
 
+def pickup_order(run: WorkflowRun) -> tuple[int, datetime, str]:
+    """Sort key of the order pending runs are picked up in: higher `priority` first, then
+    oldest (`created_at`, `id`). A run without a priority counts as 0, so a negative priority
+    yields to runs that never set one."""
+    return (-(run.priority or 0), run.created_at, run.id)
+
+
 def page(rows: Sequence[_T], offset: int | None, limit: int | None) -> list[_T]:
     start = max(offset or 0, 0)
     if limit is None:
@@ -253,5 +261,6 @@ __all__ = [
     "newest_first",
     "normalize_attribute_rows",
     "page",
+    "pickup_order",
     "sql_comparator",
 ]

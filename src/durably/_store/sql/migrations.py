@@ -178,10 +178,24 @@ def _v3(dialect_name: str) -> list[str]:
     return migration_v3(dialect_name)
 
 
+def _v4(dialect_name: str) -> list[str]:
+    # Run priority: pending runs are picked up by priority (higher first; a run without one
+    # counts as 0), then oldest. The index holds that order so the claim stays one statement
+    # that reads only the rows it takes. It supersedes migration 2's (status, created_at, id),
+    # whose only reader was the claim; keeping both would cost a second index write on every
+    # status change of every run.
+    return [
+        "CREATE INDEX IF NOT EXISTS durable_workflow_runs_pickup_idx"
+        " ON durable_workflow_runs (status, coalesce(priority, 0) DESC, created_at, id)",
+        "DROP INDEX IF EXISTS durable_workflow_runs_status_created_idx",
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _v1),
     Migration(2, "pick-up order index for claim_pending_runs", _v2),
     Migration(3, "signal buffer bounds: namespace, buffered_at, expires_at", _v3),
+    Migration(4, "pick-up order by priority, then age, for claim_pending_runs", _v4),
 )
 HEAD: int = MIGRATIONS[-1].version
 

@@ -20,6 +20,8 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     Table,
     Text,
+    func,
+    literal_column,
     text,
 )
 
@@ -63,8 +65,18 @@ Index(
 )
 Index("durable_workflow_runs_created_at_idx", runs.c.created_at)
 Index("durable_workflow_runs_status_updated_at_idx", runs.c.status, runs.c.updated_at)
-# durably: the pick-up order of claim_pending_runs (migration 2)
-Index("durable_workflow_runs_status_created_idx", runs.c.status, runs.c.created_at, runs.c.id)
+# durably (migration 4): the pick-up order of claim_pending_runs and list_pending_runs —
+# higher priority first, a run without one counting as 0, then oldest (created_at, id). The
+# index holds that exact order, so a claim reads the first `limit` pending entries instead of
+# sorting the whole backlog. It replaced migration 2's (status, created_at, id).
+PICKUP_PRIORITY = func.coalesce(runs.c.priority, literal_column("0", Integer))
+Index(
+    "durable_workflow_runs_pickup_idx",
+    runs.c.status,
+    PICKUP_PRIORITY.desc(),
+    runs.c.created_at,
+    runs.c.id,
+)
 # durably: bulk lease renewal / release by owner (SupportsBulkLeases)
 Index("durable_workflow_runs_locked_by_idx", runs.c.locked_by)
 
@@ -202,6 +214,7 @@ def durable_managed_tables() -> list[str]:
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
+    "PICKUP_PRIORITY",
     "RUN_COLUMNS",
     "attributes",
     "buffered_events",

@@ -17,6 +17,7 @@ from durably._store.sql.aggregates import checkpoint_stats_statements
 from durably._store.sql.dialect import SqlDialect
 from durably._store.sql.schema import (
     CHECKPOINT_COLUMNS,
+    PICKUP_PRIORITY,
     RUN_COLUMNS,
     attributes,
     buffered_events,
@@ -36,6 +37,10 @@ EVENT_COLUMNS = (
 )
 INCOMPLETE_STATUSES = ("running", "cancelling")
 CP_KEYS = ("run_id", "seq")
+# The pick-up order of pending runs: higher priority first (a run without one counts as 0),
+# then oldest. Written exactly as the pick-up index declares it, so SQLite and PostgreSQL walk
+# that index instead of sorting the backlog.
+PICKUP_ORDER = (PICKUP_PRIORITY.desc(), runs.c.created_at, runs.c.id)
 
 
 class Statements:
@@ -95,9 +100,7 @@ class Statements:
             sa.or_(*(r.status == status for status in INCOMPLETE_STATUSES)),
             order=(r.created_at, r.id),
         )
-        self.pending_runs = _scan_variants(
-            r.status == "pending", order=(r.created_at, r.id), limited=True
-        )
+        self.pending_runs = _scan_variants(r.status == "pending", order=PICKUP_ORDER, limited=True)
         # `blocked` runs (no live worker could take their next step) are re-checked on
         # the same clock as suspended ones.
         # (An OR of two equalities, not IN: IN compiles to an expanding parameter, which
@@ -254,9 +257,10 @@ def _scan_variants(
 
 
 def _claim_variants(dialect: SqlDialect) -> tuple[sa.Executable, sa.Executable, sa.Executable]:
-    """`UPDATE … SET locked_by, locked_until WHERE id IN (oldest claimable pending ids
-    LIMIT :lim [FOR UPDATE SKIP LOCKED]) RETURNING *` for (no namespace, 'default',
-    other). Without RETURNING (SQLite < 3.35) the SELECT of the candidates instead."""
+    """`UPDATE … SET locked_by, locked_until WHERE id IN (first claimable pending ids in
+    pick-up order LIMIT :lim [FOR UPDATE SKIP LOCKED]) RETURNING *` for (no namespace,
+    'default', other). Without RETURNING (SQLite < 3.35) the SELECT of the candidates
+    instead."""
     r = runs.c
     ns = r.namespace
     shapes: list[tuple[sa.ColumnElement[bool], ...]] = [
@@ -274,7 +278,7 @@ def _claim_variants(dialect: SqlDialect) -> tuple[sa.Executable, sa.Executable, 
         pick = (
             sa.select(*columns)
             .where(*claimable, *extra)
-            .order_by(r.created_at, r.id)
+            .order_by(*PICKUP_ORDER)
             .limit(bindparam("lim", type_=sa.Integer))
         )
         if not dialect.is_sqlite:
@@ -300,4 +304,11 @@ def _claim_variants(dialect: SqlDialect) -> tuple[sa.Executable, sa.Executable, 
     return out[0], out[1], out[2]
 
 
-__all__ = ["CP_KEYS", "EVENT_COLUMNS", "INCOMPLETE_STATUSES", "WAITER_COLUMNS", "Statements"]
+__all__ = [
+    "CP_KEYS",
+    "EVENT_COLUMNS",
+    "INCOMPLETE_STATUSES",
+    "PICKUP_ORDER",
+    "WAITER_COLUMNS",
+    "Statements",
+]

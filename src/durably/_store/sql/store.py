@@ -35,7 +35,7 @@ from durably._core.models import (
     now_utc,
 )
 from durably._store.protocol import InstanceHold, StateStore, WakeBus
-from durably._store.query import DEFAULT_NAMESPACE
+from durably._store.query import DEFAULT_NAMESPACE, pickup_order
 from durably._store.sql import instance as _instance
 from durably._store.sql import pg as _pg
 from durably._store.sql import rows as _rows
@@ -448,7 +448,8 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
     async def list_pending_runs(
         self, limit: int, namespace: str | None = None
     ) -> list[WorkflowRun]:
-        """FIFO by (created_at, id); the namespace filter applies before the limit."""
+        """In pick-up order: higher priority first (NULL counts as 0), then (created_at,
+        id); the namespace filter applies before the limit."""
         return await self._scan(self._q.pending_runs, namespace, {"lim": max(int(limit), 0)})
 
     async def list_due_timers(
@@ -515,12 +516,13 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
         limit: int,
         namespace: str | None = None,
     ) -> list[WorkflowRun]:
-        """Lease up to `limit` pending runs whose lease is free or expired, oldest
-        first (`created_at`, `id`; the namespace filter applies before the limit), in ONE
-        statement:
+        """Lease up to `limit` pending runs whose lease is free or expired, higher priority
+        first (a NULL priority counts as 0), then oldest (`created_at`, `id`; the namespace
+        filter applies before the limit), in ONE statement:
         `UPDATE … WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED) RETURNING *` on
         PostgreSQL, so concurrent claimers never get the same run and never wait on each
-        other; SQLite has a single writer and needs no row locks."""
+        other; SQLite has a single writer and needs no row locks. The pick-up index holds
+        exactly that order, so the statement reads only the rows it takes."""
         if limit <= 0:
             return []
         variants = self._q.claim_pending
@@ -543,7 +545,8 @@ class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuf
             claimed = await self._cx.write(
                 lambda s: self._claim_without_returning(s, stmt, params), tx=True
             )
-        claimed.sort(key=lambda run: (run.created_at, run.id))
+        # RETURNING promises no order: hand the runs back in the order they were picked.
+        claimed.sort(key=pickup_order)
         return claimed
 
     async def _claim_without_returning(
