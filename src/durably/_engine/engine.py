@@ -73,6 +73,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         clock: Callable[[], int] | None = None,
         codec: Codec | None = None,
         capabilities: Sequence[str] = (),
+        tenant_token_secret: str | bytes | None = None,
         options: EngineOptions | None = None,
         # The tuning options, each documented on `EngineOptions`. UNSET means "take it from
         # `options` (or the default)", so an explicit keyword always wins over `options`.
@@ -164,6 +165,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             steps=step_registry,
             transports=transports,
             capabilities=capabilities,
+            tenant_token_secret=tenant_token_secret,
         )
         self._client = Client._for_engine(
             self._worker.plane,

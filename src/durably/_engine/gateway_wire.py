@@ -25,14 +25,18 @@ import hmac
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from durably._core.errors import InvalidRunIdError
 from durably._core.ids import validate_run_id
 from durably._core.jsonshape import iso_ms
+from durably._transport.protocol import (
+    GatewayChannel,
+    TenantChannel,
+)
 
 __all__ = [
     "CROSS_TENANT",
@@ -412,39 +416,5 @@ def wire_json(value: Any) -> Any:
 
 # ------------------------------------------------------------------ the transport's part
 
-
-StartRunHandler = Callable[[dict[str, Any], str], Awaitable[None]]
-RunRequestHandler = Callable[[dict[str, Any], str], Awaitable[dict[str, Any] | None]]
-MessageListener = Callable[[dict[str, Any]], Awaitable[None] | None]
-
-
-class GatewayChannel(Protocol):
-    """The control plane's end of the gateway on a transport (`RedisGatewayChannel`)."""
-
-    async def serve(self, start_runs: StartRunHandler, run_requests: RunRequestHandler) -> None:
-        """Consume start-run messages and run requests (the job id passed for logs). A
-        start-run handler raises to have its message retried; a run-request handler's
-        answer is published as the reply."""
-        ...
-
-    async def publish_tenant_event(self, tenant: str, message: Mapping[str, Any]) -> None: ...
-
-    async def close(self, grace_s: float = 5.0) -> None: ...
-
-
-class TenantChannel(Protocol):
-    """A tenant's end of the gateway on a transport (`RedisGatewayChannel`)."""
-
-    async def start_run(self, message: Mapping[str, Any]) -> None: ...
-
-    async def send_request(self, request: Mapping[str, Any]) -> None: ...
-
-    async def subscribe_replies(
-        self, listener: MessageListener
-    ) -> Callable[[], Awaitable[None]]: ...
-
-    async def subscribe_tenant_events(
-        self, tenant: str, listener: MessageListener
-    ) -> Callable[[], Awaitable[None]]: ...
-
-    async def close(self, grace_s: float = 5.0) -> None: ...
+# The channel protocols (GatewayChannel, TenantChannel and their handler types) live with the
+# transport contract, the layer below.

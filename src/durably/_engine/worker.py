@@ -47,6 +47,8 @@ from durably._engine.control import UNPINNED_VERSION, ControlPlane
 from durably._engine.dispatch import Dispatcher
 from durably._engine.driver import TurnDriver
 from durably._engine.events import EngineEvent, EventBus
+from durably._engine.gateway import Gateway
+from durably._engine.gateway_wire import GatewaySettings
 from durably._engine.handle import RunWatchers
 from durably._engine.operator import cancel as cancel_run
 from durably._engine.operator import current_task
@@ -93,6 +95,7 @@ class Worker:
         signal_buffer: SignalBufferPolicy,
         workflows: Registry,
         steps: Registry | None,
+        tenant_token_secret: str | bytes | None = None,
         transports: TransportPool | None = None,
         capabilities: Sequence[str] = (),
     ):
@@ -121,6 +124,13 @@ class Worker:
             else None
         )
         self._step_servers: list[StepServer] = []
+        # The secret tenants' signed tokens are checked with (None: unsigned tenants).
+        self._tenant_token_secret = (
+            tenant_token_secret.encode()
+            if isinstance(tenant_token_secret, str)
+            else tenant_token_secret
+        )
+        self._gateway: Gateway | None = None
 
         dispatcher = self._dispatcher = Dispatcher(store, drive_runs=drive_runs)
         self._resident = ResidentSet(options.max_resident_runs)
@@ -338,6 +348,7 @@ class Worker:
                 await self._transports.start(self._results)
                 if self._turns is not None:
                     await self._turns.start()
+                await self._start_gateway(self._transports)
             if self.drive_runs:
                 await self._serve_steps(self._transports)
         if self.drive_runs:
@@ -383,6 +394,22 @@ class Worker:
             started_at=self._started_at,
         )
 
+    async def _start_gateway(self, transports: TransportPool) -> None:
+        """Answer tenants (start-run messages, run requests) over the first transport that
+        carries the gateway. Only an engine that runs workflows does: a pure step worker must
+        never take a start-run, which its store could not hold for the fleet."""
+        channel = next((m.gateway for _, m in transports.members if m.gateway is not None), None)
+        if channel is None:
+            return
+        self._gateway = Gateway.for_plane(
+            self._plane,
+            self._watchers,
+            channel,
+            settings=GatewaySettings(secret=self._tenant_token_secret),
+            subscribe=self._events.subscribe,
+        )
+        await self._gateway.start()
+
     def _runs_workflows(self) -> bool:
         """Whether this process consumes step results and turn decisions. They come back on
         queues shared by the fleet, and any consumer acknowledges what it takes; only engines
@@ -419,6 +446,9 @@ class Worker:
         """Drain, stop the loops and the wake bus, release the instance id, cancel the
         background deliveries still running, stop the thread pool."""
         await self.drain(drain_timeout)
+        gateway, self._gateway = self._gateway, None
+        if gateway is not None:
+            await gateway.close(drain_timeout)
         if self._transports is not None:
             await self._transports.close()
         await self._wakes.close()

@@ -18,6 +18,7 @@ from durably._core.handshake import WorkerDescriptor
 from durably._core.wire import RemoteTask, StepResult
 from durably._transport.protocol import (
     ControlChannel,
+    GatewayChannel,
     ResultSink,
     StepHandler,
     StepServer,
@@ -140,6 +141,10 @@ class InMemoryTransport:
         if consumer is not None:
             consumer.cancel()
             await asyncio.gather(consumer, return_exceptions=True)
+
+    @property
+    def gateway(self) -> GatewayChannel | None:
+        return None  # tenants reach a control plane over Redis
 
     @property
     def control(self) -> ControlChannel | None:

@@ -27,9 +27,14 @@ from durably._core.wire import RemoteTask, StepResult
 
 __all__ = [
     "ControlChannel",
+    "GatewayChannel",
+    "MessageListener",
     "ResultSink",
+    "RunRequestHandler",
+    "StartRunHandler",
     "StepHandler",
     "StepServer",
+    "TenantChannel",
     "Transport",
     "TransportFeatures",
     "TransportUnavailableError",
@@ -155,6 +160,48 @@ class ControlChannel(Protocol):
         ...
 
 
+# ------------------------------------------------------------------ the tenant gateway
+
+# The gateway lets store-less processes (tenants, durable-worker's `start_run`) start runs and
+# ask the control plane about their own runs; the engine side is `durably._engine.gateway`.
+
+StartRunHandler = Callable[[dict[str, Any], str], Awaitable[None]]
+RunRequestHandler = Callable[[dict[str, Any], str], Awaitable[dict[str, Any] | None]]
+MessageListener = Callable[[dict[str, Any]], Awaitable[None] | None]
+
+
+class GatewayChannel(Protocol):
+    """The control plane's end of the gateway on a transport (`RedisGatewayChannel`)."""
+
+    async def serve(self, start_runs: StartRunHandler, run_requests: RunRequestHandler) -> None:
+        """Consume start-run messages and run requests (the job id passed for logs). A
+        start-run handler raises to have its message retried; a run-request handler's
+        answer is published as the reply."""
+        ...
+
+    async def publish_tenant_event(self, tenant: str, message: Mapping[str, Any]) -> None: ...
+
+    async def close(self, grace_s: float = 5.0) -> None: ...
+
+
+class TenantChannel(Protocol):
+    """A tenant's end of the gateway on a transport (`RedisGatewayChannel`)."""
+
+    async def start_run(self, message: Mapping[str, Any]) -> None: ...
+
+    async def send_request(self, request: Mapping[str, Any]) -> None: ...
+
+    async def subscribe_replies(
+        self, listener: MessageListener
+    ) -> Callable[[], Awaitable[None]]: ...
+
+    async def subscribe_tenant_events(
+        self, tenant: str, listener: MessageListener
+    ) -> Callable[[], Awaitable[None]]: ...
+
+    async def close(self, grace_s: float = 5.0) -> None: ...
+
+
 class StepServer(Protocol):
     """Serves step tasks on a set of routing tokens until drained."""
 
@@ -204,6 +251,11 @@ class Transport(Protocol):
     @property
     def turns(self) -> TurnChannel | None:
         """The workflow-turn channel (None unless `features.workflow_turns`)."""
+        ...
+
+    @property
+    def gateway(self) -> GatewayChannel | None:
+        """The tenant gateway's messages (None on a transport that does not carry them)."""
         ...
 
     @property

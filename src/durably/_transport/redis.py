@@ -41,6 +41,7 @@ from durably._transport.protocol import (
     TransportUnavailableError,
 )
 from durably._transport.redis_bullmq import BullQueue, WorkerTiming, redis_client
+from durably._transport.redis_gateway import RedisGatewayChannel
 from durably._transport.redis_plain import (
     LIVENESS_REFRESH_S,
     ChannelSubscription,
@@ -145,6 +146,9 @@ class RedisTransport:
             check_token=self._check_token,
             subscribe_beats=self.subscribe_run_beats,
         )
+        self._gateway = RedisGatewayChannel.of(
+            self, timing=self._timing, ping_interval_s=self._ping_interval
+        )
         self._features = TransportFeatures(
             workflow_turns=True, worker_descriptors=True, control_messages=True
         )
@@ -161,6 +165,11 @@ class RedisTransport:
     def turns(self) -> RedisTurns:
         """Remote workflow turns (`redis_turns`)."""
         return self._turns
+
+    @property
+    def gateway(self) -> RedisGatewayChannel:
+        """The tenant gateway's queues and channels on this server and prefix."""
+        return self._gateway
 
     @property
     def control(self) -> RedisTransport:
@@ -218,6 +227,7 @@ class RedisTransport:
         if consumer is not None:
             await consumer.close()
         await self._turns.close(self._intake.close_grace_s)
+        await self._gateway.close(self._intake.close_grace_s)
         servers, self._servers = self._servers, []
         for server in servers:
             await server.drain(self._intake.close_grace_s)

@@ -74,6 +74,7 @@ from durably._core.wire import (
 from durably._store.sql import pg as _pg
 from durably._transport.protocol import (
     ControlChannel,
+    GatewayChannel,
     ResultSink,
     StepHandler,
     StepServer,
@@ -340,6 +341,10 @@ class SqlTransport:
     @property
     def features(self) -> TransportFeatures:
         return TransportFeatures()
+
+    @property
+    def gateway(self) -> GatewayChannel | None:
+        return None  # tenants reach a control plane over Redis
 
     @property
     def control(self) -> ControlChannel | None:
