@@ -17,9 +17,9 @@ What it adds to the package, and why:
   stops BullMQ's lock and stall timers, which the package leaves running when its loop ends by
   cancellation. A job still in hand at the deadline stays `active` with a lock that expires, so
   another worker's stall check re-delivers it: nothing is acknowledged that was not finished.
-- Two costs of the package's Python port that dominated a remote step's round trip (measured by
-  `benchmarks/remote.py`, about 4 ms of CPU per step between them) are removed, with the same
-  scripts and keys on the wire:
+- Costs of the package's Python port that dominated a remote step's round trip and a wide
+  fan's CPU (measured by `benchmarks/remote.py`; `docs/remote.md` has the figures) are removed,
+  with the same scripts and keys on the wire:
   - every `Job` object (one per job added and one per job fetched) built its own `Scripts`,
     which reads and hashes the package's 28 Lua files (about 0.7 ms each time); jobs now share
     one `Scripts` per connection and queue (a job only reads it);
@@ -27,7 +27,10 @@ What it adds to the package, and why:
     `concurrency` `moveToActive` scripts that found nothing (dozens per job), and each turn of
     the loop waited on every task in hand (`asyncio.wait`, linear in `concurrency`). Our workers
     keep ONE fetch in flight (a fetched job starts the next fetch at once, so jobs still flow
-    while earlier ones run) and learn of finished tasks from a queue.
+    while earlier ones run) and learn of finished tasks from a queue;
+  - completing a job also fetches the next one (the completion script's `fetchNext`, as the
+    Node original does), so a busy worker runs one script per job instead of two;
+  - adds made while another is on its way go out together in one pipeline (`BullQueue`).
 """
 
 from __future__ import annotations
