@@ -67,9 +67,6 @@ log = logging.getLogger("durably")
 
 __all__ = ["RemoteSteps", "ResultSettler", "StepService", "step_token"]
 
-# Above this many results for one run in a batch, one listing of the run's rows is cheaper
-# than a read per result.
-_LIST_OVER = 16
 # How long a read of the live workers' descriptors on a token is reused.
 _DIRECTORY_TTL_S = 1.0
 
@@ -229,11 +226,7 @@ class ResultSettler:
         if run.status in TERMINAL_RUN_STATUSES:
             log.debug("dropping %d result(s) for run %s (finished)", len(results), run_id)
             return
-        if len(results) > _LIST_OVER:
-            rows = {cp.seq: cp for cp in await store.list_checkpoints(run_id)}
-            current = [rows.get(r.seq) for r in results]
-        else:
-            current = [await store.get_checkpoint(run_id, r.seq) for r in results]
+        current = await self._rows(run_id, results)
         now = self._clock()
         settled: list[StepCheckpoint] = []
         for result, row in zip(results, current, strict=True):
@@ -248,6 +241,21 @@ class ResultSettler:
             self._emit(run, cp)
         if written:
             await self._wake(run_id, written)
+
+    async def _rows(self, run_id: str, results: list[StepResult]) -> list[StepCheckpoint | None]:
+        """The rows the results are for. A body parked here holds the rows it dispatched in
+        memory: those need no read (a stale one only loses the compare-and-set). Otherwise one
+        read per result: listing the whole run for every batch would make a wide fan's
+        settlement quadratic (every batch re-reads every member)."""
+        execution = self._dispatcher.execution(run_id)
+        snapshot = execution.snapshot if execution is not None else {}
+        rows: list[StepCheckpoint | None] = []
+        for result in results:
+            row = snapshot.get(result.seq)
+            if row is None or row.status not in ("pending", "running"):
+                row = await self._store.get_checkpoint(run_id, result.seq)
+            rows.append(row)
+        return rows
 
     def _emit(self, run: WorkflowRun, cp: StepCheckpoint) -> None:
         started = ms_from_utc(cp.started_at)
