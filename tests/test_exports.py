@@ -32,6 +32,7 @@ EXPECTED_EXPORTS = [
     "NonDeterminismError",
     "OnErrorInput",
     "OnErrorRoute",
+    "Queue",
     "Rejected",
     "RemoteStepError",
     "RemoteWorkflow",

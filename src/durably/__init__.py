@@ -4,6 +4,7 @@ Write a workflow as plain async Python; every step is checkpointed in SQLite (th
 default) so a run survives crashes and restarts and resumes where it stopped.
 """
 
+from durably._core.admission import Queue
 from durably._core.buffered_signals import BufferedSignalInfo
 from durably._core.durations import parse_duration
 from durably._core.errors import (
@@ -101,6 +102,7 @@ __all__ = [
     "NonDeterminismError",
     "OnErrorInput",
     "OnErrorRoute",
+    "Queue",
     "Rejected",
     "RemoteStepError",
     "RemoteWorkflow",

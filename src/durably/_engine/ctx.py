@@ -41,6 +41,7 @@ from durably._core.models import (
 from durably._engine import children, fans, saga, unsupported
 from durably._engine.execution import STEP_SCOPE, Execution
 from durably._engine.fans import FanMode, Settled
+from durably._engine.flow import queue_call
 from durably._engine.host import RunHost
 from durably._engine.registry import BackoffKind, RetryPolicy, Step, Workflow, _backoff_from
 from durably._engine.typed_io import PLAIN, ValueCodec
@@ -151,6 +152,7 @@ class WorkflowCtx:
         timeout: Duration | None = ...,
         queue: str | None = ...,
         priority: int | None = ...,
+        fairness_key: str | None = ...,
         compensate: Any = ...,
     ) -> Coroutine[Any, Any, O]: ...
     @overload
@@ -167,6 +169,7 @@ class WorkflowCtx:
         timeout: Duration | None = ...,
         queue: str | None = ...,
         priority: int | None = ...,
+        fairness_key: str | None = ...,
         compensate: Any = ...,
     ) -> Coroutine[Any, Any, O]: ...
     @overload
@@ -183,6 +186,7 @@ class WorkflowCtx:
         timeout: Duration | None = ...,
         queue: str | None = ...,
         priority: int | None = ...,
+        fairness_key: str | None = ...,
         compensate: Any = ...,
     ) -> Coroutine[Any, Any, Any]: ...
     def step(
@@ -198,19 +202,19 @@ class WorkflowCtx:
         timeout: Duration | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        fairness_key: str | None = None,
         compensate: Any = None,
     ) -> Coroutine[Any, Any, Any]:
         """Run a step through the engine's transport and checkpoint its result.
 
-        `queue` and `priority` are refused (NotImplementedError) until flow-control queues
-        exist; the check comes before the position is claimed, so a body that catches the
-        error and goes on keeps its checkpoint numbering.
+        With `queue`, each attempt first waits for a slot of that flow-control queue
+        (`durably.Queue`, registered on the engine) and holds it until its result is
+        recorded; `priority` (higher first, default 0) and `fairness_key` (default: the run
+        id) order the queue's waiters. Without a queue, `priority` is refused
+        (NotImplementedError) and `fairness_key` is a ValueError; the checks come before the
+        position is claimed, so a body that catches the error keeps its numbering.
         """
-        if queue is not None:
-            raise NotImplementedError(
-                f"ctx.step(queue={queue!r}): {unsupported.FLOW_CONTROL_QUEUES}"
-            )
-        unsupported.refuse_priority(priority, "ctx.step")
+        admission = queue_call(queue, priority, fairness_key)
         seq = self._claim("step")
         if isinstance(step, Step):
             definition: Step[Any, Any] | None = step
@@ -236,7 +240,9 @@ class WorkflowCtx:
             if timeout is not None
             else (definition.timeout_ms if definition is not None else None)
         )
-        call = self._ex.run_step(seq, name, definition, input, policy, timeout_ms)
+        call = self._ex.run_step(
+            seq, name, definition, input, policy, timeout_ms, queue=admission
+        )
         if compensate is None:
             return call
         return saga.with_step_undo(self._ex, call, seq, name, compensate)

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Never, TypeVar
 
+from durably._core.admission import Queue
 from durably._core.durations import Duration
 from durably._core.errors import RunNotFoundError, WorkflowNotFoundError
 from durably._core.ids import given_run_id
@@ -17,6 +18,7 @@ from durably._core.models import RunResult, WorkflowRun
 from durably._engine import operator
 from durably._engine.client import Client
 from durably._engine.events import Listener, MetricsSnapshot
+from durably._engine.flow import AdmissionSpec
 from durably._engine.handle import RunHandle, WaitUntil
 from durably._engine.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
 from durably._engine.read_api import ReadApi, WorkerHealthApi
@@ -58,6 +60,11 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
     (`schedules=`, `retention=`, …) raises `NotImplementedError` naming the feature, and a
     misspelt one a `TypeError` suggesting the right name. `engine.options` holds the
     result.
+
+    Flow control: `queues=[durably.Queue(...)]` (or `register_queue`) declares the queues
+    `ctx.step(..., queue=name)` waits on. `admission=` says where their slots are counted:
+    "auto" (the default: across the fleet on a PostgreSQL store, per engine elsewhere),
+    "local" (per engine), "store" (the PostgreSQL store; an error elsewhere) or a backend.
     """
 
     def __init__(
@@ -74,6 +81,8 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         codec: Codec | None = None,
         capabilities: Sequence[str] = (),
         tenant_token_secret: str | bytes | None = None,
+        queues: Iterable[Queue] = (),
+        admission: AdmissionSpec = "auto",
         options: EngineOptions | None = None,
         # The tuning options, each documented on `EngineOptions`. UNSET means "take it from
         # `options` (or the default)", so an explicit keyword always wins over `options`.
@@ -166,6 +175,8 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             transports=transports,
             capabilities=capabilities,
             tenant_token_secret=tenant_token_secret,
+            queues=queues,
+            admission=admission,
         )
         self._client = Client._for_engine(
             self._worker.plane,
@@ -233,6 +244,11 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
     def registration(self, name: str, version: str | None = None) -> Workflow[Any, Any] | None:
         """The workflow registered here under `name` (newest version when None)."""
         return self._worker.registration(name, version)
+
+    def register_queue(self, queue: Queue) -> None:
+        """Register a flow-control queue (`ctx.step(..., queue=queue.name)`), replacing
+        the one registered under its name."""
+        self._worker.flow.register(queue)
 
     def registered_workflows(self) -> list[Workflow[Any, Any]]:
         return self._worker.registered_workflows()

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from durably._core.admission import QueueCall
 from durably._core.errors import (
     ContinueAsNew,
     NonDeterminismError,
@@ -276,7 +277,7 @@ class Execution:
         self.host.resident.note_parked(self)
         try:
             await self.mark_suspended()
-            if seq is not None and not future.done():
+            if seq is not None and accept and not future.done():
                 # Lost-wake guard: a delivery from another process may have written our
                 # checkpoint before our `suspended` write; its nudge then came too early.
                 fresh = await self.store.get_checkpoint(self.run_id, seq)
@@ -351,6 +352,16 @@ class Execution:
         wake = await self._park(None, None)
         return wake.kind == "delivered"
 
+    async def wait_for_slot(self, seq: int, retry_at: int) -> None:
+        """Step `seq` waits for a flow-control queue to admit it: resident, parked until
+        `retry_at` or until a release names it next in line (`deliver(seq, None)`); classic,
+        the turn suspends until `retry_at`."""
+        if self.now() >= retry_at:
+            return
+        if not self.resident:
+            raise WorkflowSuspended(retry_at)
+        await self._park(seq, retry_at, accept=())
+
     def poke(self) -> None:
         """Wake `park_for_fan` (a fan's watch saw what it waits for)."""
         for parked in list(self.parked.values()):
@@ -394,8 +405,10 @@ class Execution:
         policy: RetryPolicy,
         timeout_ms: int | None,
         parallel_group: str | None = None,
+        queue: QueueCall | None = None,
     ) -> Any:
-        """ctx.step through the in-process transport, with durable retries.
+        """ctx.step through the in-process transport, with durable retries. With `queue`,
+        each attempt holds a slot of that flow-control queue while its handler runs.
 
         durably: the in-process transport writes ONE checkpoint per attempt (the result),
         not a `pending` row before it: the dispatching process is the executing process, so
@@ -412,7 +425,7 @@ class Execution:
         remote = self.host.remote
         if remote is not None:
             output = await self._run_remote(
-                remote, seq, name, json_input, policy, timeout_ms, parallel_group, requires
+                remote, seq, name, json_input, policy, timeout_ms, parallel_group, requires, queue
             )
             return out_codec.from_json(output)
         if requires:
@@ -441,15 +454,16 @@ class Execution:
         elif cp is not None:
             attempt = max(1, cp.attempts)  # a dispatch that never settled: run it again
         while True:
-            started = self.now()
-            self.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
-            self.step_began()
-            try:
-                output, error = await self.host.transport.execute(
-                    self, step, name, json_input, in_codec, timeout_ms
-                )
-            finally:
-                self.step_ended()
+            async with self.host.flow.slot(self, seq, queue):  # (waits to be admitted)
+                started = self.now()
+                self.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
+                self.step_began()
+                try:
+                    output, error = await self.host.transport.execute(
+                        self, step, name, json_input, in_codec, timeout_ms
+                    )
+                finally:
+                    self.step_ended()
             finished = self.now()
             if error is None:
                 done = self._step_row(
@@ -523,6 +537,7 @@ class Execution:
         timeout_ms: int | None,
         parallel_group: str | None,
         requires: Sequence[str] = (),
+        queue: QueueCall | None = None,
     ) -> JSONValue:
         """ctx.step over a transport: write the attempt's `pending` row, dispatch it, wait
         for the result the transport's consumer settles on that row (resident: parked in
@@ -537,6 +552,8 @@ class Execution:
         cp = self.snapshot.get(seq)
         attempt = 1
         while True:
+            if queue is not None and cp is not None and cp.status in _SETTLED:
+                self.host.flow.release(self.run_id, seq)  # the attempt is over
             if cp is not None and cp.status == "completed":
                 return cp.output
             if cp is not None and cp.status == "failed":
@@ -581,6 +598,8 @@ class Execution:
                     requires=tuple(plan.requires),
                     diagnostics=plan.diagnostics.to_json(),
                 )
+            if queue is not None:
+                await self.host.flow.acquire(self, seq, queue)
             now = self.now()
             pending = self._step_row(
                 seq,

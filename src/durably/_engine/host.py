@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
+from durably._core.admission import QueueCall
 from durably._core.models import JSONValue, StepError, WorkflowRun
 from durably._engine.registry import Step, Workflow
 from durably._engine.typed_io import ValueCodec
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from durably._engine.resident import ResidentSet
     from durably._store.protocol import StateStore
 
-__all__ = ["RemoteDispatch", "RunHost", "RunWakes", "StepTransport"]
+__all__ = ["RemoteDispatch", "RunHost", "RunWakes", "StepAdmission", "StepTransport"]
 
 
 class StepTransport(Protocol):
@@ -58,6 +60,25 @@ class RemoteDispatch(Protocol):
     async def blocked(self, run: WorkflowRun, name: str, requires: Sequence[str]) -> Any:
         """Why a step requiring `requires` cannot go out now (with `reason`, `code`,
         `requires`, `diagnostics.to_json()`), or None when a live worker offers it all."""
+        ...
+
+
+class StepAdmission(Protocol):
+    """The flow-control queues of this process: slots for steps given `queue=`
+    (`flow.FlowControl`)."""
+
+    def slot(
+        self, ex: Execution, seq: int, call: QueueCall | None
+    ) -> AbstractAsyncContextManager[None]:
+        """Hold a slot while an in-process step's handler runs (waits to be admitted)."""
+        ...
+
+    async def acquire(self, ex: Execution, seq: int, call: QueueCall) -> bool:
+        """Wait until step `seq` is admitted (False: the queue is not registered here)."""
+        ...
+
+    def release(self, run_id: str, seq: int) -> None:
+        """Give back the slot the step holds here, if any (in the background)."""
         ...
 
 
@@ -97,6 +118,9 @@ class RunHost(Protocol):
 
     @property
     def wakes(self) -> RunWakes: ...
+
+    @property
+    def flow(self) -> StepAdmission: ...
 
     @property
     def namespace(self) -> str | None: ...

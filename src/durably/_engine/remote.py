@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -187,12 +187,15 @@ class ResultSettler:
         events: EventBus,
         *,
         clock: Callable[[], int],
+        release: Callable[[Sequence[str]], Awaitable[None]] | None = None,
     ):
         self._store = store
         self._dispatcher = dispatcher
         self._deliveries = deliveries
         self._events = events
         self._clock = clock
+        # Gives back the flow-control slots of steps whose results are settled or dropped.
+        self._release = release
 
     async def step_results(self, results: Sequence[StepResult]) -> None:
         by_run: dict[str, dict[str, StepResult]] = {}
@@ -222,9 +225,11 @@ class ResultSettler:
                 len(results),
                 run_id,
             )
+            await self._free([r.step_id for r in results])
             return
         if run.status in TERMINAL_RUN_STATUSES:
             log.debug("dropping %d result(s) for run %s (finished)", len(results), run_id)
+            await self._free([r.step_id for r in results])
             return
         current = await self._rows(run_id, results)
         now = self._clock()
@@ -240,7 +245,16 @@ class ResultSettler:
         for cp in written:
             self._emit(run, cp)
         if written:
+            # Before the wake: the woken body's next queued step may want the slot at once.
+            await self._free([cp.step_id for cp in written])
             await self._wake(run_id, written)
+
+    async def _free(self, step_ids: list[str]) -> None:
+        """The steps no longer run (settled here, or their run is gone): a flow-control slot
+        they held is free. A duplicate that lost the compare-and-set frees nothing, so it can
+        never take the slot of a newer attempt of the same step."""
+        if self._release is not None:
+            await self._release(step_ids)
 
     async def _rows(self, run_id: str, results: list[StepResult]) -> list[StepCheckpoint | None]:
         """The rows the results are for. A body parked here holds the rows it dispatched in

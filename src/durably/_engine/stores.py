@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
+from durably._core.admission import AdmissionBackend
+from durably._store.codec import CodecStateStore
 from durably._store.protocol import StateStore, require_store
 
 
@@ -28,3 +31,16 @@ def open_store(store: Any) -> tuple[StateStore, bool]:
 
         return SqlStateStore(store), False
     return require_store(store), False  # a partial store fails here, naming what it lacks
+
+
+def fleet_admission(
+    store: StateStore, *, owner: str, clock: Callable[[], int]
+) -> AdmissionBackend | None:
+    """The admission backend the engines sharing `store` share (PostgreSQL), or None. The
+    SQL store is loaded only for a store of its own, as above."""
+    inner = store._inner if isinstance(store, CodecStateStore) else store
+    if not type(inner).__module__.startswith("durably._store.sql"):
+        return None
+    from durably._store.sql import store_admission
+
+    return store_admission(inner, owner=owner, clock=clock)

@@ -24,12 +24,6 @@ PRIORITY = (
     "(start(..., priority=...), ctx.child(..., priority=...)), or omit it here"
 )
 
-FLOW_CONTROL_QUEUES = (
-    "flow-control queues are not supported yet: a step runs as soon as its workflow calls "
-    "it, with no per-queue concurrency or rate limit; queues (and queue= on ctx.step) are "
-    "planned. Omit queue (or pass None)"
-)
-
 CONCURRENCY_QUOTAS = (
     "workflow concurrency quotas are not supported yet: start never counts "
     "the runs already in flight for a key, so it could not raise ConcurrencyLimitError; "
@@ -72,8 +66,6 @@ _ENGINE_OPTIONS: dict[str, str] = {
     "debounce": EVENT_BATCHING,
     "batch": EVENT_BATCHING,
     "event_batch": EVENT_BATCHING,
-    "queues": FLOW_CONTROL_QUEUES,
-    "admission": FLOW_CONTROL_QUEUES,
     "dead_letter_workflow": (
         "dead-letter workflows are not supported yet: a run that exceeds "
         "max_recovery_attempts is marked dead and reported to engine.on_dead(listener), "

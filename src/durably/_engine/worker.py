@@ -27,10 +27,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from durably._core.admission import Queue
 from durably._core.errors import WorkflowNotFoundError
 from durably._core.handshake import (
     LEGACY_V1_PROTOCOL,
@@ -47,6 +48,7 @@ from durably._engine.control import UNPINNED_VERSION, ControlPlane
 from durably._engine.dispatch import Dispatcher
 from durably._engine.driver import TurnDriver
 from durably._engine.events import EngineEvent, EventBus
+from durably._engine.flow import AdmissionSpec, FlowControl, admission_backend
 from durably._engine.gateway import Gateway
 from durably._engine.gateway_wire import GatewaySettings
 from durably._engine.handle import RunWatchers
@@ -98,6 +100,8 @@ class Worker:
         tenant_token_secret: str | bytes | None = None,
         transports: TransportPool | None = None,
         capabilities: Sequence[str] = (),
+        queues: Iterable[Queue] = (),
+        admission: AdmissionSpec = "auto",
     ):
         self._store = store
         self._options = options
@@ -169,6 +173,14 @@ class Worker:
             mailbox=self._mailbox,
         )
         self._mailbox.connect(self._deliveries)
+        self._flow = FlowControl(
+            admission_backend(admission, store, owner=instance_id, clock=clock),
+            queues=queues,
+            runs=dispatcher,
+            redrive=self._deliveries.redrive,
+            spawn=self.spawn,
+        )
+        self._events.on_run_events(self._flow.on_run_event)
         self._router = Router(
             self,
             dispatcher,
@@ -197,7 +209,12 @@ class Worker:
         )
         dispatcher.connect(self._driver, nudge=self._deliveries.nudge, after_turn=self._after_turn)
         self._results = ResultSettler(
-            store, dispatcher, self._deliveries, self._events, clock=clock
+            store,
+            dispatcher,
+            self._deliveries,
+            self._events,
+            clock=clock,
+            release=self._flow.release_settled,
         )
 
     def _remote_turns(self, transports: TransportPool | None) -> RemoteTurns | None:
@@ -256,6 +273,10 @@ class Worker:
     @property
     def wakes(self) -> WakeLink:
         return self._wakes
+
+    @property
+    def flow(self) -> FlowControl:
+        return self._flow
 
     @property
     def namespace(self) -> str | None:
@@ -451,6 +472,7 @@ class Worker:
             await gateway.close(drain_timeout)
         if self._transports is not None:
             await self._transports.close()
+        await self._flow.close()
         await self._wakes.close()
         if self._instance is not None:
             hold, self._instance = self._instance, None

@@ -29,6 +29,7 @@ from sqlalchemy.schema import CreateTable
 from durably._core.errors import SchemaVersionError
 from durably._store.sql import dialect as _d
 from durably._store.sql import pg as _pg
+from durably._store.sql.admission_schema import migration_v5
 from durably._store.sql.connection import connector_for
 from durably._store.sql.schema import schema_version
 
@@ -196,6 +197,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "pick-up order index for claim_pending_runs", _v2),
     Migration(3, "signal buffer bounds: namespace, buffered_at, expires_at", _v3),
     Migration(4, "pick-up order by priority, then age, for claim_pending_runs", _v4),
+    # Fleet-wide flow-control queues: slots, waiters, fairness keys, and on PostgreSQL the
+    # functions that admit a slot in one statement and release it.
+    Migration(5, "flow-control admission tables (and functions on PostgreSQL)", migration_v5),
 )
 HEAD: int = MIGRATIONS[-1].version
 

@@ -191,6 +191,63 @@ Index(
     buffered_events.c.published_at,
 )
 
+# ------------------------------------------------------------------ flow-control admission
+
+# durably (migration 5): the fleet-wide slots of flow-control queues (`admission.py`). Times
+# are epoch ms of the engines' clocks; `fair` and `lifo` are 0/1.
+admission_queues = Table(
+    "durable_admission_queues",
+    metadata,
+    Column("queue", Text, nullable=False),
+    Column("window_start", BigInteger, nullable=False),
+    Column("window_count", Integer, nullable=False),
+    Column("arrivals", BigInteger, nullable=False),
+    Column("served", BigInteger, nullable=False),
+    Column("concurrency", Integer),
+    Column("fair", Integer, nullable=False),
+    Column("lifo", Integer, nullable=False),
+    PrimaryKeyConstraint("queue"),
+)
+admission_slots = Table(
+    "durable_admission_slots",
+    metadata,
+    Column("holder", Text, nullable=False),  # the step id
+    Column("queue", Text, nullable=False),
+    Column("owner", Text, nullable=False),  # the instance id of the engine renewing it
+    Column("ttl_ms", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("holder"),
+)
+Index(
+    "durable_admission_slots_queue_idx", admission_slots.c.queue, admission_slots.c.expires_at
+)
+Index("durable_admission_slots_owner_idx", admission_slots.c.owner)
+admission_waiters = Table(
+    "durable_admission_waiters",
+    metadata,
+    Column("holder", Text, nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("fair_key", Text, nullable=False),
+    Column("arrival", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("holder"),
+)
+Index(
+    "durable_admission_waiters_queue_idx",
+    admission_waiters.c.queue,
+    admission_waiters.c.expires_at,
+)
+admission_keys = Table(
+    "durable_admission_keys",
+    metadata,
+    Column("queue", Text, nullable=False),
+    Column("fair_key", Text, nullable=False),
+    Column("served", BigInteger, nullable=False),
+    PrimaryKeyConstraint("queue", "fair_key"),
+)
+Index("durable_admission_keys_served_idx", admission_keys.c.queue, admission_keys.c.served)
+
 # ------------------------------------------------------------------ durable_schema_version
 
 # One row per applied migration (migrations.py). Bootstrap table: never migrated itself.

@@ -1,0 +1,393 @@
+"""Flow-control queues in the runtime: a step given `queue=` holds one of the queue's slots
+while it runs.
+
+`FlowControl` is this process's end of an admission backend (`durably._core.admission`):
+
+- **Before a queued step runs** (in-process: before its handler; over a transport: before
+  its `pending` row is written and the task dispatched) it asks the backend for a slot. The
+  holder is the step id, so every attempt and every replay of one step asks for the same
+  slot. Turned away, the body waits: a resident body parks until `retry_at` or until a
+  release names it as next in line; a classic turn suspends with `wake_at = retry_at` and
+  the due-timer poll re-drives it (a release naming it re-drives it at once).
+- **The slot is given back once the step's result is recorded**: in-process when the handler
+  returns (or is cancelled with its run); over a transport when the result is settled (by
+  whichever engine of the fleet settles it, or dropped because the run finished), or when
+  the attempt fails without a result (dispatch refused, timeout). A run that ends gives back
+  its places in line at once; the slot of a step still running on another machine waits
+  for that step's result, or lapses after its TTL if none ever comes.
+- **Live slots are renewed** every third of the shortest `slot_ttl` of the registered
+  queues, so only a dead process's slots lapse. This process renews only the slots it
+  knows it holds: one it lost track of lapses instead of leaking.
+
+A queue name nobody registered here admits everything (logged once), as a step without a
+queue does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from durably._core.admission import AdmissionBackend, LocalAdmission, Queue, QueueCall
+from durably._core.errors import RunEvicted
+from durably._engine import unsupported
+from durably._engine.events import EngineEvent
+from durably._engine.execution import StoreFailure
+from durably._engine.stores import fleet_admission
+
+if TYPE_CHECKING:
+    from durably._engine.execution import Execution
+
+log = logging.getLogger("durably")
+
+__all__ = ["AdmissionSpec", "FlowControl", "admission_backend", "queue_call"]
+
+#: `Engine(admission=...)`: a backend, or how to choose one. "auto": fleet-wide on a
+#: PostgreSQL store, else this process only; "local": this process only; "store": the
+#: store's (PostgreSQL only).
+AdmissionSpec = AdmissionBackend | Literal["auto", "local", "store"]
+
+
+def admission_backend(
+    spec: AdmissionSpec, store: Any, *, owner: str, clock: Callable[[], int]
+) -> AdmissionBackend:
+    if not isinstance(spec, str):
+        return spec
+    if spec not in ("auto", "local", "store"):
+        raise ValueError(
+            f'Engine(admission={spec!r}): expected "auto", "local", "store" or an '
+            "admission backend"
+        )
+    if spec != "local":
+        shared = fleet_admission(store, owner=owner, clock=clock)
+        if shared is not None:
+            return shared
+        if spec == "store":
+            raise ValueError(
+                'Engine(admission="store") needs a PostgreSQL store: only there do the '
+                'engines of a fleet share admission (use "local" to count per engine)'
+            )
+    return LocalAdmission(clock=clock)
+
+
+def queue_call(
+    queue: str | None, priority: int | None, fairness_key: str | None
+) -> QueueCall | None:
+    """What `ctx.step(queue=, priority=, fairness_key=)` asks of a flow-control queue."""
+    if queue is None:
+        # Outside a queue nothing orders steps by priority yet: refused, never ignored.
+        unsupported.refuse_priority(priority, "ctx.step")
+        if fairness_key is not None:
+            raise ValueError("ctx.step(fairness_key=...) needs queue=: it orders a queue's waiters")
+        return None
+    if not isinstance(queue, str) or not queue:
+        raise TypeError(f"ctx.step(queue=...) takes a queue name, not {queue!r}")
+    if priority is not None and (
+        isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31
+    ):
+        raise TypeError(f"ctx.step(priority=...) takes a 32-bit whole number, not {priority!r}")
+    if fairness_key is not None and not isinstance(fairness_key, str):
+        raise TypeError(f"ctx.step(fairness_key=...) takes a string, not {fairness_key!r}")
+    return QueueCall(queue, priority or 0, fairness_key)
+
+
+class _Runs(Protocol):
+    def execution(self, run_id: str) -> Execution | None: ...
+
+
+@dataclass(slots=True)
+class _Waiting:
+    run_id: str
+    seq: int
+    queue: str
+    since: float  # monotonic seconds of its last ask
+    nudged: bool = False  # a release named it while it was asking or not yet parked
+    asker: object = None  # the execution (turn) that asked last
+
+
+@dataclass(slots=True)
+class _Held:
+    run_id: str
+    since: float  # monotonic seconds of its admission
+    remote: bool  # the step runs on another machine: only its result (or the TTL) frees it
+
+
+class _NoSlot:
+    """`slot()` of a step without a queue: holds nothing (no generator per step)."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_SLOT = _NoSlot()
+
+
+class _Slot:
+    """`slot()` of a queued in-process step: admitted on entry, released on exit."""
+
+    __slots__ = ("_call", "_ex", "_flow", "_held", "_seq")
+
+    def __init__(self, flow: FlowControl, ex: Execution, seq: int, call: QueueCall):
+        self._flow, self._ex, self._seq, self._call = flow, ex, seq, call
+        self._held = False
+
+    async def __aenter__(self) -> None:
+        self._held = await self._flow.acquire(self._ex, self._seq, self._call, remote=False)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._held:
+            self._flow.release(self._ex.run_id, self._seq)
+
+
+class FlowControl:
+    """The queues registered here and the slots this process holds (module docstring)."""
+
+    def __init__(
+        self,
+        backend: AdmissionBackend,
+        *,
+        queues: Iterable[Queue],
+        runs: _Runs,
+        redrive: Callable[[str], Coroutine[Any, Any, None]],
+        spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+    ):
+        self._backend = backend
+        self._queues: dict[str, Queue] = {}
+        for queue in queues:
+            self.register(queue)
+        self._runs = runs
+        self._redrive = redrive
+        self._spawn = spawn
+        self._held: dict[str, _Held] = {}
+        self._waiting: dict[str, _Waiting] = {}
+        self._by_run: dict[str, set[str]] = {}
+        self._warned: set[str] = set()
+        self._renewer: asyncio.Task[None] | None = None
+        self._closed = False
+        backend.on_freed(self._freed)
+
+    # ------------------------------------------------------------------ queues
+
+    def register(self, queue: Queue) -> None:
+        """Add a queue, or replace the one registered under its name."""
+        if not isinstance(queue, Queue):
+            raise TypeError(f"register_queue() takes a durably.Queue, not {queue!r}")
+        self._queues[queue.name] = queue
+
+    @property
+    def active(self) -> bool:
+        """Whether any queue is registered here (else nothing is ever admitted or released)."""
+        return bool(self._queues)
+
+    @property
+    def backend(self) -> AdmissionBackend:
+        return self._backend
+
+    def holds(self, run_id: str) -> set[str]:
+        """The holders (step ids) of `run_id` holding a slot or a place in line here."""
+        return set(self._by_run.get(run_id, ()))
+
+    # ------------------------------------------------------------------ admission
+
+    def slot(
+        self, ex: Execution, seq: int, call: QueueCall | None
+    ) -> AbstractAsyncContextManager[None]:
+        """Hold a slot of `call.queue` for the body of the `async with` (an in-process step's
+        handler); no queue: nothing to hold."""
+        return _NO_SLOT if call is None else _Slot(self, ex, seq, call)
+
+    async def acquire(
+        self, ex: Execution, seq: int, call: QueueCall, *, remote: bool = True
+    ) -> bool:
+        """Wait until the queue admits step `seq` of the run (True), or False when the queue
+        is not registered here. Raises `WorkflowSuspended` in a classic turn that must wait.
+        `remote`: the step is dispatched to another machine (see `on_run_event`)."""
+        queue = self._queues.get(call.queue)
+        if queue is None:
+            if call.queue not in self._warned:
+                self._warned.add(call.queue)
+                log.warning(
+                    "queue %r is not registered on this engine: its steps run unbounded "
+                    "(register it with Engine(queues=[...]) or engine.register_queue)",
+                    call.queue,
+                )
+            return False
+        holder = f"{ex.run_id}:{seq}"
+        key = call.fairness_key if call.fairness_key is not None else ex.run_id
+        while True:
+            # In line before asking: a release that names this holder while the ask is on
+            # its way must not be lost (it would cost a whole retry interval).
+            waiting = self._waiting.get(holder)
+            if waiting is None:
+                waiting = self._waiting[holder] = _Waiting(ex.run_id, seq, queue.name, 0.0)
+                self._by_run.setdefault(ex.run_id, set()).add(holder)
+            waiting.asker = ex
+            waiting.since = time.monotonic()
+            waiting.nudged = False
+            try:
+                answer = await self._backend.acquire(
+                    queue, holder, key=key, priority=call.priority
+                )
+            except Exception as exc:
+                # Like a store failure: the turn ends unsettled and recovery resumes it.
+                raise StoreFailure(exc) from exc
+            if ex.closed:
+                self._orphaned(holder, ex, answer.admitted)
+                raise RunEvicted()
+            if answer.admitted:
+                if self._waiting.get(holder) is waiting:
+                    del self._waiting[holder]
+                self._held[holder] = _Held(ex.run_id, time.monotonic(), remote)
+                self._renew_soon()
+                return True
+            if waiting.nudged:
+                continue
+            await ex.wait_for_slot(seq, answer.retry_at)
+
+    def _orphaned(self, holder: str, ex: Execution, admitted: bool) -> None:
+        """The turn ended while this branch asked (a classic turn whose sibling branch
+        suspended it): the branch must not run its step, and a slot it was just given goes
+        back — held by a branch that never runs, it could block the queue (and this very run,
+        whose next turn may never get this far) until its TTL. Unless a newer turn of the run
+        already holds it or is asking for it: then it is that turn's."""
+        waiting = self._waiting.get(holder)
+        if waiting is not None and waiting.asker is not ex:
+            return  # a newer turn is asking: its answer will be "already yours"
+        if not admitted or holder in self._held:
+            return
+        if waiting is not None:
+            del self._waiting[holder]
+            self._forget(waiting.run_id, holder)
+        self._spawn(self._give_back([holder]))
+
+    def release(self, run_id: str, seq: int) -> None:
+        """Give back the slot step `seq` of the run holds here (nothing if it holds none).
+
+        In the background: the step's checkpoint is written right after, and a turn that
+        ends meanwhile (a sibling branch suspended it) must find it written — an await here
+        would let the next turn replay the step before its result was recorded."""
+        holder = f"{run_id}:{seq}"
+        held = self._held.pop(holder, None)
+        if held is not None:
+            self._forget(held.run_id, holder)
+            self._spawn(self._give_back([holder]))
+
+    async def release_settled(self, holders: Sequence[str]) -> None:
+        """The results of these steps were settled (or dropped) here: their slots are free,
+        whichever engine of the fleet admitted them."""
+        if self._queues and holders:
+            await self._give_back(list(holders))
+
+    def on_run_event(self, event: EngineEvent) -> None:
+        """A run that ended here (completed, failed, cancelled) gives back its places in line
+        and the slots of its in-process steps. A step running on another machine may still
+        be running (a cancel reaches it at best effort), so its slot waits for its result —
+        but is no longer renewed here: if no result ever comes, it lapses after its TTL."""
+        if event.type not in ("run.completed", "run.failed"):
+            return
+        give_back: list[str] = []
+        for holder in list(self._by_run.get(event.run_id, ())):
+            held = self._held.get(holder)
+            if held is not None and held.remote:
+                del self._held[holder]
+                self._forget(held.run_id, holder)
+            else:
+                give_back.append(holder)
+        if give_back:
+            self._spawn(self._give_back(give_back))
+
+    async def _give_back(self, holders: list[str]) -> None:
+        for holder in holders:
+            entry: _Held | _Waiting | None = self._held.pop(holder, None)
+            if entry is None:
+                entry = self._waiting.pop(holder, None)
+            if entry is not None:
+                self._forget(entry.run_id, holder)
+        try:
+            await self._backend.release(*holders)
+        except Exception as exc:
+            # Not renewed any more, so the slot lapses after its TTL instead of leaking.
+            log.warning("flow control: releasing %d slot(s) failed: %s", len(holders), exc)
+
+    def _forget(self, run_id: str, holder: str) -> None:
+        mine = self._by_run.get(run_id)
+        if mine is not None:
+            mine.discard(holder)
+            if not mine:
+                del self._by_run[run_id]
+
+    def _freed(self, queue: str, holders: Sequence[str]) -> None:
+        """A release freed slots of `queue` and these waiters rank first: wake ours."""
+        for holder in holders:
+            waiting = self._waiting.get(holder)
+            if waiting is None:
+                continue
+            waiting.nudged = True
+            execution = self._runs.execution(waiting.run_id)
+            if execution is not None and execution.resident:
+                execution.deliver(waiting.seq, None)
+            else:
+                self._spawn(self._redrive(waiting.run_id))
+
+    # ------------------------------------------------------------------ renewal
+
+    def _renew_soon(self) -> None:
+        if self._renewer is None and not self._closed:
+            self._renewer = asyncio.get_running_loop().create_task(
+                self._renew_loop(), name="durably-flow-renew"
+            )
+
+    async def _renew_loop(self) -> None:
+        while not self._closed:
+            ttl_ms = min((q.slot_ttl_ms for q in self._queues.values()), default=30_000)
+            await asyncio.sleep(ttl_ms / 3000.0)
+            started = time.monotonic()
+            self._forget_stale_waiters(started)
+            held = list(self._held)
+            if not held:
+                continue
+            try:
+                still = await self._backend.renew(held)
+            except Exception as exc:
+                log.warning("flow control: renewing %d slot(s) failed: %s", len(held), exc)
+                continue
+            for holder in held:
+                entry = self._held.get(holder)
+                # Lapsed, or released by another engine (a settled remote result): forget
+                # it — unless it was admitted again while the renewal was on its way.
+                if holder not in still and entry is not None and entry.since < started:
+                    del self._held[holder]
+                    self._forget(entry.run_id, holder)
+
+    def _forget_stale_waiters(self, now: float) -> None:
+        """Places in line of runs that went elsewhere (or stopped asking) are forgotten here
+        once the backend would have pruned them too."""
+        for holder, waiting in list(self._waiting.items()):
+            queue = self._queues.get(waiting.queue)
+            ttl_s = (queue.longest_wait_ms if queue is not None else 60_000) / 1000.0
+            if now - waiting.since > ttl_s and waiting.since > 0:
+                del self._waiting[holder]
+                self._forget(waiting.run_id, holder)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def close(self) -> None:
+        """Stop renewing and close the backend. Slots still held (steps running on other
+        machines) lapse after their TTL; in-process steps finished in the drain."""
+        self._closed = True
+        task, self._renewer = self._renewer, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self._backend.close()

@@ -1,0 +1,122 @@
+"""Fixtures of the flow-control suite.
+
+`admission` builds admission backends on one shared world per test, parametrized over every
+backend durably has: `local` (the in-process `LocalAdmission`) and `postgres` (`PgAdmission`
+on a fresh PostgreSQL schema; skipped when the server is unreachable unless
+`DURABLY_REQUIRE_SERVICES=1`). `redis` is listed and skipped until the Redis backend exists:
+adding it means one more branch in `AdmissionWorld.backend`, nothing in the tests.
+
+Every backend of one world reads the same `FakeClock`, so TTLs, windows and waiter pruning
+are tested without sleeping.
+
+`engines` builds engines (tests/engine/conftest.py's `EngineFactory`) on SQLite and
+PostgreSQL, resident and classic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+
+from durably._core.admission import AdmissionBackend, LocalAdmission
+from tests.engine.conftest import EngineFactory
+from tests.pg_support import fresh_schema, schema_url
+
+_ids = itertools.count()
+
+BACKENDS = [
+    "local",
+    "postgres",
+    pytest.param("redis", marks=pytest.mark.skip(reason="the Redis admission backend is next")),
+]
+
+
+class FakeClock:
+    """Epoch ms that only move when told (starts on a whole second)."""
+
+    def __init__(self, start: int = 1_700_000_000_000) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+class AdmissionWorld:
+    """Backends that share one admission state: `backend("A")` and `backend("B")` act for two
+    processes (on `local` there is only one process, so they are the same backend)."""
+
+    def __init__(self, kind: str, stack: AsyncExitStack, url: str | None) -> None:
+        self.kind = kind
+        self.clock = FakeClock()
+        self._stack = stack
+        self._url = url
+        self._backends: dict[str, AdmissionBackend] = {}
+        self._local: LocalAdmission | None = None
+
+    async def backend(self, owner: str = "A") -> AdmissionBackend:
+        found = self._backends.get(owner)
+        if found is not None:
+            return found
+        made: AdmissionBackend
+        if self.kind == "local":
+            if self._local is None:
+                self._local = LocalAdmission(clock=self.clock)
+            made = self._local
+        else:
+            from durably._store.sql import SqlStateStore
+            from durably._store.sql.admission import PgAdmission
+
+            assert self._url is not None
+            store = SqlStateStore.from_url(self._url)
+            self._stack.push_async_callback(store.close)
+            await store.ensure_schema()
+            made = PgAdmission(store, owner=owner, clock=self.clock)
+            self._stack.push_async_callback(made.close)
+        self._backends[owner] = made
+        return made
+
+
+@pytest.fixture(params=BACKENDS)
+async def world(request: pytest.FixtureRequest) -> AsyncIterator[AdmissionWorld]:
+    async with AsyncExitStack() as stack:
+        url: str | None = None
+        if request.param == "postgres":
+            schema = await stack.enter_async_context(fresh_schema(create=False))
+            url = schema_url(schema)
+        yield AdmissionWorld(request.param, stack, url)
+
+
+# ------------------------------------------------------------------ engines
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("sqlite", "hot"), id="sqlite-hot"),
+        pytest.param(("sqlite", "replay"), id="sqlite-replay"),
+        pytest.param(("postgres", "hot"), id="postgres-hot"),
+        pytest.param(("postgres", "replay"), id="postgres-replay"),
+    ]
+)
+async def engines(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EngineFactory]:
+    """Engines on one store per test: SQLite (admission in-process) and PostgreSQL (admission
+    fleet-wide in the store), each resident (`hot`) and classic (`replay`)."""
+    store_kind, mode = request.param
+    if store_kind != "postgres":
+        yield EngineFactory(store_kind, mode, tmp_path)
+        return
+    async with fresh_schema(create=False) as schema:
+        yield EngineFactory(store_kind, mode, tmp_path, pg_schema=schema)
+
+
+@pytest.fixture
+def uid() -> str:
+    """A prefix unique to this test (decorators register into a process-global registry)."""
+    return f"f{next(_ids)}-{uuid.uuid4().hex[:6]}"

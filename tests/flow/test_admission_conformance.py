@@ -1,0 +1,429 @@
+"""The admission conformance suite: every backend admits exactly alike.
+
+Each test runs on every backend (`world` in conftest.py: in-process, PostgreSQL, and Redis
+once it exists). Holders are step ids; the clock is a fake one shared by the world's
+backends, so windows, TTLs and waiter pruning are tested without sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from durably._core.admission import Admission, AdmissionBackend, Queue
+
+from .conftest import AdmissionWorld
+
+
+async def _try(
+    backend: AdmissionBackend, queue: Queue, holder: str, *, key: str = "k", priority: int = 0
+) -> Admission:
+    return await backend.acquire(queue, holder, key=key, priority=priority)
+
+
+async def _admitted(backend: AdmissionBackend, queue: Queue, holder: str, **kw: object) -> bool:
+    return (await _try(backend, queue, holder, **kw)).admitted  # type: ignore[arg-type]
+
+
+async def _next_admitted(
+    backend: AdmissionBackend, queue: Queue, holders: list[str], keys: dict[str, str] | None = None
+) -> list[str]:
+    """Every holder in `holders` asks once, in REVERSE order (so arrival, not the order of
+    the asks, decides); the ones admitted."""
+    keys = keys or {}
+    out = []
+    for holder in reversed(holders):
+        if await _admitted(backend, queue, holder, key=keys.get(holder, "k")):
+            out.append(holder)
+    return out
+
+
+# ------------------------------------------------------------------ concurrency
+
+
+async def test_concurrency_is_never_exceeded_under_concurrent_acquirers(
+    world: AdmissionWorld,
+) -> None:
+    queue = Queue("api", concurrency=3, retry=0.05)
+    backends = [await world.backend("A"), await world.backend("B")]
+    in_flight = 0
+    peak = 0
+    done: list[str] = []
+
+    async def one(i: int) -> None:
+        nonlocal in_flight, peak
+        backend = backends[i % 2]
+        holder = f"run-{i}:0"
+        for _ in range(10_000):
+            if (await _try(backend, queue, holder, key=f"run-{i}")).admitted:
+                break
+            await asyncio.sleep(random.uniform(0.001, 0.01))
+        else:
+            raise AssertionError(f"{holder} was never admitted")
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(random.uniform(0.001, 0.01))
+        in_flight -= 1
+        assert await backend.release(holder) == 1
+        done.append(holder)
+
+    await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(30))), 60)
+    assert len(done) == 30
+    assert peak == 3  # reached, never passed
+
+
+async def test_a_holder_asking_again_keeps_its_one_slot(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("q", concurrency=2)
+    assert await _admitted(backend, queue, "a:0")
+    assert await _admitted(backend, queue, "a:0")  # a replayed turn asks again
+    assert await _admitted(backend, queue, "b:0")
+    assert not await _admitted(backend, queue, "c:0")
+
+
+async def test_an_unbounded_queue_admits_everyone(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("free")
+    for i in range(20):
+        assert await _admitted(backend, queue, f"r{i}:0")
+
+
+async def test_queues_count_their_slots_apart(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    one, two = Queue("one", concurrency=1), Queue("two", concurrency=1)
+    assert await _admitted(backend, one, "a:0")
+    assert await _admitted(backend, two, "b:0")
+    assert not await _admitted(backend, one, "c:0")
+
+
+# ------------------------------------------------------------------ rate limit
+
+
+async def test_the_rate_window_is_respected_and_aligned(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("rated", rate=(5, 1.0))
+    world.clock.advance(250)  # a quarter into a window: it still ends on the whole second
+    for i in range(5):
+        assert await _admitted(backend, queue, f"r{i}:0")
+        await backend.release(f"r{i}:0")  # releasing does not give back window room
+    denied = await _try(backend, queue, "r5:0")
+    assert not denied.admitted
+    window_end = world.clock.now - 250 + 1000
+    assert denied.retry_at == window_end
+    world.clock.advance(749)
+    assert not await _admitted(backend, queue, "r5:0")
+    world.clock.advance(1)
+    assert await _admitted(backend, queue, "r5:0")
+
+
+async def test_a_caller_with_an_older_clock_counts_in_the_current_window(
+    world: AdmissionWorld,
+) -> None:
+    # Callers of one queue may reach the backend out of order (one waited for the lock;
+    # another host's clock lags): an older reading must not reopen an older, emptier window.
+    backend = await world.backend()
+    queue = Queue("rated", rate=(2, 1.0))
+    assert await _admitted(backend, queue, "a:0")
+    assert await _admitted(backend, queue, "b:0")
+    world.clock.advance(-300)
+    late = await _try(backend, queue, "c:0")
+    assert not late.admitted
+    assert late.retry_at == world.clock.now + 300 + 1000
+
+
+async def test_the_rate_limit_turns_away_every_priority(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("rated", rate=(2, 1.0))
+    assert await _admitted(backend, queue, "a:0")
+    assert await _admitted(backend, queue, "b:0")
+    assert not await _admitted(backend, queue, "vip:0", priority=100)
+
+
+async def test_rate_and_concurrency_together(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("both", concurrency=1, rate=(2, 1.0))
+    assert await _admitted(backend, queue, "a:0")
+    full = await _try(backend, queue, "b:0")
+    assert not full.admitted and full.retry_at == world.clock.now + queue.retry_ms
+    await backend.release("a:0")
+    assert await _admitted(backend, queue, "b:0")
+    await backend.release("b:0")
+    limited = await _try(backend, queue, "c:0")
+    assert not limited.admitted and limited.retry_at == world.clock.now + 1000
+
+
+# ------------------------------------------------------------------ order
+
+
+async def _line_up(
+    backend: AdmissionBackend, queue: Queue, holders: list[str], **kw: object
+) -> None:
+    assert await _admitted(backend, queue, "first:0", key="first")
+    for holder in holders:
+        assert not await _admitted(backend, queue, holder, **kw)
+
+
+async def _drain_order(
+    backend: AdmissionBackend, queue: Queue, holders: list[str], keys: dict[str, str] | None = None
+) -> list[str]:
+    """Release the current holder, let everyone ask, record who got in; repeat."""
+    order: list[str] = []
+    current = "first:0"
+    left = list(holders)
+    while left:
+        await backend.release(current)
+        admitted = await _next_admitted(backend, queue, left, keys)
+        assert len(admitted) == 1, admitted
+        current = admitted[0]
+        order.append(current)
+        left.remove(current)
+    return order
+
+
+async def test_fifo_admits_the_earliest_waiter(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("fifo", concurrency=1)
+    holders = ["a:0", "b:0", "c:0", "d:0"]
+    await _line_up(backend, queue, holders)
+    assert await _drain_order(backend, queue, holders) == holders
+
+
+async def test_lifo_admits_the_latest_waiter(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("lifo", concurrency=1, order="lifo")
+    holders = ["a:0", "b:0", "c:0", "d:0"]
+    await _line_up(backend, queue, holders)
+    assert await _drain_order(backend, queue, holders) == list(reversed(holders))
+
+
+async def test_a_newcomer_does_not_jump_the_line(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("fifo", concurrency=1)
+    await _line_up(backend, queue, ["a:0"])
+    await backend.release("first:0")
+    assert not await _admitted(backend, queue, "late:0")  # the slot is a:0's
+    assert await _admitted(backend, queue, "a:0")
+
+
+async def test_higher_priority_goes_first_then_arrival(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("prio", concurrency=1)
+    assert await _admitted(backend, queue, "first:0")
+    priorities = {"low:0": 0, "high:0": 5, "mid:0": 1, "high2:0": 5}
+    for holder, priority in priorities.items():
+        assert not await _admitted(backend, queue, holder, priority=priority)
+    order: list[str] = []
+    current = "first:0"
+    left = list(priorities)
+    while left:
+        await backend.release(current)
+        admitted = [
+            h for h in reversed(left) if await _admitted(backend, queue, h, priority=priorities[h])
+        ]
+        assert len(admitted) == 1
+        current = admitted[0]
+        order.append(current)
+        left.remove(current)
+    assert order == ["high:0", "high2:0", "mid:0", "low:0"]
+
+
+async def test_fairness_by_key_alternates_between_keys(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("fair", concurrency=1, fairness="key")
+    keys = {"a1:0": "a", "a2:0": "a", "a3:0": "a", "b1:0": "b", "b2:0": "b"}
+    assert await _admitted(backend, queue, "first:0", key="first")
+    for holder, key in keys.items():
+        assert not await _admitted(backend, queue, holder, key=key)
+    order = await _drain_order(backend, queue, list(keys), keys)
+    assert order == ["a1:0", "b1:0", "a2:0", "b2:0", "a3:0"]
+
+
+async def test_without_fairness_arrival_decides(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("plain", concurrency=1)
+    keys = {"a1:0": "a", "a2:0": "a", "a3:0": "a", "b1:0": "b", "b2:0": "b"}
+    assert await _admitted(backend, queue, "first:0", key="first")
+    for holder, key in keys.items():
+        assert not await _admitted(backend, queue, holder, key=key)
+    assert await _drain_order(backend, queue, list(keys), keys) == list(keys)
+
+
+async def test_priority_beats_fairness(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("fair", concurrency=1, fairness="key")
+    assert await _admitted(backend, queue, "first:0", key="a")
+    assert not await _admitted(backend, queue, "b:0", key="b")  # never served
+    assert not await _admitted(backend, queue, "a:0", key="a", priority=1)  # served, but higher
+    await backend.release("first:0")
+    assert not await _admitted(backend, queue, "b:0", key="b")
+    assert await _admitted(backend, queue, "a:0", key="a", priority=1)
+
+
+async def test_with_free_slots_the_best_few_get_in(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("wide", concurrency=2)
+    assert await _admitted(backend, queue, "x:0")
+    assert await _admitted(backend, queue, "y:0")
+    for holder in ("a:0", "b:0", "c:0"):
+        assert not await _admitted(backend, queue, holder)
+    await backend.release("x:0", "y:0")
+    # Two slots are free: the second in line need not wait for the first to ask.
+    assert not await _admitted(backend, queue, "c:0")
+    assert await _admitted(backend, queue, "b:0")
+    assert await _admitted(backend, queue, "a:0")
+    assert not await _admitted(backend, queue, "c:0")
+
+
+# ------------------------------------------------------------------ release
+
+
+async def test_release_frees_exactly_once(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("once", concurrency=1)
+    assert await _admitted(backend, queue, "a:0")
+    assert await backend.release("a:0") == 1
+    assert await backend.release("a:0") == 0  # a second release is no second slot
+    assert await _admitted(backend, queue, "b:0")
+    assert await backend.release("a:0") == 0
+    assert not await _admitted(backend, queue, "c:0")  # b's slot is still b's
+    assert await backend.release("never:0") == 0
+
+
+async def test_release_takes_a_waiter_out_of_line(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("line", concurrency=1)
+    await _line_up(backend, queue, ["a:0", "b:0"])
+    assert await backend.release("a:0") == 0  # a waiter holds no slot ...
+    await backend.release("first:0")
+    assert await _admitted(backend, queue, "b:0")  # ... but it left the line
+
+
+async def test_another_process_can_release(world: AdmissionWorld) -> None:
+    # A step's result may be settled by another engine of the fleet than the one that
+    # admitted it; the slot is the step's, whoever releases it.
+    a, b = await world.backend("A"), await world.backend("B")
+    queue = Queue("shared", concurrency=1)
+    assert await _admitted(a, queue, "s:0")
+    assert not await _admitted(b, queue, "t:0")
+    assert await b.release("s:0") == 1
+    assert await _admitted(b, queue, "t:0")
+
+
+async def test_a_release_names_the_next_in_line(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    heard: asyncio.Queue[tuple[str, list[str]]] = asyncio.Queue()
+    backend.on_freed(lambda queue, holders: heard.put_nowait((queue, list(holders))))
+    queue = Queue("told", concurrency=1)
+    await _line_up(backend, queue, ["a:0", "b:0"])
+    await _admitted(backend, queue, "warm:0")  # (a PostgreSQL listener starts on an acquire)
+    await asyncio.sleep(0.2)
+    assert await backend.release("first:0") == 1
+    name, holders = await asyncio.wait_for(heard.get(), 10)
+    assert name == "told"
+    assert holders == ["a:0"]
+    assert await backend.release("nobody:0") == 0
+    await asyncio.sleep(0.2)
+    assert heard.empty()  # nothing freed, nobody told
+
+
+# ------------------------------------------------------------------ dead holders, stale waiters
+
+
+async def test_a_dead_holders_slot_frees_after_its_ttl(world: AdmissionWorld) -> None:
+    dead, alive = await world.backend("A"), await world.backend("B")
+    queue = Queue("ttl", concurrency=1, slot_ttl=2.0)
+    assert await _admitted(dead, queue, "dead:0")  # its process dies: no renew, no release
+    world.clock.advance(1999)
+    assert not await _admitted(alive, queue, "b:0")
+    world.clock.advance(1)
+    assert await _admitted(alive, queue, "b:0")
+    assert await dead.release("dead:0") == 0  # the lapsed slot is nobody's to free
+
+
+async def test_renewing_keeps_a_live_holders_slot(world: AdmissionWorld) -> None:
+    holder, other = await world.backend("A"), await world.backend("B")
+    queue = Queue("ttl", concurrency=1, slot_ttl=2.0)
+    assert await _admitted(holder, queue, "long:0")
+    for _ in range(5):
+        world.clock.advance(1500)
+        assert await holder.renew(["long:0"]) == {"long:0"}
+        assert not await _admitted(other, queue, "b:0")
+    world.clock.advance(2000)
+    assert await holder.renew(["long:0"]) == set()  # lapsed: renewing does not take it back
+    assert await _admitted(other, queue, "b:0")
+
+
+async def test_waiters_that_stop_asking_are_pruned(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("prune", concurrency=1, retry=0.1)  # waiters live 300 ms without asking
+    assert await _admitted(backend, queue, "first:0")
+    assert not await _admitted(backend, queue, "gone:0", priority=9)  # its run was cancelled
+    world.clock.advance(250)
+    assert not await _admitted(backend, queue, "c:0")
+    world.clock.advance(100)  # gone:0 last asked 350 ms ago
+    assert not await _admitted(backend, queue, "c:0")
+    await backend.release("first:0")
+    assert await _admitted(backend, queue, "c:0")
+
+
+async def test_a_waiter_that_keeps_asking_keeps_its_place(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("keep", concurrency=1, retry=0.1)
+    assert await _admitted(backend, queue, "first:0")
+    assert not await _admitted(backend, queue, "early:0")
+    for _ in range(5):
+        world.clock.advance(200)
+        assert not await _admitted(backend, queue, "early:0")
+        assert not await _admitted(backend, queue, "late:0")
+    await backend.release("first:0")
+    assert not await _admitted(backend, queue, "late:0")
+    assert await _admitted(backend, queue, "early:0")
+
+
+async def test_a_denied_caller_is_told_when_to_ask_again(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("retry", concurrency=1, retry=0.25)
+    assert await _admitted(backend, queue, "a:0")
+    denied = await _try(backend, queue, "b:0")
+    assert denied == Admission(False, world.clock.now + 250)
+
+
+async def test_a_caller_far_back_in_line_is_told_to_ask_later(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("deep", concurrency=2, retry=0.1)
+    now = world.clock.now
+    assert await _admitted(backend, queue, "x:0")
+    assert await _admitted(backend, queue, "y:0")
+    told = [(await _try(backend, queue, f"w{i}:0")).retry_at - now for i in range(30)]
+    # One round of admissions (two slots) per interval ahead of it, at most ten intervals.
+    assert told[:6] == [100, 100, 200, 200, 300, 300]
+    assert told[-1] == 1000 and max(told) == 1000
+
+
+async def test_a_caller_stopped_by_the_rate_is_told_the_window_its_turn_can_come_in(
+    world: AdmissionWorld,
+) -> None:
+    backend = await world.backend()
+    queue = Queue("rated", rate=(2, 1.0))
+    assert await _admitted(backend, queue, "a:0")
+    assert await _admitted(backend, queue, "b:0")
+    window_end = world.clock.now + 1000
+    told = [(await _try(backend, queue, f"w{i}:0")).retry_at for i in range(5)]
+    assert told == [window_end, window_end, window_end + 1000, window_end + 1000, window_end + 2000]
+
+
+async def test_a_waiter_told_to_wait_long_keeps_its_place_until_it_is_due(
+    world: AdmissionWorld,
+) -> None:
+    backend = await world.backend()
+    queue = Queue("deep", concurrency=1, retry=0.1)
+    assert await _admitted(backend, queue, "first:0")
+    for i in range(4):
+        assert not await _admitted(backend, queue, f"w{i}:0")
+    late = await _try(backend, queue, "last:0")
+    assert late.retry_at == world.clock.now + 500  # four ahead, one slot: five intervals
+    world.clock.advance(650)  # the others never asked again: they are gone by now
+    assert not await _admitted(backend, queue, "newcomer:0")  # last:0 is still in line
+    await backend.release("first:0")
+    assert not await _admitted(backend, queue, "newcomer:0")
+    assert await _admitted(backend, queue, "last:0")

@@ -1,0 +1,120 @@
+"""Flow control across a fleet: three engine processes on one PostgreSQL store share each
+queue's slots (`tests/flow/fleet_process.py` is one of them).
+
+Every number asserted comes from the side-effect log the steps write with wall-clock times
+(one machine, one clock), never from the engines' own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import durably
+from tests.pg_support import fresh_schema, schema_url
+from tests.remote.worker_process import REPO, WorkerProcess, subprocess_env
+
+pytestmark = pytest.mark.timeout(180)
+
+RUNS = 50
+STEPS_PER_RUN = 10  # 500 steps through a queue of 5
+SLOT_TTL_S = 2.0  # fleet_process.QUEUES
+
+
+@contextmanager
+def fleet(
+    url: str, effects: Path, out_dir: Path, namespaces: list[str]
+) -> Iterator[list[WorkerProcess]]:
+    procs = [
+        WorkerProcess(
+            [sys.executable, "-m", "tests.flow.fleet_process", url, str(effects), namespace],
+            out_dir / f"engine-{i}.out",
+            cwd=REPO,
+            env=subprocess_env(),
+        )
+        for i, namespace in enumerate(namespaces)
+    ]
+    try:
+        for proc in procs:
+            proc.wait_for_output("ready", 60)
+        yield procs
+    finally:
+        for proc in procs:
+            proc.stop(grace=10)
+
+
+def _lines(effects: Path, kind: str) -> list[list[str]]:
+    if not effects.exists():
+        return []
+    return [line.split() for line in effects.read_text().splitlines() if line.startswith(kind)]
+
+
+def _peak(spans: list[tuple[float, float]]) -> int:
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    running = peak = 0
+    for _, step in edges:  # at equal times an end (-1) sorts before a start
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+async def test_three_engines_never_have_more_than_five_of_500_steps_in_flight(
+    tmp_path: Path,
+) -> None:
+    effects = tmp_path / "effects.log"
+    async with fresh_schema(create=False) as schema:
+        url = schema_url(schema, pool_size=4, max_overflow=4)
+        async with durably.Client(url) as client:
+            await client.list_runs()  # creates and migrates the schema before the fleet starts
+            with fleet(url, effects, tmp_path, ["default"] * 3):
+                started = time.monotonic()
+                handles = [
+                    await client.start("fleet.batch", STEPS_PER_RUN, run_id=f"batch-{n}")
+                    for n in range(RUNS)
+                ]
+                results = [await h.result(timeout=120) for h in handles]
+                elapsed = time.monotonic() - started
+    assert results == [STEPS_PER_RUN] * RUNS
+    spans = _lines(effects, "span")
+    labels = [span[1] for span in spans]
+    assert len(labels) == RUNS * STEPS_PER_RUN == len(set(labels))  # each step ran once
+    assert _peak([(float(s[2]), float(s[3])) for s in spans]) == 5  # reached, never passed
+    assert len({span[4] for span in spans}) == 3  # every engine ran some
+    assert elapsed < 60
+
+
+async def test_a_sigkilled_holders_slot_is_free_again_within_its_ttl(tmp_path: Path) -> None:
+    effects = tmp_path / "effects.log"
+    async with fresh_schema(create=False) as schema:
+        url = schema_url(schema, pool_size=4, max_overflow=4)
+        async with durably.Client(url) as client, durably.Client(url, namespace="victim") as hogs:
+            await client.list_runs()
+            # The victim drives namespace "victim" only, so it never takes the follower.
+            with fleet(url, effects, tmp_path, ["victim", "default"]) as (victim, _survivor):
+                await hogs.start("fleet.hogger", run_id="hog")
+                await _wait_for(lambda: _lines(effects, "hog"), 30)
+                waiting = await client.start("fleet.follower", run_id="follower")
+                await asyncio.sleep(1.5)
+                assert not _lines(effects, "next")  # the hog's slot holds it back
+                killed_at = time.time()
+                victim.sigkill()
+                assert await waiting.result(timeout=30) == "next"
+    hog = _lines(effects, "hog")
+    assert hog and int(hog[0][2]) == victim.pid
+    admitted_after = float(_lines(effects, "next")[0][1]) - killed_at
+    # The victim renewed its slot at most a third of the TTL before it died; the follower
+    # asks again every 200 ms.
+    assert 0 < admitted_after < SLOT_TTL_S + 0.2 + 0.5, admitted_after
+
+
+async def _wait_for(predicate: Callable[[], object], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
