@@ -3,8 +3,8 @@
 `admission` builds admission backends on one shared world per test, parametrized over every
 backend durably has: `local` (the in-process `LocalAdmission`) and `postgres` (`PgAdmission`
 on a fresh PostgreSQL schema; skipped when the server is unreachable unless
-`DURABLY_REQUIRE_SERVICES=1`). `redis` is listed and skipped until the Redis backend exists:
-adding it means one more branch in `AdmissionWorld.backend`, nothing in the tests.
+`DURABLY_REQUIRE_SERVICES=1`). The Redis backend, when it exists, is one more name here and
+one more branch in `AdmissionWorld.backend`, nothing in the tests.
 
 Every backend of one world reads the same `FakeClock`, so TTLs, windows and waiter pruning
 are tested without sleeping.
@@ -29,11 +29,7 @@ from tests.pg_support import fresh_schema, schema_url
 
 _ids = itertools.count()
 
-BACKENDS = [
-    "local",
-    "postgres",
-    pytest.param("redis", marks=pytest.mark.skip(reason="the Redis admission backend is next")),
-]
+BACKENDS = ["local", "postgres"]
 
 
 class FakeClock:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,8 +48,6 @@ from durably._core.handshake import (
     required_capabilities,
 )
 from durably._core.wire import WireFormatError
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wire"
 
 
 def worker(instance_id: str = "w1", **fields: Any) -> WorkerDescriptor:
@@ -413,23 +410,10 @@ def test_route_lists_are_compared_as_sets() -> None:
     assert canonical_routes(reversed(a)) == a
 
 
-GOLDEN = [
-    ("descriptor.json", "44c6793c8eb7089f"),
-    ("descriptor-registrations.json", "8923307c940a5dde"),
-]
-
-
-@pytest.mark.parametrize(("name", "expected"), GOLDEN)
-def test_golden_fixture_hashes_and_round_trips(name: str, expected: str) -> None:
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"the upstream fixture {name} is not in tests/fixtures/wire/")
-    text = path.read_text(encoding="utf-8")
-    d = normalize_descriptor(text)
-    assert descriptor_hash(d) == expected
-    # The fixtures are written as indented JSON with a final newline; writing the descriptor
-    # back must give the same bytes.
-    assert json.dumps(descriptor_to_wire(d), indent=2) + "\n" == text
+# The upstream golden fixtures (descriptor.json → 44c6793c8eb7089f,
+# descriptor-registrations.json → 8923307c940a5dde) are not shipped here: they are not part of
+# the published SDK. Compatibility of the hash is proven instead against the SDK itself on
+# hundreds of descriptors (test_handshake_sdk.py).
 
 
 # ------------------------------------------------------------------ heartbeat values
