@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,16 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from durably._core.wire import RemoteTask, StepResult, step_id_of
 from durably._transport.redis import RedisTransport
 from durably._transport.redis_bullmq import BullQueue, redis_client
 from durably._transport.redis_results import RESULT_JOB_OPTS
 from tests.faults import remote_fault_app as fault_app
-from tests.pg_support import PG_URL, connect, services_required
+from tests.pg_support import PG_URL, connect
 from tests.remote import redis_support
-from tests.remote.redis_support import free_port
+from tests.remote.redis_support import OwnRedis, require_redis_server
 from tests.remote.sql_support import (
     db_fixture,  # noqa: F401
     insert_result,
@@ -303,62 +299,9 @@ async def test_sql_claims_of_running_steps_are_renewed_and_handed_back_at_drain(
 # ------------------------------------------------------------------ Redis restarted
 
 
-class OwnRedis:
-    """A throw-away redis-server on a free port whose append-only file is synced on every
-    write, so a SIGKILL keeps every acknowledged write (as a production Redis would)."""
-
-    def __init__(self, folder: Path):
-        self.port = free_port()
-        self.folder = folder
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--dir", str(self.folder),
-                "--appendonly", "yes",
-                "--appendfsync", "always",
-                "--save", "",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 10
-        try:
-            while True:
-                try:
-                    if client.ping():
-                        return
-                except redis.exceptions.RedisError:
-                    if time.monotonic() > deadline or self.proc.poll() is not None:
-                        raise
-                time.sleep(0.02)
-        finally:
-            client.close()
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
-    if shutil.which("redis-server") is None:
-        message = "redis-server is not installed"
-        if services_required():
-            pytest.fail(f"{message} (DURABLY_REQUIRE_SERVICES=1: services are required)")
-        pytest.skip(message)
+    require_redis_server()
     folder = tmp_path / "redis"
     folder.mkdir()
     server = OwnRedis(folder)

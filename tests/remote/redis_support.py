@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -138,6 +140,65 @@ def step_server_process(url: str, prefix: str, token: str, **timing: int) -> Ite
         proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+class OwnRedis:
+    """A throw-away redis-server on a free port, for tests that kill or restart Redis (never
+    the shared one). Its append-only file is synced on every write, so a SIGKILL keeps every
+    acknowledged write, as a production Redis would."""
+
+    def __init__(self, folder: Path):
+        self.port = free_port()
+        self.folder = folder
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        import redis
+
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--dir", str(self.folder),
+                "--appendonly", "yes",
+                "--appendfsync", "always",
+                "--save", "",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + 10
+        try:
+            while True:
+                try:
+                    if client.ping():
+                        return
+                except redis.exceptions.RedisError:
+                    if time.monotonic() > deadline or self.proc.poll() is not None:
+                        raise
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        """SIGKILL: what a crash does."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+def require_redis_server() -> None:
+    """Skip (or fail, when services are required) without a `redis-server` binary."""
+    if shutil.which("redis-server") is None:
+        _refuse("redis-server is not installed")
 
 
 # ------------------------------------------------------------------ the subprocess

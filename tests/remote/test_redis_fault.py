@@ -11,79 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import random
-import shutil
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from durably._core.wire import RemoteTask, StepResult, step_id_of
 from durably._transport.redis import RedisTransport, WorkerTiming
 from tests.remote import redis_support
-from tests.remote.redis_support import CollectingSink, eventually, free_port
+from tests.remote.redis_support import CollectingSink, OwnRedis, eventually
 
 pytestmark = pytest.mark.timeout(90)
 
 
-class OwnRedis:
-    """A throw-away redis-server keeping its data in `folder`."""
-
-    def __init__(self, folder: Path):
-        self.port = free_port()
-        self.folder = folder
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--dir", str(self.folder),
-                "--appendonly", "yes",
-                "--appendfsync", "always",
-                "--save", "",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 10
-        try:
-            while True:
-                try:
-                    if client.ping():
-                        return
-                except redis.exceptions.RedisError:
-                    if time.monotonic() > deadline or self.proc.poll() is not None:
-                        raise
-                time.sleep(0.05)
-        finally:
-            client.close()
-
-    def crash(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
-    if shutil.which("redis-server") is None:
-        message = "redis-server is not installed"
-        if redis_support.services_required():
-            pytest.fail(f"{message} (DURABLY_REQUIRE_SERVICES=1: services are required)")
-        pytest.skip(message)
+    redis_support.require_redis_server()
     server = OwnRedis(tmp_path)
     server.start()
     yield server
@@ -130,7 +73,7 @@ async def test_every_result_survives_a_redis_crash(own_redis: OwnRedis) -> None:
         await eventually(lambda: len(sink.by_step()) >= 10, timeout=20, what="10 results")
         before = len(sink.by_step())
         assert before < n, "every step finished before the crash: nothing was in flight"
-        own_redis.crash()
+        own_redis.kill()
         await asyncio.sleep(1.0)
         own_redis.start()
         got = await sink.wait_for([step_id_of("f", seq) for seq in range(n)], timeout=45)
