@@ -1,10 +1,10 @@
 """Fixtures of the flow-control suite.
 
 `admission` builds admission backends on one shared world per test, parametrized over every
-backend durably has: `local` (the in-process `LocalAdmission`) and `postgres` (`PgAdmission`
+backend durably has: `local` (the in-process `LocalAdmission`), `postgres` (`PgAdmission`
 on a fresh PostgreSQL schema; skipped when the server is unreachable unless
-`DURABLY_REQUIRE_SERVICES=1`). The Redis backend, when it exists, is one more name here and
-one more branch in `AdmissionWorld.backend`, nothing in the tests.
+`DURABLY_REQUIRE_SERVICES=1`) and `redis` (`RedisAdmission` under a fresh key prefix on the
+shared Redis server, deleted after the test; skipped likewise when Redis is unreachable).
 
 Every backend of one world reads the same `FakeClock`, so TTLs, windows and waiter pruning
 are tested without sleeping.
@@ -26,10 +26,11 @@ import pytest
 from durably._core.admission import AdmissionBackend, LocalAdmission
 from tests.engine.conftest import EngineFactory
 from tests.pg_support import fresh_schema, schema_url
+from tests.remote.redis_support import REDIS_URL, delete_prefix, require_redis
 
 _ids = itertools.count()
 
-BACKENDS = ["local", "postgres"]
+BACKENDS = ["local", "postgres", "redis"]
 
 
 class FakeClock:
@@ -56,6 +57,8 @@ class AdmissionWorld:
         self._url = url
         self._backends: dict[str, AdmissionBackend] = {}
         self._local: LocalAdmission | None = None
+        # Redis only: every key of the world lives under it (`<prefix>:adm:…`).
+        self.prefix = f"dtest-{uuid.uuid4().hex[:10]}-w"
 
     async def backend(self, owner: str = "A") -> AdmissionBackend:
         found = self._backends.get(owner)
@@ -66,6 +69,12 @@ class AdmissionWorld:
             if self._local is None:
                 self._local = LocalAdmission(clock=self.clock)
             made = self._local
+        elif self.kind == "redis":
+            from durably._transport.redis_admission import RedisAdmission
+
+            assert self._url is not None
+            made = RedisAdmission(self._url, prefix=self.prefix, owner=owner, clock=self.clock)
+            self._stack.push_async_callback(made.close)
         else:
             from durably._store.sql import SqlStateStore
             from durably._store.sql.admission import PgAdmission
@@ -87,7 +96,14 @@ async def world(request: pytest.FixtureRequest) -> AsyncIterator[AdmissionWorld]
         if request.param == "postgres":
             schema = await stack.enter_async_context(fresh_schema(create=False))
             url = schema_url(schema)
-        yield AdmissionWorld(request.param, stack, url)
+        if request.param == "redis":
+            await require_redis()
+            url = REDIS_URL
+        world = AdmissionWorld(request.param, stack, url)
+        if request.param == "redis":
+            # Registered before any backend, so it runs after they have closed.
+            stack.push_async_callback(delete_prefix, REDIS_URL, world.prefix.removesuffix("-w"))
+        yield world
 
 
 # ------------------------------------------------------------------ engines

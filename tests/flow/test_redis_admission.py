@@ -1,0 +1,109 @@
+"""The Redis admission backend beyond the conformance suite: where its keys live, and an engine
+whose queues it counts (`Engine(admission=RedisAdmission(...))`)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+import durably
+from durably import Queue, WorkflowCtx
+from durably._transport.redis_admission import RedisAdmission
+from tests.engine.conftest import EngineFactory
+from tests.remote.redis_support import REDIS_URL, delete_prefix, require_redis
+
+from .test_engine_queues import RESULT_TIMEOUT, SideEffects
+
+
+@pytest.fixture
+async def prefix() -> AsyncIterator[tuple[str, str]]:
+    """(Redis URL, a key prefix of this test's own), its keys deleted afterwards."""
+    await require_redis()
+    base = f"dtest-{uuid.uuid4().hex[:10]}"
+    yield REDIS_URL, f"{base}-adm"
+    await delete_prefix(REDIS_URL, base)
+
+
+async def _keys(url: str, prefix: str) -> set[str]:
+    client = aioredis.Redis.from_url(url, decode_responses=True)
+    try:
+        return {key async for key in client.scan_iter(match=f"{prefix}:*", count=500)}
+    finally:
+        await client.aclose()
+
+
+async def test_keys_live_under_the_prefix(prefix: tuple[str, str]) -> None:
+    url, p = prefix
+    backend = RedisAdmission(url, prefix=p, owner="A")
+    try:
+        queue = Queue("api", concurrency=1)
+        assert (await backend.acquire(queue, "a:0", key="a")).admitted
+        assert not (await backend.acquire(queue, "b:0", key="b")).admitted
+        assert await _keys(url, p) == {
+            f"{p}:adm:where",
+            f"{p}:adm:api:state",
+            f"{p}:adm:api:slots",
+            f"{p}:adm:api:sexpire",
+            f"{p}:adm:api:waiters",
+            f"{p}:adm:api:wmeta",
+            f"{p}:adm:api:wexpire",
+        }
+        assert backend.channel == f"{p}:adm:freed"
+        assert await backend.release("a:0", "b:0") == 1
+        # Nothing left that names a holder: released slots and places in line are gone.
+        assert await _keys(url, p) == {f"{p}:adm:api:state"}
+    finally:
+        await backend.close()
+
+
+async def test_renew_extends_only_the_owners_slots(prefix: tuple[str, str]) -> None:
+    url, p = prefix
+    now = [1_700_000_000_000]
+    a = RedisAdmission(url, prefix=p, owner="A", clock=lambda: now[0])
+    b = RedisAdmission(url, prefix=p, owner="B", clock=lambda: now[0])
+    try:
+        queue = Queue("ttl", concurrency=1, slot_ttl=1.0)
+        assert (await a.acquire(queue, "a:0", key="a")).admitted
+        assert await b.renew(["a:0"]) == set()  # not B's slot
+        now[0] += 900
+        assert await a.renew(["a:0"]) == {"a:0"}
+        now[0] += 900
+        assert not (await b.acquire(queue, "b:0", key="b")).admitted  # renewed by A
+        now[0] += 100
+        assert (await b.acquire(queue, "b:0", key="b")).admitted  # lapsed at last
+        assert await a.renew(["a:0"]) == set()
+    finally:
+        await a.close()
+        await b.close()
+
+
+@pytest.mark.parametrize("mode", ["hot", "replay"])
+async def test_an_engine_counts_its_queue_on_redis(
+    prefix: tuple[str, str], mode: str, tmp_path: Path
+) -> None:
+    url, p = prefix
+    uid = f"r{uuid.uuid4().hex[:8]}"
+    log = SideEffects()
+
+    @durably.step(f"{uid}.call")
+    async def call(i: int) -> str:
+        return await log.run(f"s{i}", 0.02)
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx) -> list[str]:
+        return list(await asyncio.gather(*(ctx.step(call, i, queue="api") for i in range(12))))
+
+    engines = EngineFactory("sqlite", mode, tmp_path)
+    backend = RedisAdmission(url, prefix=p)
+    queues = [Queue("api", concurrency=2, retry=0.05)]
+    async with engines(queues=queues, admission=backend) as engine:
+        out = await engine.execute(wf, run_id=f"{uid}-r", timeout=RESULT_TIMEOUT)
+    assert out == [f"s{i}" for i in range(12)]
+    assert log.peak() == 2  # reached, never passed
+    # Every slot was given back (the keys that would hold one are gone).
+    assert f"{p}:adm:api:slots" not in await _keys(url, p)
