@@ -193,7 +193,7 @@ class ChildMailbox:
             batch = queue[:MAILBOX_BATCH]
             del queue[:MAILBOX_BATCH]
             try:
-                await self._deliver(batch)
+                await self._deliver(parent_id, batch)
             except Exception:
                 # Decision: a store failure here must not lose completions. Each token
                 # goes through the plain signal path (which buffers when needed); whatever
@@ -205,20 +205,32 @@ class ChildMailbox:
                     except Exception:
                         log.exception("delivering %s to %s failed", token, parent_id)
 
-    async def _deliver(self, batch: list[tuple[str, JSONValue]]) -> None:
+    async def _deliver(self, parent_id: str, batch: list[tuple[str, JSONValue]]) -> None:
         route = self._routed()
         at = utc_from_ms(self._clock())
         written = await deliver_signals(self._store, batch, at)
         delivered = {cp.name[len("signal:") :] for cp in written}
         for token, completion in batch:
-            if token not in delivered:
-                # No waiter: buffer it for a wait registered later.
-                await signals.signal(route, token, completion)
+            if token in delivered or await self._already_delivered(parent_id, token):
+                continue
+            # No waiter: buffer it for a wait registered later.
+            await signals.signal(route, token, completion)
         by_run: dict[str, list[StepCheckpoint]] = {}
         for cp in written:
             by_run.setdefault(cp.run_id, []).append(cp)
         for run_id, cps in by_run.items():
             await self._wake_parent(run_id, cps)
+
+    async def _already_delivered(self, parent_id: str, token: str) -> bool:
+        """The parent's row for this child already holds its completion: a replay of the
+        parent read the finished child and delivered it itself (`recover_completions`) while
+        this announcement was on its way. Buffering it again would leave a completion nobody
+        ever takes (engine completion records never expire)."""
+        try:
+            row = await self._store.get_latest_checkpoint_by_name(parent_id, f"signal:{token}")
+        except Exception:
+            return False  # unknown: buffering is the safe side (a wait may still come)
+        return row is not None and row.status == "completed"
 
     async def _wake_parent(self, run_id: str, cps: list[StepCheckpoint]) -> None:
         """At most one wake of the parent per delivered batch, behind the join barrier."""

@@ -65,8 +65,10 @@ class Poller:
         self._local_backlog: deque[str] = deque()
         # One pick-up pass at a time: the poll loop and a wake's kick would otherwise both
         # count the same free room while their claims are in flight, and together lease
-        # more runs than `max_concurrent_runs` (and in no single pick-up order).
-        self._picking = asyncio.Lock()
+        # more runs than `max_concurrent_runs` (and in no single pick-up order). A request
+        # during a pass makes that pass go round once more rather than wait its turn.
+        self._picking = False
+        self._pick_again = False
 
     @property
     def backlogged(self) -> bool:
@@ -118,16 +120,34 @@ class Poller:
         PostgreSQL), so engines sharing a database split the backlog instead of racing for
         the same rows; at most `max_concurrent_runs` run here.
         """
-        async with self._picking:
-            return await self._run_pending()
-
-    async def _run_pending(self) -> int:
         dispatcher = self._dispatcher
         if dispatcher.draining:
             return 0
+        # The runs this engine created for itself (a wide fan's children) are claimed by id
+        # at once, by every caller: serialising them would make a fan's members trickle in.
         claimed = await self._claim_local_backlog()
         if self._backlogged:
             return claimed  # no room left: the end of a turn kicks the next pick-up
+        if self._picking:
+            # A claim of the shared backlog is running: it goes round once more when it
+            # ends, instead of a second one counting the same free room at the same time
+            # (which would lease more than `max_concurrent_runs`, in no single order).
+            self._pick_again = True
+            return claimed
+        self._picking = True
+        try:
+            while True:
+                self._pick_again = False
+                claimed += await self._claim_backlog()
+                if not self._pick_again or dispatcher.draining:
+                    return claimed
+        finally:
+            self._picking = False
+
+    async def _claim_backlog(self) -> int:
+        """Claim pending runs in pick-up order while there is room (one pass)."""
+        dispatcher = self._dispatcher
+        claimed = 0
         while not dispatcher.draining:
             batch = min(self._options.claim_batch, self._room())
             if batch <= 0:
