@@ -14,6 +14,31 @@ from durably import OnErrorRoute, WorkflowCtx
 
 RESULT_TIMEOUT = 30
 
+SDK_STEPS = """
+worker = Worker(auto_register=False)
+attempts = {"n": 0}
+
+
+@worker.step(tag + ".echo")
+async def echo(data, ctx):
+    return {"echo": data, "by": "durable-worker"}
+
+
+@worker.step(tag + ".fatal")
+def fatal(data):
+    raise FatalError("card declined", code="E1", details={"k": data})
+
+
+@worker.step(tag + ".flaky")
+def flaky(data):
+    attempts["n"] += 1
+    if attempts["n"] < 3:
+        raise RuntimeError("try %d" % attempts["n"])
+    return attempts["n"]
+"""
+"""The same three steps for the published durable-worker SDK (the script around them names
+`worker`'s module-level `tag`, imports `FatalError` and `Worker`, and runs the SDK's runner)."""
+
 DURABLY_WORKER_APP = """
 import durably
 from durably import FatalError

@@ -24,7 +24,7 @@ from durably._transport.redis import RedisTransport
 from tests.remote import redis_support
 from tests.remote.durable_worker_env import durable_worker_python
 from tests.remote.redis_support import wait_for_line
-from tests.remote.step_workloads import behaves_as_in_process, worker_app, workflows
+from tests.remote.step_workloads import SDK_STEPS, behaves_as_in_process, worker_app, workflows
 
 redis_url = redis_support.redis_url
 redis_prefix = redis_support.redis_prefix
@@ -39,26 +39,7 @@ import asyncio, sys
 from durable_worker import FatalError, Worker, run_redis_worker
 
 url, prefix, tag = sys.argv[1], sys.argv[2], sys.argv[3]
-worker = Worker(auto_register=False)
-attempts = {"n": 0}
-
-
-@worker.step(tag + ".echo")
-async def echo(data, ctx):
-    return {"echo": data, "by": "durable-worker"}
-
-
-@worker.step(tag + ".fatal")
-def fatal(data):
-    raise FatalError("card declined", code="E1", details={"k": data})
-
-
-@worker.step(tag + ".flaky")
-def flaky(data):
-    attempts["n"] += 1
-    if attempts["n"] < 3:
-        raise RuntimeError("try %d" % attempts["n"])
-    return attempts["n"]
+# STEPS
 
 
 async def main():
@@ -68,7 +49,7 @@ async def main():
 
 
 asyncio.run(main())
-"""
+""".replace("# STEPS\n", SDK_STEPS)
 
 
 @contextmanager

@@ -20,7 +20,7 @@ import durably
 from durably._transport.sql import SqlTransport
 from tests.pg_support import PG_URL, fresh_schema, schema_url
 from tests.remote.sql_support import create_tables, prefix_fixture  # noqa: F401
-from tests.remote.step_workloads import behaves_as_in_process, worker_app, workflows
+from tests.remote.step_workloads import SDK_STEPS, behaves_as_in_process, worker_app, workflows
 from tests.remote.worker_process import durably_worker, sdk_script
 
 pytestmark = pytest.mark.timeout(600)  # the first run builds the SDK's virtualenv
@@ -41,26 +41,7 @@ dsn, prefix, tag = sys.argv[1], sys.argv[2], sys.argv[3]
 _create_pool = asyncpg.create_pool
 asyncpg.create_pool = lambda dsn, **kw: _create_pool(dsn, min_size=1, max_size=2, **kw)
 
-worker = Worker(auto_register=False)
-attempts = {"n": 0}
-
-
-@worker.step(tag + ".echo")
-async def echo(data, ctx):
-    return {"echo": data, "by": "durable-worker"}
-
-
-@worker.step(tag + ".fatal")
-def fatal(data):
-    raise FatalError("card declined", code="E1", details={"k": data})
-
-
-@worker.step(tag + ".flaky")
-def flaky(data):
-    attempts["n"] += 1
-    if attempts["n"] < 3:
-        raise RuntimeError("try %d" % attempts["n"])
-    return attempts["n"]
+# STEPS
 
 
 async def main():
@@ -76,7 +57,7 @@ async def main():
 
 
 asyncio.run(main())
-"""
+""".replace("# STEPS\n", SDK_STEPS)
 
 
 def _dsn() -> str:

@@ -49,6 +49,7 @@ from durably._transport.redis_plain import (
     RedisNames,
     RunBeat,
     WorkerBeat,
+    open_subscription,
     parse_control_message,
     parse_run_beat,
     scan_keys,
@@ -349,18 +350,11 @@ class RedisTransport:
     async def _subscribe(
         self, channel: str, on_message: Callable[[str], Awaitable[None] | None]
     ) -> ChannelSubscription:
-        # Subscriptions ride out restarts: a client of their own with patient retries.
-        subscription = ChannelSubscription(
-            redis_client(self.url, patient=True),
-            channel,
-            on_message,
-            ping_interval=self._ping_interval,
-            owns_client=True,
-        )
         try:
-            await subscription.start()
+            subscription = await open_subscription(
+                self.url, channel, on_message, ping_interval=self._ping_interval
+            )
         except (RedisError, OSError) as exc:
-            await subscription.close()
             raise self._unavailable(f"subscribe to {channel}", exc) from exc
         self._subscriptions.append(subscription)
         return subscription

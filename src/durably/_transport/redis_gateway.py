@@ -40,7 +40,7 @@ from durably._transport.redis_bullmq import (
     WorkerTiming,
     redis_client,
 )
-from durably._transport.redis_plain import ChannelSubscription
+from durably._transport.redis_plain import ChannelSubscription, open_subscription
 
 if TYPE_CHECKING:
     from durably._transport.redis import RedisTransport
@@ -167,17 +167,11 @@ class RedisGatewayChannel:
                 return None
             return listener(data)
 
-        subscription = ChannelSubscription(
-            redis_client(self.url, patient=True),
-            channel,
-            on_message,
-            ping_interval=self._ping_interval,
-            owns_client=True,
-        )
         try:
-            await subscription.start()
+            subscription = await open_subscription(
+                self.url, channel, on_message, ping_interval=self._ping_interval
+            )
         except (RedisError, OSError) as exc:
-            await subscription.close()
             raise self._unavailable(f"subscribe to {channel}", exc) from exc
         self._subscriptions.append(subscription)
         return subscription

@@ -29,6 +29,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
+from durably._transport.redis_bullmq import redis_client
+
 log = logging.getLogger("durably.redis")
 
 __all__ = [
@@ -343,3 +345,27 @@ class ChannelSubscription:
         if self._owns_client:
             with contextlib.suppress(Exception):
                 await self._client.aclose()
+
+
+async def open_subscription(
+    url: str,
+    channel: str,
+    on_message: MessageHandler,
+    *,
+    ping_interval: float,
+) -> ChannelSubscription:
+    """A started subscription to `channel` on a client of its own with patient retries, so it
+    rides out a Redis restart; closed again when it cannot start (the error propagates)."""
+    subscription = ChannelSubscription(
+        redis_client(url, patient=True),
+        channel,
+        on_message,
+        ping_interval=ping_interval,
+        owns_client=True,
+    )
+    try:
+        await subscription.start()
+    except BaseException:
+        await subscription.close()
+        raise
+    return subscription
