@@ -21,8 +21,9 @@ What is measured (each one a JSON line on stdout; progress on stderr; a summary 
 
 Every measurement starts fresh processes (start-up is not measured) and, for the store, a
 fresh PostgreSQL schema (``--store pg``, the default: a fleet whose steps run elsewhere shares
-a durable store) or an in-memory store (``--store memory``: the transport's own cost). Worker
-processes are pure step workers (``workflows=[]``, store ``memory``).
+a durable store), a fresh SQLite file (``--store sqlite``, durably's default store, for an
+engine that is the only writer) or an in-memory store (``--store memory``: the transport's own
+cost). Worker processes are pure step workers (``workflows=[]``, store ``memory``).
 
 CPU (``cpu_s``, ``cpu_ms_per_step``) is user + system seconds over the measured window of
 every process involved, read with psutil: the engine, the worker processes, the Redis server
@@ -596,7 +597,13 @@ class Bench:
         hexid = uuid.uuid4().hex[:8]
         prefix = f"rb{hexid}"
         schema = f"bench_remote_{hexid}"
-        store_url = bench_common.with_schema(args.pg_url, schema) if store == "pg" else "memory"
+        if store == "pg":
+            store_url = bench_common.with_schema(args.pg_url, schema)
+        elif store == "sqlite":
+            # The default store: one file, WAL, in this run's scratch directory.
+            store_url = f"sqlite:///{os.path.join(self.workdir, f'store-{hexid}.db')}"
+        else:
+            store_url = "memory"
         transport_url = self.redis.url if transport == "redis" else args.pg_url
         pg_pids = os.path.join(self.workdir, f"pg-pids-{hexid}")
         line: dict[str, Any] = {
@@ -1009,7 +1016,9 @@ def main() -> int:
     parser.add_argument("--workers", default="1,2,4", help="throughput: worker processes")
     parser.add_argument("--reps", type=int, default=3, help="interleaved key repetitions")
     parser.add_argument("--throughput-reps", type=int, default=1)
-    parser.add_argument("--store", default="pg", help="pg, memory or both (pg,memory)")
+    parser.add_argument(
+        "--store", default="pg", help="pg, sqlite or memory, or several (pg,sqlite,memory)"
+    )
     parser.add_argument("--pg-url", default=bench_common.DEFAULT_PG)
     parser.add_argument("--redis-url", help="use this Redis (default: a private redis-server)")
     parser.add_argument("--celery-pool", default="threads")

@@ -240,8 +240,15 @@ class TurnDriver:
             if ex.cancel_requested and not ex.cancelled:
                 await saga.compensate_and_cancel(self._settle, ex)
                 return
-            if not ex.cancelled:
-                await self._store.release_run_lock(ex.run_id)
+            if ex.cancelled:
+                return
+            if ex.evicted_unsuspended:
+                # Evicted while only waiting for steps in flight, before `suspended` was
+                # written: write it now, or the run would read `running` with no lease and
+                # recovery would count an attempt against it.
+                await self._settle_suspended(ex, ex.evicted_wake_at)
+                return
+            await self._store.release_run_lock(ex.run_id)
             return
         except WorkflowBlocked as blocked:
             await ex.close()
@@ -340,12 +347,12 @@ class TurnDriver:
         if len(ex.waiting_seqs) > 8:
             # A fan waits on many rows: one listing instead of a read per member.
             rows = await self._store.list_checkpoints(ex.run_id)
-            if any(cp.seq in ex.waiting_seqs and cp.status == "completed" for cp in rows):
+            if any(cp.seq in ex.waiting_seqs and _wakes(cp) for cp in rows):
                 self._dispatcher.dispatch(ex.run_id)
             return
         for seq in sorted(ex.waiting_seqs):
             cp = await self._store.get_checkpoint(ex.run_id, seq)
-            if cp is not None and cp.status == "completed":
+            if cp is not None and _wakes(cp):
                 self._dispatcher.dispatch(ex.run_id)
                 return
 
@@ -390,6 +397,12 @@ class TurnDriver:
         )
         if completed:
             self._dispatcher.spawn(self._continue_as(run, new_input, next_continuation_id(run.id)))
+
+
+def _wakes(cp: StepCheckpoint) -> bool:
+    """An awaited row that ends the wait: completed, or a remote step's failed attempt (its
+    retry or its error is the body's next move)."""
+    return cp.status == "completed" or (cp.kind == "remote" and cp.status == "failed")
 
 
 def _decode_input(workflow: Workflow[Any, Any], stored: Any) -> Any:

@@ -11,6 +11,11 @@ Two ways to wait:
   `WorkflowSuspended`, the turn ends, and a later turn replays the body from its checkpoints.
 
 Both modes write the same checkpoints, so a run can move between them at any step.
+
+A wait for a step in flight (a remote step's result) is *lazy*: the run stays `running`, its
+lease held, and `suspended` is written only if the wait outlives `SUSPEND_AFTER_MS` or the run
+is evicted. A remote round trip of a few milliseconds then costs the pending row and the
+settlement, not two status writes and a re-read as well. See `Execution._park`.
 """
 
 from __future__ import annotations
@@ -70,6 +75,13 @@ STEP_SCOPE: contextvars.ContextVar[tuple[Execution, str] | None] = contextvars.C
 AMBIENT_CTX: contextvars.ContextVar[Any] = contextvars.ContextVar("durably_ctx", default=None)
 
 
+# How long a lazy wait (a step in flight elsewhere) may last before the run is written
+# `suspended`. Below it, the status writes would cost more than the step; above it, the run
+# shows as waiting and the lost-wake guard (which needs the durable `suspended` state) runs.
+# A delivery from another process that raced the park is still seen within this bound even
+# without a wake bus.
+SUSPEND_AFTER_MS = 100
+
 _COMPLETED: tuple[CheckpointStatus, ...] = ("completed",)
 _SETTLED: tuple[CheckpointStatus, ...] = ("completed", "failed")
 
@@ -89,6 +101,7 @@ class _Parked:
     deadline: int | None
     future: asyncio.Future[Wake]
     timer: asyncio.TimerHandle | None = None
+    lazy: bool = False
 
 
 class StepLogger:
@@ -156,6 +169,18 @@ class Execution:
         self.cancel_requested = run.status == "cancelling"
         if self.cancel_requested:
             self.resident = False
+        # Lazy waits (module docstring): the pending `suspended` write, and the write itself
+        # once it started (an unpark waits for it, so `running` never lands before it).
+        self._suspend_timer: asyncio.TimerHandle | None = None
+        self._suspend_task: asyncio.Task[Any] | None = None
+        # Re-check wakes received (`deliver(None, None)`): a wait compares it with the value
+        # from before its step was dispatched, so a nudge that came before it parked is not
+        # lost (the nudge found nothing parked to wake).
+        self.rechecks = 0
+        # Set by `evict` when the run was still written `running` (only lazy waits were
+        # parked): the turn's exit then writes `suspended` with this wake time.
+        self.evicted_unsuspended = False
+        self.evicted_wake_at: int | None = None
 
     # ------------------------------------------------------------------ positions
 
@@ -236,11 +261,21 @@ class Execution:
         deadline: int | None,
         *,
         accept: tuple[CheckpointStatus, ...] = _COMPLETED,
+        lazy_since: int | None = None,
     ) -> StepCheckpoint | None:
         """Wait until the checkpoint at `seq` has one of the `accept` statuses (completed, by
         default; a dispatched step also accepts failed) and return it, or until `deadline`
-        passes (None). Classic mode suspends the turn instead of waiting."""
+        passes (None). Classic mode suspends the turn instead of waiting.
+
+        `lazy_since` makes it a lazy wait (a step in flight elsewhere; module docstring): the
+        value of `rechecks` from before the step was dispatched, so a re-check wake that
+        arrived before this wait parked makes it re-read the row first."""
         while True:
+            if lazy_since is not None and seq is not None and self.rechecks != lazy_since:
+                lazy_since = self.rechecks
+                fresh = await self.store.get_checkpoint(self.run_id, seq)
+                if fresh is not None:
+                    self.snapshot[seq] = fresh
             if seq is not None:
                 cp = self.snapshot.get(seq)
                 if cp is not None and cp.status in accept:
@@ -251,7 +286,7 @@ class Execution:
                 if seq is not None:
                     self.waiting_seqs.add(seq)
                 raise WorkflowSuspended(deadline)
-            wake = await self._park(seq, deadline, accept)
+            wake = await self._park(seq, deadline, accept, lazy=lazy_since is not None)
             if wake.kind == "recheck" and seq is not None:
                 fresh = await self.store.get_checkpoint(self.run_id, seq)
                 if fresh is not None:
@@ -262,12 +297,14 @@ class Execution:
         seq: int | None,
         deadline: int | None,
         accept: tuple[CheckpointStatus, ...] = _COMPLETED,
+        *,
+        lazy: bool = False,
     ) -> Wake:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Wake] = loop.create_future()
         self._park_ids += 1
         key = self._park_ids
-        parked = _Parked(seq, deadline, future)
+        parked = _Parked(seq, deadline, future, lazy=lazy)
         if deadline is not None:
             delay = max(0.0, (deadline - self.now()) / 1000.0)
             parked.timer = loop.call_later(delay, _resolve, future, Wake("timer"))
@@ -276,8 +313,13 @@ class Execution:
             self._parked_at.setdefault(seq, set()).add(key)
         self.host.resident.note_parked(self)
         try:
-            await self.mark_suspended()
-            if seq is not None and accept and not future.done():
+            if lazy:
+                # Nothing is written now (module docstring); a run already written
+                # `suspended` stays so, with the wake time it has.
+                self._defer_suspend()
+            else:
+                await self.mark_suspended()
+            if not lazy and seq is not None and accept and not future.done():
                 # Lost-wake guard: a delivery from another process may have written our
                 # checkpoint before our `suspended` write; its nudge then came too early.
                 fresh = await self.store.get_checkpoint(self.run_id, seq)
@@ -295,16 +337,72 @@ class Execution:
                         del self._parked_at[seq]
             if not self.parked:
                 self.host.resident.note_unparked(self)
+                self._cancel_deferred_suspend()
             if parked.timer is not None:
                 parked.timer.cancel()
-        if not self.parked and self.store_status == "suspended":
-            await self.mark_running()
+        if not self.parked:
+            writing = self._suspend_task
+            if writing is not None and not writing.done():
+                # A lazy `suspended` write is under way: let it land first, so `running`
+                # is the last word.
+                await asyncio.wait({writing})
+            if not self.parked and self.store_status == "suspended":
+                await self.mark_running()
         return wake
+
+    def _defer_suspend(self) -> None:
+        """Write `suspended` in `SUSPEND_AFTER_MS` unless every wait ended by then."""
+        if self._suspend_timer is not None or self.store_status == "suspended":
+            return
+        self._suspend_timer = asyncio.get_running_loop().call_later(
+            SUSPEND_AFTER_MS / 1000.0, self._suspend_due
+        )
+
+    def _cancel_deferred_suspend(self) -> None:
+        if self._suspend_timer is not None:
+            self._suspend_timer.cancel()
+            self._suspend_timer = None
+
+    def _suspend_due(self) -> None:
+        self._suspend_timer = None
+        if self.parked and self.resident and not self.cancelled and not self.closed:
+            self._suspend_task = self.host.spawn(self._suspend_lazily())
+
+    async def _suspend_lazily(self) -> None:
+        """The deferred write of a lazy wait, then the lost-wake guard for the lazily parked
+        rows: a delivery from another process may have landed before the write (its nudge of
+        `wakeAt` is overwritten by it). A failed write ends the parked waits with the error,
+        as it would have ended an eager park (a run settled elsewhere, a store that failed)."""
+        try:
+            await self.mark_suspended()
+            seqs = {p.seq for p in self.parked.values() if p.lazy and p.seq is not None}
+            if len(seqs) > 8:
+                # A fan's members: one listing instead of a read per member.
+                rows = [cp for cp in await self.store.list_checkpoints(self.run_id)]
+                found = [cp for cp in rows if cp.seq in seqs]
+            else:
+                found = []
+                for seq in sorted(seqs):
+                    cp = await self.store.get_checkpoint(self.run_id, seq)
+                    if cp is not None:
+                        found.append(cp)
+            for cp in found:
+                if cp.status in _SETTLED and cp.kind == "remote":
+                    self.deliver(cp.seq, cp)
+        except BaseException as exc:
+            for parked in list(self.parked.values()):
+                if not parked.future.done():
+                    parked.future.set_exception(
+                        exc if isinstance(exc, _ControlFlow) else RunEvicted()
+                    )
+            if not isinstance(exc, Exception | _ControlFlow):
+                raise
 
     async def mark_suspended(self) -> None:
         """Record a resident wait durably: status `suspended` and the earliest wake time."""
         if self.active_steps or not self.parked or self.cancelled:
             return
+        self._cancel_deferred_suspend()
         deadlines = [p.deadline for p in self.parked.values() if p.deadline is not None]
         wake_at = min(deadlines) if deadlines else self.host.fallback_wake_at()
         if self.store_status == "suspended" and self.run.wake_at == wake_at:
@@ -342,6 +440,8 @@ class Execution:
             for key in tuple(self._parked_at.get(cp.seq, ())):
                 _resolve(self.parked[key].future, Wake("delivered"))
             return
+        if seq is None:
+            self.rechecks += 1
         for parked in list(self.parked.values()):
             if seq is None or parked.seq == seq:
                 _resolve(parked.future, Wake("recheck"))
@@ -369,8 +469,15 @@ class Execution:
                 _resolve(parked.future, Wake("delivered"))
 
     def evict(self) -> None:
-        """Drop the resident coroutine; the run's durable state is already written."""
+        """Drop the resident coroutine. Its durable state is written, except after lazy waits
+        only: then `evicted_unsuspended` asks the turn's exit to write `suspended`."""
         self.resident = False
+        self._cancel_deferred_suspend()
+        if self.parked and self.store_status != "suspended":
+            self.evicted_unsuspended = True
+            deadlines = [p.deadline for p in self.parked.values() if p.deadline is not None]
+            self.evicted_wake_at = min(deadlines) if deadlines else None
+            self.waiting_seqs.update(p.seq for p in self.parked.values() if p.seq is not None)
         for parked in list(self.parked.values()):
             if not parked.future.done():
                 parked.future.set_exception(RunEvicted())
@@ -551,6 +658,7 @@ class Execution:
         """
         cp = self.snapshot.get(seq)
         attempt = 1
+        rechecks = self.rechecks
         while True:
             if queue is not None and cp is not None and cp.status in _SETTLED:
                 self.host.flow.release(self.run_id, seq)  # the attempt is over
@@ -575,7 +683,7 @@ class Execution:
                 deadline = None
                 if timeout_ms is not None:
                     deadline = ms_from_utc(cp.started_at) + timeout_ms
-                settled = await self.wait(seq, deadline, accept=_SETTLED)
+                settled = await self.wait(seq, deadline, accept=_SETTLED, lazy_since=rechecks)
                 if settled is None:
                     cp = await self._fail_pending(
                         cp,
@@ -613,6 +721,7 @@ class Execution:
                 parallel_group=parallel_group,
             )
             pending = replace(pending, worker_group=remote.token_for(self.run, name))
+            rechecks = self.rechecks
             await self.save(pending)
             self.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
             try:
@@ -655,7 +764,10 @@ class Execution:
     async def _resuspend_if_idle(self) -> None:
         # A step finished while other waits of a gather are parked: the body is idle again.
         if self.parked and not self.active_steps and self.store_status != "suspended":
-            await self.mark_suspended()
+            if all(p.lazy for p in self.parked.values()):
+                self._defer_suspend()
+            else:
+                await self.mark_suspended()
 
     def _step_row(
         self,

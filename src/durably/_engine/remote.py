@@ -216,7 +216,14 @@ class ResultSettler:
 
     async def _settle_run(self, run_id: str, results: list[StepResult]) -> None:
         store = self._store
-        run = await store.get_run(run_id)
+        execution = self._dispatcher.execution(run_id)
+        if execution is not None and execution.resident and not execution.cancelled:
+            # Driven here: the run is in memory. Were it settled elsewhere meanwhile, the
+            # results are still its steps' real results, and the body's next status write
+            # finds the run finished and stops.
+            run: WorkflowRun | None = execution.run
+        else:
+            run = await store.get_run(run_id)
         if run is None:
             # Deleted, or the run of another fleet sharing this transport's queues (give
             # each fleet its own transport namespace): either way nothing here can use it.
