@@ -44,6 +44,7 @@ from durably._engine.fans import FanMode, Settled
 from durably._engine.flow import queue_call
 from durably._engine.host import RunHost
 from durably._engine.registry import BackoffKind, RetryPolicy, Step, Workflow, _backoff_from
+from durably._engine.step_calls import run_local, run_step
 from durably._engine.typed_io import PLAIN, ValueCodec
 from durably._engine.vocab import check_priority
 
@@ -240,9 +241,7 @@ class WorkflowCtx:
             if timeout is not None
             else (definition.timeout_ms if definition is not None else None)
         )
-        call = self._ex.run_step(
-            seq, name, definition, input, policy, timeout_ms, queue=admission
-        )
+        call = run_step(self._ex, seq, name, definition, input, policy, timeout_ms, queue=admission)
         if compensate is None:
             return call
         return saga.with_step_undo(self._ex, call, seq, name, compensate)
@@ -268,7 +267,8 @@ class WorkflowCtx:
             backoff_max_ms=ms_keyword_or_none(backoff_max_ms),
             jitter=jitter,
         )
-        call = self._ex.run_local(
+        call = run_local(
+            self._ex,
             seq,
             name,
             fn,
@@ -283,12 +283,19 @@ class WorkflowCtx:
     def side_effect(self, fn: Callable[[], Awaitable[O] | O]) -> Coroutine[Any, Any, O]:
         """Run `fn()` once and replay its recorded value."""
         seq = self._claim("side_effect")
-        return self._ex.run_local(
-            seq, "sideEffect", fn, pass_logger=False, policy=RetryPolicy(), track_start=False
+        return run_local(
+            self._ex,
+            seq,
+            "sideEffect",
+            fn,
+            pass_logger=False,
+            policy=RetryPolicy(),
+            track_start=False,
         )
 
     async def _now(self, seq: int) -> datetime:
-        ms = await self._ex.run_local(
+        ms = await run_local(
+            self._ex,
             seq,
             "now",
             self._host.clock,

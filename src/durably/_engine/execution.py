@@ -24,22 +24,17 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from durably._core.admission import QueueCall
 from durably._core.errors import (
     ContinueAsNew,
     NonDeterminismError,
-    RemoteStepError,
     RunEvicted,
     SerializationError,
-    StepFailedError,
-    WorkflowBlocked,
     WorkflowSuspended,
     _ControlFlow,
-    error_of,
 )
 from durably._core.models import (
     LIVE_RUN_STATUSES,
@@ -52,16 +47,14 @@ from durably._core.models import (
     StepError,
     StepEvent,
     WorkflowRun,
-    ms_from_utc,
     replace,
     utc_from_ms,
 )
 from durably._engine.events import EngineEvent
-from durably._engine.registry import RetryPolicy, Step, Workflow
-from durably._engine.typed_io import PLAIN, ValueCodec
+from durably._engine.registry import Workflow
 
 if TYPE_CHECKING:
-    from durably._engine.host import RemoteDispatch, RunHost
+    from durably._engine.host import RunHost
 
 log = logging.getLogger("durably")
 
@@ -83,7 +76,7 @@ AMBIENT_CTX: contextvars.ContextVar[Any] = contextvars.ContextVar("durably_ctx",
 SUSPEND_AFTER_MS = 100
 
 _COMPLETED: tuple[CheckpointStatus, ...] = ("completed",)
-_SETTLED: tuple[CheckpointStatus, ...] = ("completed", "failed")
+SETTLED: tuple[CheckpointStatus, ...] = ("completed", "failed")
 
 
 class ReplayNow(_ControlFlow):
@@ -102,31 +95,6 @@ class _Parked:
     future: asyncio.Future[Wake]
     timer: asyncio.TimerHandle | None = None
     lazy: bool = False
-
-
-class StepLogger:
-    """The `log` handed to a local step body, collecting StepEvents."""
-
-    def __init__(self, clock: Callable[[], int]):
-        self._clock = clock
-        self.events: list[StepEvent] = []
-
-    def _add(self, level: str, message: str, data: JSONValue = None) -> None:
-        self.events.append(StepEvent(at=self._clock(), level=level, message=message, data=data))
-
-    def debug(self, message: str, data: JSONValue = None) -> None:
-        self._add("debug", message, data)
-
-    def info(self, message: str, data: JSONValue = None) -> None:
-        self._add("info", message, data)
-
-    def warn(self, message: str, data: JSONValue = None) -> None:
-        self._add("warn", message, data)
-
-    warning = warn
-
-    def error(self, message: str, data: JSONValue = None) -> None:
-        self._add("error", message, data)
 
 
 class Execution:
@@ -216,7 +184,7 @@ class Execution:
     ) -> StepCheckpoint:
         """An "instant" checkpoint: all timestamps now, attempts 1."""
         now = self.now()
-        return self._step_row(
+        return self.step_row(
             seq,
             name,
             kind,
@@ -387,7 +355,7 @@ class Execution:
                     if cp is not None:
                         found.append(cp)
             for cp in found:
-                if cp.status in _SETTLED and cp.kind == "remote":
+                if cp.status in SETTLED and cp.kind == "remote":
                     self.deliver(cp.seq, cp)
         except BaseException as exc:
             for parked in list(self.parked.values()):
@@ -501,267 +469,9 @@ class Execution:
     def is_parked(self) -> bool:
         return bool(self.parked) and self.active_steps == 0
 
-    # ------------------------------------------------------------------ steps
+    # ------------------------------------------------------------------ step rows
 
-    async def run_step(
-        self,
-        seq: int,
-        name: str,
-        step: Step[Any, Any] | None,
-        input: Any,
-        policy: RetryPolicy,
-        timeout_ms: int | None,
-        parallel_group: str | None = None,
-        queue: QueueCall | None = None,
-    ) -> Any:
-        """ctx.step through the in-process transport, with durable retries. With `queue`,
-        each attempt holds a slot of that flow-control queue while its handler runs.
-
-        durably: the in-process transport writes ONE checkpoint per attempt (the result),
-        not a `pending` row before it: the dispatching process is the executing process, so
-        a crash loses both and recovery replays to the same position and runs it again.
-        """
-        out_codec = step.output_codec if step is not None else PLAIN
-        in_codec = step.input_codec if step is not None else PLAIN
-        cp = self.snapshot.get(seq)
-        self.expect_name(seq, cp, name)
-        if cp is not None and cp.status == "completed":
-            return out_codec.from_json(cp.output)
-        json_input = in_codec.to_json(input)
-        requires = step.requires if step is not None else ()
-        remote = self.host.remote
-        if remote is not None:
-            output = await self._run_remote(
-                remote, seq, name, json_input, policy, timeout_ms, parallel_group, requires, queue
-            )
-            return out_codec.from_json(output)
-        if requires:
-            # In-process steps run here, and this engine declares no capabilities: only a
-            # worker reached over a transport can honour a requirement.
-            raise WorkflowBlocked(
-                f"blocked: no compatible worker (requires {', '.join(sorted(requires))}): this "
-                "engine runs steps in-process; a step with requirements runs on a worker that "
-                "declares them, reached over a transport",
-                requires=tuple(sorted(requires)),
-            )
-        attempt = 1
-        if cp is not None and cp.status == "failed":
-            err = cp.error or StepError(message="step failed")
-            if err.retryable is False or cp.attempts >= policy.max_attempts:
-                raise RemoteStepError(err)
-            wake = cp.wake_at
-            if wake is None:
-                # Stamp the retry deadline once, so it is crash-stable.
-                wake = self.now() + policy.delay_ms(max(1, cp.attempts))
-                cp = replace(cp, wake_at=wake)
-                await self.save(cp)
-            if self.now() < wake:
-                await self.wait(None, wake)
-            attempt = cp.attempts + 1
-        elif cp is not None:
-            attempt = max(1, cp.attempts)  # a dispatch that never settled: run it again
-        while True:
-            async with self.host.flow.slot(self, seq, queue):  # (waits to be admitted)
-                started = self.now()
-                self.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
-                self.step_began()
-                try:
-                    output, error = await self.host.transport.execute(
-                        self, step, name, json_input, in_codec, timeout_ms
-                    )
-                finally:
-                    self.step_ended()
-            finished = self.now()
-            if error is None:
-                done = self._step_row(
-                    seq,
-                    name,
-                    "remote",
-                    "completed",
-                    json_input,
-                    attempt,
-                    started,
-                    finished,
-                    output=output,
-                    parallel_group=parallel_group,
-                )
-                # A completed step-fan member's row is never read again by a resident body
-                # (its output goes straight to the fan): not keeping it holds a fan's memory
-                # (and the garbage collector's work) to the members in flight.
-                await self.save(done, remember=parallel_group is None or not self.resident)
-                self.emit(
-                    "step.completed",
-                    seq=seq,
-                    name=name,
-                    kind="remote",
-                    output=output,
-                    duration_ms=float(finished - started),
-                    queue_ms=0.0,
-                )
-                await self._resuspend_if_idle()
-                self.after_live_checkpoint()
-                return out_codec.from_json(output)
-            final = error.retryable is False or attempt >= policy.max_attempts
-            wake_at = None if final else finished + policy.delay_ms(attempt)
-            failed = self._step_row(
-                seq,
-                name,
-                "remote",
-                "failed",
-                json_input,
-                attempt,
-                started,
-                finished,
-                error=error,
-                wake_at=wake_at,
-                parallel_group=parallel_group,
-            )
-            await self.save(failed)
-            self.emit(
-                "step.failed",
-                seq=seq,
-                name=name,
-                kind="remote",
-                error=error,
-                duration_ms=float(finished - started),
-                attempt=attempt,
-            )
-            if final:
-                await self._resuspend_if_idle()
-                raise RemoteStepError(error)
-            self.after_live_checkpoint()
-            if wake_at is not None and self.now() < wake_at:
-                await self.wait(None, wake_at)
-            attempt += 1
-
-    async def _run_remote(
-        self,
-        remote: RemoteDispatch,
-        seq: int,
-        name: str,
-        json_input: JSONValue,
-        policy: RetryPolicy,
-        timeout_ms: int | None,
-        parallel_group: str | None,
-        requires: Sequence[str] = (),
-        queue: QueueCall | None = None,
-    ) -> JSONValue:
-        """ctx.step over a transport: write the attempt's `pending` row, dispatch it, wait
-        for the result the transport's consumer settles on that row (resident: parked in
-        memory; classic: the turn suspends and the result re-drives the run).
-
-        The row is written before the task leaves, so a result can never arrive for a row
-        that does not exist; a dispatch no transport accepts turns the row into a retryable
-        failure at once (retried by the policy), so nothing waits on a task that was never
-        sent. `timeout_ms` bounds how long an attempt may stay unanswered; the late answer
-        of a timed-out attempt finds its row no longer pending and is dropped.
-        """
-        cp = self.snapshot.get(seq)
-        attempt = 1
-        rechecks = self.rechecks
-        while True:
-            if queue is not None and cp is not None and cp.status in _SETTLED:
-                self.host.flow.release(self.run_id, seq)  # the attempt is over
-            if cp is not None and cp.status == "completed":
-                return cp.output
-            if cp is not None and cp.status == "failed":
-                err = cp.error or StepError(message="step failed")
-                if err.retryable is False or cp.attempts >= policy.max_attempts:
-                    raise RemoteStepError(err)
-                wake = cp.wake_at
-                if wake is None:
-                    # Stamp the retry deadline once, so it is crash-stable.
-                    wake = self.now() + policy.delay_ms(max(1, cp.attempts))
-                    cp = replace(cp, wake_at=wake)
-                    await self.save(cp)
-                if self.now() < wake:
-                    await self.wait(None, wake)
-                attempt = cp.attempts + 1
-                cp = None
-            if cp is not None:
-                # Dispatched (by this turn or an earlier one): wait for its result.
-                deadline = None
-                if timeout_ms is not None:
-                    deadline = ms_from_utc(cp.started_at) + timeout_ms
-                settled = await self.wait(seq, deadline, accept=_SETTLED, lazy_since=rechecks)
-                if settled is None:
-                    cp = await self._fail_pending(
-                        cp,
-                        StepError(
-                            message=f'step "{name}" timed out after {timeout_ms}ms',
-                            code="timeout",
-                            retryable=True,
-                        ),
-                    )
-                else:
-                    cp = settled
-                continue
-            # Capability routing: nothing is written for an attempt no live worker could take;
-            # the run is parked `blocked` and re-checked until one appears.
-            plan = await remote.blocked(self.run, name, requires)
-            if plan is not None:
-                raise WorkflowBlocked(
-                    plan.reason,
-                    plan.code,
-                    requires=tuple(plan.requires),
-                    diagnostics=plan.diagnostics.to_json(),
-                )
-            if queue is not None:
-                await self.host.flow.acquire(self, seq, queue)
-            now = self.now()
-            pending = self._step_row(
-                seq,
-                name,
-                "remote",
-                "pending",
-                json_input,
-                attempt,
-                now,
-                now,
-                parallel_group=parallel_group,
-            )
-            pending = replace(pending, worker_group=remote.token_for(self.run, name))
-            rechecks = self.rechecks
-            await self.save(pending)
-            self.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
-            try:
-                await remote.dispatch(self.run, seq, name, json_input, attempt)
-            except Exception as exc:
-                log.warning("run %s: step %s could not be dispatched: %s", self.run_id, name, exc)
-                pending = await self._fail_pending(
-                    pending,
-                    StepError(
-                        message=f"remote step dispatch failed: {exc}",
-                        code="dispatch_failed",
-                        retryable=True,
-                    ),
-                )
-            cp = pending
-
-    async def _fail_pending(self, cp: StepCheckpoint, error: StepError) -> StepCheckpoint:
-        """Settle a still-pending attempt as failed (compare-and-set: a result that landed
-        meanwhile wins, and is returned instead)."""
-        now = self.now()
-        failed = replace(cp, status="failed", error=error, finished_at=utc_from_ms(now))
-        if await self.store.save_checkpoint_if_pending(failed):
-            self.snapshot[cp.seq] = failed
-            self.emit(
-                "step.failed",
-                seq=cp.seq,
-                name=cp.name,
-                kind="remote",
-                error=error,
-                duration_ms=float(now - ms_from_utc(cp.started_at)),
-                attempt=cp.attempts,
-            )
-            return failed
-        fresh: StepCheckpoint | None = await self.store.get_checkpoint(self.run_id, cp.seq)
-        if fresh is None:
-            return failed
-        self.snapshot[cp.seq] = fresh
-        return fresh
-
-    async def _resuspend_if_idle(self) -> None:
+    async def resuspend_if_idle(self) -> None:
         # A step finished while other waits of a gather are parked: the body is idle again.
         if self.parked and not self.active_steps and self.store_status != "suspended":
             if all(p.lazy for p in self.parked.values()):
@@ -769,7 +479,7 @@ class Execution:
             else:
                 await self.mark_suspended()
 
-    def _step_row(
+    def step_row(
         self,
         seq: int,
         name: str,
@@ -804,103 +514,6 @@ class Execution:
             started_at=utc_from_ms(started),
             finished_at=utc_from_ms(finished),
         )
-
-    async def run_local(
-        self,
-        seq: int,
-        name: str,
-        fn: Callable[..., Any],
-        *,
-        pass_logger: bool,
-        policy: RetryPolicy,
-        track_start: bool,
-        codec: ValueCodec = PLAIN,
-    ) -> Any:
-        """ctx.local_step / side_effect / now: in-process, local retry."""
-        cp = self.snapshot.get(seq)
-        self.expect_name(seq, cp, name)
-        if cp is not None and cp.status == "completed":
-            return codec.from_json(cp.output)
-        if cp is not None and cp.status == "failed" and cp.attempts > 0:
-            # Replay of a recorded failure: raise what the live path raised (a requeue
-            # resets `attempts` to 0, and then the step runs again).
-            raise StepFailedError(cp.error or StepError(message=f"step {name} failed"))
-        started = self.now()
-        self.emit("step.started", seq=seq, name=name, kind="local")
-        if track_start:
-            await self.save(
-                self._step_row(seq, name, "local", "running", None, 1, started, started)
-            )
-        attempt = 1
-        while True:
-            logger = StepLogger(self.host.clock)
-            token = STEP_SCOPE.set((self, name))
-            self.step_began()
-            try:
-                result = fn(logger) if pass_logger else fn()
-                if isinstance(result, Awaitable):
-                    result = await result
-                output = codec.to_json(result)
-            except Exception as exc:
-                finished = self.now()
-                error = error_of(exc)
-                if getattr(exc, "retryable", None) is False or attempt >= policy.max_attempts:
-                    await self.save(
-                        self._step_row(
-                            seq,
-                            name,
-                            "local",
-                            "failed",
-                            None,
-                            attempt,
-                            started,
-                            finished,
-                            error=error,
-                            events=tuple(logger.events),
-                        )
-                    )
-                    self.emit(
-                        "step.failed",
-                        seq=seq,
-                        name=name,
-                        kind="local",
-                        error=error,
-                        attempt=attempt,
-                    )
-                    raise StepFailedError(error) from exc
-                delay = policy.delay_ms(attempt)
-                if delay:
-                    await asyncio.sleep(delay / 1000.0)  # local retry backoff: not durable
-                attempt += 1
-                continue
-            finally:
-                self.step_ended()
-                STEP_SCOPE.reset(token)
-            finished = self.now()
-            await self.save(
-                self._step_row(
-                    seq,
-                    name,
-                    "local",
-                    "completed",
-                    None,
-                    attempt,
-                    started,
-                    finished,
-                    output=output,
-                    events=tuple(logger.events),
-                )
-            )
-            self.emit(
-                "step.completed",
-                seq=seq,
-                name=name,
-                kind="local",
-                output=output,
-                duration_ms=float(finished - started),
-            )
-            self.after_live_checkpoint()
-            return codec.from_json(output)
 
 
 class StoreFailure(_ControlFlow):
@@ -951,6 +564,5 @@ __all__ = [
     "ContinueAsNew",
     "Execution",
     "ReplayNow",
-    "StepLogger",
     "Wake",
 ]

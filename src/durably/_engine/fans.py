@@ -29,6 +29,7 @@ from durably._engine import children
 from durably._engine.execution import Execution, ReplayNow
 from durably._engine.host import RunHost
 from durably._engine.registry import RetryPolicy, Step, Workflow
+from durably._engine.step_calls import run_step
 from durably._engine.typed_io import PLAIN, ValueCodec
 from durably._store.protocol import BULK_CHUNK
 
@@ -513,7 +514,7 @@ async def _step_wave(
         if i is None:
             return
         task = asyncio.ensure_future(
-            ex.run_step(first + i, name, definition, inputs[i], policy, None, group)
+            run_step(ex, first + i, name, definition, inputs[i], policy, None, group)
         )
         tasks[task] = i
         task.add_done_callback(settled_q.put_nowait)

@@ -129,7 +129,7 @@ async def _undo(ex: Execution, seq: int, entry: Compensation) -> None:
         finished = ex.now()
         if error is None:
             await ex.save(
-                ex._step_row(
+                ex.step_row(
                     seq,
                     name,
                     kind,
@@ -152,7 +152,7 @@ async def _undo(ex: Execution, seq: int, entry: Compensation) -> None:
             return
         if error.retryable is False or attempt >= tries:
             await ex.save(
-                ex._step_row(
+                ex.step_row(
                     seq,
                     name,
                     kind,
