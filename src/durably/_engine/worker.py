@@ -15,7 +15,9 @@ worker builds its parts and hands each its collaborators explicitly:
 - `InProcessTransport` (transport.py): where step handlers run;
 - `ControlPlane` (control.py): the store-level operations its client uses, with this
   worker as their local hooks (`LocalRuns`: drive a run just created here, interrupt one
-  cancelled here, …).
+  cancelled here, …);
+- `FleetLink` (fleet.py): with a transport, this process's ends of it — step dispatch, the
+  steps it serves, the tenant gateway and the cancel broadcast.
 
 The worker itself is what a run executing here sees (`execution.RunHost`), how a turn is
 settled (`settle.SettleHost`) and the local side of the control plane (`control.LocalRuns`):
@@ -26,19 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from durably._core.admission import Queue
 from durably._core.errors import WorkflowNotFoundError
-from durably._core.handshake import (
-    LEGACY_V1_PROTOCOL,
-    SdkInfo,
-    WorkerDescriptor,
-    control_plane_descriptor,
-)
 from durably._core.models import JSONValue, RunResult, StepCheckpoint, StepError, WorkflowRun
 from durably._engine import publish
 from durably._engine.children import ChildMailbox
@@ -48,15 +43,14 @@ from durably._engine.control import UNPINNED_VERSION, ControlPlane
 from durably._engine.dispatch import Dispatcher
 from durably._engine.driver import TurnDriver
 from durably._engine.events import EngineEvent, EventBus
+from durably._engine.fleet import FleetLink
 from durably._engine.flow import AdmissionSpec, FlowControl, admission_backend
-from durably._engine.gateway import Gateway
-from durably._engine.gateway_wire import GatewaySettings
 from durably._engine.handle import RunWatchers
 from durably._engine.operator import cancel as cancel_run
 from durably._engine.operator import current_task
 from durably._engine.poller import Poller
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
-from durably._engine.remote import RemoteSteps, ResultSettler, StepService, step_token
+from durably._engine.remote import RemoteSteps, ResultSettler
 from durably._engine.remote_turns import RemoteTurns
 from durably._engine.resident import ResidentSet
 from durably._engine.routing import Router
@@ -71,12 +65,9 @@ if TYPE_CHECKING:
     from durably._engine.signal_api import SignalBufferPolicy
     from durably._store.protocol import InstanceHold, StateStore
     from durably._transport.pool import TransportPool
-    from durably._transport.protocol import StepServer, WorkerDirectory
+    from durably._transport.protocol import WorkerDirectory
 
 log = logging.getLogger("durably")
-
-# The version a step worker announces in its descriptor (observability only).
-DURABLY_VERSION = "0.1.0"
 
 __all__ = ["Worker"]
 
@@ -119,22 +110,18 @@ class Worker:
         self._executor: ThreadPoolExecutor | None = None
         self._background: list[asyncio.Task[Any]] = []
         self._instance: InstanceHold | None = None
-        self._transports = transports
-        self._started_at = int(time.time() * 1000)
-        self._capabilities = tuple(dict.fromkeys(capabilities))
-        self._remote = (
-            RemoteSteps(transports, control_plane=control_plane_descriptor(instance_id, namespace))
+        self._fleet = (
+            FleetLink(
+                transports,
+                instance_id=instance_id,
+                namespace=namespace,
+                capabilities=capabilities,
+                tenant_token_secret=tenant_token_secret,
+                step_threads=options.step_threads,
+            )
             if transports is not None
             else None
         )
-        self._step_servers: list[StepServer] = []
-        # The secret tenants' signed tokens are checked with (None: unsigned tenants).
-        self._tenant_token_secret = (
-            tenant_token_secret.encode()
-            if isinstance(tenant_token_secret, str)
-            else tenant_token_secret
-        )
-        self._gateway: Gateway | None = None
 
         dispatcher = self._dispatcher = Dispatcher(store, drive_runs=drive_runs)
         self._resident = ResidentSet(options.max_resident_runs)
@@ -268,7 +255,7 @@ class Worker:
 
     @property
     def remote(self) -> RemoteSteps | None:
-        return self._remote
+        return self._fleet.remote if self._fleet is not None else None
 
     @property
     def wakes(self) -> WakeLink:
@@ -335,8 +322,7 @@ class Worker:
 
     def worker_directories(self) -> list[tuple[str, WorkerDirectory]]:
         """The members of the transport pool that can say which workers are live, by id."""
-        members = self._transports.members if self._transports is not None else []
-        return [(i, d) for i, t in members if (d := t.directory) is not None]
+        return self._fleet.directories() if self._fleet is not None else []
 
     def turn_running(self, run_id: str) -> bool:
         """A turn of the run executes here and its body is not parked (tests wait for it
@@ -364,14 +350,22 @@ class Worker:
         )
         self._dispatcher.reopen()
         await self._wakes.open()
-        if self._transports is not None:
+        fleet = self._fleet
+        if fleet is not None:
             if self._runs_workflows():
-                await self._transports.start(self._results)
+                await fleet.consume_results(self._results)
                 if self._turns is not None:
                     await self._turns.start()
-                await self._start_gateway(self._transports)
+                # Only an engine that runs workflows answers tenants: a pure step worker
+                # must never take a start-run, which its store could not hold for the fleet.
+                await fleet.open_gateway(self._plane, self._watchers, self._events.subscribe)
             if self.drive_runs:
-                await self._serve_steps(self._transports)
+                # An engine with a transport is also a worker for its own steps (`steps=[]`
+                # makes it an orchestrator only).
+                registry = self._steps if self._steps is not None else DEFAULT_REGISTRY
+                await fleet.serve_steps(
+                    list(registry.steps), self.step_definition, lambda: self.executor
+                )
         if self.drive_runs:
             self._background = [
                 asyncio.create_task(self._poller.poll_loop(), name="durably-poller"),
@@ -400,37 +394,6 @@ class Worker:
             await asyncio.sleep(0.05)
         await self._store.release_locks_of(self._instance_id)
 
-    def _descriptor(self, steps: list[str]) -> WorkerDescriptor:
-        """What this process announces as a step worker: the steps it serves and the
-        capabilities it was given (`Engine(capabilities=…)`), which capability routing reads."""
-        return WorkerDescriptor(
-            instance_id=self._instance_id,
-            runtime="python",
-            sdk=SdkInfo(name="durably", version=DURABLY_VERSION),
-            protocol=LEGACY_V1_PROTOCOL,
-            capabilities=self._capabilities,
-            workflows=(),
-            steps=tuple(steps),
-            namespace=self._namespace if self._namespace not in (None, "", "default") else None,
-            started_at=self._started_at,
-        )
-
-    async def _start_gateway(self, transports: TransportPool) -> None:
-        """Answer tenants (start-run messages, run requests) over the first transport that
-        carries the gateway. Only an engine that runs workflows does: a pure step worker must
-        never take a start-run, which its store could not hold for the fleet."""
-        channel = next((m.gateway for _, m in transports.members if m.gateway is not None), None)
-        if channel is None:
-            return
-        self._gateway = Gateway.for_plane(
-            self._plane,
-            self._watchers,
-            channel,
-            settings=GatewaySettings(secret=self._tenant_token_secret),
-            subscribe=self._events.subscribe,
-        )
-        await self._gateway.start()
-
     def _runs_workflows(self) -> bool:
         """Whether this process consumes step results and turn decisions. They come back on
         queues shared by the fleet, and any consumer acknowledges what it takes; only engines
@@ -441,37 +404,18 @@ class Worker:
         `remote_workflow`, or keeps the default registry.)"""
         return self._workflows is DEFAULT_REGISTRY or bool(self._workflows.workflows)
 
-    async def _serve_steps(self, transports: TransportPool) -> None:
-        """Serve the steps registered here on every transport (an engine with a transport is
-        also a worker for its own steps; `steps=[]` makes it an orchestrator only)."""
-        registry = self._steps if self._steps is not None else DEFAULT_REGISTRY
-        tokens = sorted({step_token(name, self._namespace) for name in registry.steps})
-        if not tokens:
-            return
-        service = StepService(self.step_definition, lambda: self.executor)
-        descriptor = self._descriptor(sorted(registry.steps))
-        for _, transport in transports.members:
-            server = await transport.step_server(
-                tokens, service, concurrency=self._options.step_threads, descriptor=descriptor
-            )
-            self._step_servers.append(server)
-
     async def drain(self, timeout: float) -> None:
         """Stop taking work, evict parked runs, wait for turns to finish (or `timeout`)."""
-        servers, self._step_servers = self._step_servers, []
-        for server in servers:
-            await server.drain(timeout)
+        if self._fleet is not None:
+            await self._fleet.drain(timeout)
         await self._poller.drain(timeout)
 
     async def close(self, drain_timeout: float) -> None:
         """Drain, stop the loops and the wake bus, release the instance id, cancel the
         background deliveries still running, stop the thread pool."""
         await self.drain(drain_timeout)
-        gateway, self._gateway = self._gateway, None
-        if gateway is not None:
-            await gateway.close(drain_timeout)
-        if self._transports is not None:
-            await self._transports.close()
+        if self._fleet is not None:
+            await self._fleet.close(drain_timeout)
         await self._flow.close()
         await self._wakes.close()
         if self._instance is not None:
@@ -762,23 +706,8 @@ class Worker:
             )
         )
         self.fire_cancel(run.id)
-        if self._transports is not None:
-            self.spawn(self._broadcast_cancel(run.id))
-
-    async def _broadcast_cancel(self, run_id: str) -> None:
-        """Tell the workers running the run's steps (best effort: a worker that misses it
-        finishes its step, whose late result the cancelled run then ignores)."""
-        assert self._transports is not None
-        for member_id, member in self._transports.members:
-            control = member.control
-            if control is None:
-                continue
-            try:
-                await control.cancel_run(run_id)
-            except Exception as exc:
-                log.warning(
-                    "could not broadcast the cancel of %s on %r: %s", run_id, member_id, exc
-                )
+        if self._fleet is not None:
+            self.spawn(self._fleet.broadcast_cancel(run.id))
 
     # ================================================================== listeners
 
