@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar, overload
 
+from durably._core.admission import QueueCall
 from durably._core.durations import (
     Duration,
     ms_keyword,
@@ -635,14 +636,25 @@ class WorkflowCtx:
         if unknown:
             raise TypeError(f"ctx.{primitive}: unsupported step fan options {unknown}")
         check_priority(fan_priority, f"ctx.{primitive}")
-        unsupported.refuse_priority(step_opts.get("priority"), f"ctx.{primitive}")
+        admission = None
+        if is_step:
+            # Each member waits for a slot of `queue`, as `ctx.step(queue=...)` does; outside a
+            # queue a step's priority orders nothing, so it is refused.
+            queue = step_opts.pop("queue", None)
+            priority = step_opts.pop("priority", None)
+            fairness_key = step_opts.pop("fairness_key", None)
+            if queue is None:
+                unsupported.refuse_priority(priority, f"ctx.{primitive}")
+            admission = queue_call(queue, priority, fairness_key)
         self._guard(primitive)
         if not inputs:
             return _empty()  # [] with no seqs claimed, no side effects
         first = self._claim(primitive, len(inputs))  # N contiguous seqs, synchronously
         if is_step:
             assert not isinstance(target, Workflow)
-            return _step_fan(self, target, inputs, first, mode, concurrency, step_opts, settled)
+            return _step_fan(
+                self, target, inputs, first, mode, concurrency, step_opts, settled, admission
+            )
         assert not isinstance(target, Step)
         return fans.workflow_fan(
             self._ex,
@@ -720,11 +732,20 @@ class WorkflowCtx:
         await ex.save(ex.instant(seq, "searchAttributes", "local", output=attrs))
 
 
-# Step fan options: the step dispatch options minus queue and timeout. A step's `priority`
-# belongs to the API but is refused (unsupported.PRIORITY) until something orders steps by
-# it; a workflow fan's `priority` is its member runs' and is taken before this check.
+# Step fan options: the step dispatch options minus timeout. A step's `priority` orders the
+# waiters of its `queue` and is refused without one (unsupported.PRIORITY); a workflow fan's
+# `priority` is its member runs' and is taken before this check.
 _STEP_FAN_OPTIONS = frozenset(
-    {"retries", "backoff", "backoff_ms", "backoff_max_ms", "jitter", "priority"}
+    {
+        "retries",
+        "backoff",
+        "backoff_ms",
+        "backoff_max_ms",
+        "jitter",
+        "priority",
+        "queue",
+        "fairness_key",
+    }
 )
 
 
@@ -741,6 +762,7 @@ def _step_fan(
     concurrency: int | None,
     opts: dict[str, Any],
     settled: bool,
+    queue: QueueCall | None,
 ) -> Coroutine[Any, Any, list[Any]]:
     definition = step if isinstance(step, Step) else ctx._host.step_definition(step)
     name = step.name if isinstance(step, Step) else step
@@ -764,6 +786,7 @@ def _step_fan(
         mode=mode,
         concurrency=concurrency,
         settled=settled,
+        queue=queue,
     )
 
 

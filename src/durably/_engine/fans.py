@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
+from durably._core.admission import QueueCall
 from durably._core.errors import (
     GatherError,
     GatherItemFailure,
@@ -470,7 +471,10 @@ async def step_fan(
     mode: FanMode,
     concurrency: int | None,
     settled: bool,
+    queue: QueueCall | None = None,
 ) -> list[Any]:
+    """One step per input; with `queue`, each member's attempts wait for a slot of that
+    flow-control queue like any `ctx.step(queue=...)`."""
     n = len(inputs)
     fail_fast = mode == "fail_fast" and not settled
     group = fan_group(first, n, fail_fast)
@@ -478,7 +482,18 @@ async def step_fan(
     outcomes: list[_Outcome | None] = [None] * n
     for wave in _waves(n, concurrency):
         await _step_wave(
-            ex, name, definition, inputs, first, policy, group, wave, outcomes, ids, fail_fast
+            ex,
+            name,
+            definition,
+            inputs,
+            first,
+            policy,
+            group,
+            wave,
+            outcomes,
+            ids,
+            fail_fast,
+            queue,
         )
     return _finish(outcomes, ids, mode, settled)
 
@@ -495,6 +510,7 @@ async def _step_wave(
     outcomes: list[_Outcome | None],
     ids: list[str],
     fail_fast: bool,
+    queue: QueueCall | None,
 ) -> None:
     # O(1) per settled member: each task reports itself on a queue (an
     # `asyncio.wait(FIRST_COMPLETED)` loop re-registers on every pending task per
@@ -514,7 +530,7 @@ async def _step_wave(
         if i is None:
             return
         task = asyncio.ensure_future(
-            run_step(ex, first + i, name, definition, inputs[i], policy, None, group)
+            run_step(ex, first + i, name, definition, inputs[i], policy, None, group, queue)
         )
         tasks[task] = i
         task.add_done_callback(settled_q.put_nowait)
