@@ -9,6 +9,7 @@ from durably._core.buffered_signals import BufferedSignalInfo
 from durably._core.durations import parse_duration
 from durably._core.errors import (
     ConcurrencyLimitError,
+    DuplicateRunError,
     FatalError,
     GatherError,
     GatherItemFailure,
@@ -42,7 +43,10 @@ from durably._core.models import (
     StepEvent,
     WorkflowRun,
 )
+from durably._core.quota import Concurrency, ConcurrencyQuota, Singleton
+from durably._core.triggers import Batch, EventTrigger
 from durably._engine.client import Client
+from durably._engine.concurrency import AdaptiveConcurrency
 from durably._engine.ctx import WorkflowCtx
 from durably._engine.engine import Engine
 from durably._engine.events import EngineEvent, MetricsSnapshot
@@ -77,16 +81,22 @@ from durably.tenant import TenantGateway
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdaptiveConcurrency",
     "AesGcmCodec",
     "AttributeFilter",
+    "Batch",
     "BufferedSignalInfo",
     "Client",
     "Codec",
     "CodecStateStore",
+    "Concurrency",
     "ConcurrencyLimitError",
+    "ConcurrencyQuota",
+    "DuplicateRunError",
     "Engine",
     "EngineEvent",
     "EngineOptions",
+    "EventTrigger",
     "FanPage",
     "FanSummary",
     "FatalError",
@@ -127,6 +137,7 @@ __all__ = [
     "SignalBufferFullError",
     "SignalTimeoutError",
     "SignalWaiter",
+    "Singleton",
     "SingletonQueueFullError",
     "StateStore",
     "Step",

@@ -17,6 +17,7 @@ import pytest
 
 import durably
 from durably import EngineEvent, InMemoryStateStore, RunFailedError, WorkflowCtx
+from durably._transport.memory import InMemoryTransport
 
 from .conftest import EngineFactory
 from .support import RESULT_TIMEOUT, shape
@@ -92,38 +93,6 @@ async def test_ctx_calls_refuse_step_priority_and_queue_at_the_call(
 # ------------------------------------------------------------------ decorators
 
 
-@pytest.mark.parametrize(
-    ("option", "value", "feature"),
-    [
-        ("concurrency", {"key": "customer", "limit": 2}, "workflow concurrency quotas"),
-        ("singleton", {"key": "customer"}, "singleton workflows"),
-        ("event_batch", {"max_size": 10}, "event batching and debouncing"),
-    ],
-)
-def test_unimplemented_workflow_options_are_refused_at_declaration(
-    uid: str, option: str, value: Any, feature: str
-) -> None:
-    with pytest.raises(NotImplementedError) as info:
-        durably.workflow(f"{uid}.wf", **{option: value})
-    message = str(info.value)
-    assert message.startswith(f"@durably.workflow('{uid}.wf') {option}=..."), message
-    assert f"{feature} are not supported yet" in message
-
-
-def test_refusals_name_the_error_the_feature_will_raise(uid: str) -> None:
-    """These two errors are public and importable though nothing raises them yet; each
-    says (docstring) when it will be raised, and the matching refusal names it."""
-    for error, option in (
-        (durably.ConcurrencyLimitError, "concurrency="),
-        (durably.SingletonQueueFullError, "singleton="),
-    ):
-        assert error.__doc__ and option in error.__doc__ and "never raises" in error.__doc__
-    with pytest.raises(NotImplementedError, match="ConcurrencyLimitError"):
-        durably.workflow(f"{uid}.a", concurrency={"limit": 1})
-    with pytest.raises(NotImplementedError, match="SingletonQueueFullError"):
-        durably.workflow(f"{uid}.b", singleton={"key": "k"})
-
-
 def test_step_decorators_take_no_queue() -> None:
     """A queue belongs to the call (`ctx.step(queue=)`), never to the step."""
     with pytest.raises(TypeError, match="queue"):
@@ -138,10 +107,7 @@ def test_step_decorators_take_no_queue() -> None:
     [
         ("schedules", "schedules are not supported yet"),
         ("retention", "retention is not supported yet"),
-        ("debounce", "event batching and debouncing are not supported yet"),
-        ("batch", "event batching and debouncing are not supported yet"),
         ("dead_letter_workflow", "dead-letter workflows are not supported yet"),
-        ("concurrency", "adaptive worker concurrency is not supported yet"),
         ("topology", "topology roles are not supported yet"),
         ("partition", "serving partitions are not supported yet"),
         ("remote_redispatch_ms", "timed re-dispatch of unanswered remote steps"),
@@ -151,6 +117,16 @@ def test_engine_options_of_missing_features_name_the_feature(option: str, featur
     with pytest.raises(NotImplementedError) as info:
         memory_engine(**{option: object()})
     assert str(info.value).startswith(f"Engine({option}=...): {feature}"), str(info.value)
+
+
+def test_worker_concurrency_with_a_transport_is_refused_by_name() -> None:
+    transport = InMemoryTransport()
+    for spec in (4, "adaptive"):
+        with pytest.raises(NotImplementedError) as info:
+            durably.Engine(InMemoryStateStore(), transport, concurrency=spec)
+        assert str(info.value).startswith(
+            "Engine(concurrency=...): worker concurrency over a transport is not supported yet"
+        ), str(info.value)
 
 
 def test_a_transport_url_of_an_unsupported_broker_is_refused_by_name() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from durably._core.admission import Admission, AdmissionBackend, Queue
+from durably._core.admission import Admission, AdmissionBackend, Queue, QueueStats
 
 from .conftest import AdmissionWorld
 
@@ -427,3 +427,46 @@ async def test_a_waiter_told_to_wait_long_keeps_its_place_until_it_is_due(
     await backend.release("first:0")
     assert not await _admitted(backend, queue, "newcomer:0")
     assert await _admitted(backend, queue, "last:0")
+
+
+# ------------------------------------------------------------------ stats
+
+
+async def test_stats_count_slots_waiters_and_the_current_window(world: AdmissionWorld) -> None:
+    backend = await world.backend("A")
+    other = await world.backend("B")
+    queue = Queue("api", concurrency=2, rate=(3, "1s"), retry=1.0, slot_ttl=10.0)
+    idle = Queue("idle", concurrency=1)
+    assert await backend.stats([queue, idle]) == [QueueStats("api"), QueueStats("idle")]
+    assert await _admitted(backend, queue, "a:0")
+    assert await _admitted(other, queue, "b:0")  # another process's slot counts too
+    assert not await _admitted(backend, queue, "c:0")
+    api, unused = await backend.stats([queue, idle])
+    assert (api.in_flight, api.waiting, api.window_count, api.admitted) == (2, 1, 2, 2)
+    assert api.blocked(queue) == "concurrency"
+    assert unused == QueueStats("idle")
+    await backend.release("a:0")
+    assert await _admitted(backend, queue, "c:0")
+    [api] = await other.stats([queue])
+    assert (api.in_flight, api.waiting, api.window_count, api.admitted) == (2, 0, 3, 3)
+    await backend.release("b:0", "c:0")
+    [api] = await backend.stats([queue])
+    assert (api.in_flight, api.window_count) == (0, 3)
+    assert api.blocked(queue) == "rate"  # the window's 3 admissions are used up
+    world.clock.advance(1_000)  # the next window
+    [api] = await backend.stats([queue])
+    assert (api.in_flight, api.waiting, api.window_count, api.admitted) == (0, 0, 0, 3)
+    assert api.blocked(queue) is None
+
+
+async def test_stats_leave_out_lapsed_slots_and_waiters(world: AdmissionWorld) -> None:
+    backend = await world.backend()
+    queue = Queue("q", concurrency=1, retry=1.0, slot_ttl=2.0)
+    assert await _admitted(backend, queue, "a:0")
+    assert not await _admitted(backend, queue, "b:0")  # told to ask again in 1 s
+    world.clock.advance(2_000)  # the slot lapsed; the waiter keeps its place until 3 s
+    [q] = await backend.stats([queue])
+    assert (q.in_flight, q.waiting) == (0, 1)
+    world.clock.advance(1_000)
+    [q] = await backend.stats([queue])
+    assert (q.in_flight, q.waiting, q.admitted) == (0, 0, 1)

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 
 import durably
 from durably import Queue, WorkflowCtx
+from durably._transport.redis import RedisTransport
 from durably._transport.redis_admission import RedisAdmission
 from tests.engine.conftest import EngineFactory
 from tests.remote.redis_support import REDIS_URL, delete_prefix, require_redis
@@ -107,3 +108,86 @@ async def test_an_engine_counts_its_queue_on_redis(
     assert log.peak() == 2  # reached, never passed
     # Every slot was given back (the keys that would hold one are gone).
     assert f"{p}:adm:api:slots" not in await _keys(url, p)
+
+
+# ------------------------------------------------------------------ admission="redis" / URL
+
+
+async def test_admission_redis_uses_the_engines_redis_transport(
+    prefix: tuple[str, str], tmp_path: Path
+) -> None:
+    url, p = prefix
+    uid = f"r{uuid.uuid4().hex[:8]}"
+    log = SideEffects()
+
+    @durably.step(f"{uid}.call")
+    async def call(i: int) -> str:
+        return await log.run(f"s{i}", 0.02)
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx) -> list[str]:
+        return list(await asyncio.gather(*(ctx.step(call, i, queue="api") for i in range(6))))
+
+    transport = RedisTransport(url, prefix=p)
+    async with durably.Engine(
+        f"sqlite:///{tmp_path / 'e.db'}",
+        transport,
+        workflows=[wf],
+        steps=[call],
+        queues=[Queue("api", concurrency=2, retry=0.05)],
+        admission="redis",
+        timer_poll_ms=50,
+    ) as engine:
+        backend = engine._worker.flow.backend
+        assert isinstance(backend, RedisAdmission) and backend.owner == engine.instance_id
+        assert backend.channel == f"{p}:adm:freed"  # the transport's prefix
+        out = await engine.execute(wf, run_id=f"{uid}-r", timeout=RESULT_TIMEOUT)
+    assert out == [f"s{i}" for i in range(6)]
+    assert log.peak() == 2
+    assert f"{p}:adm:api:state" in await _keys(url, p)
+
+
+async def test_admission_given_a_redis_url_counts_on_that_server(tmp_path: Path) -> None:
+    await require_redis()
+    uid = f"r{uuid.uuid4().hex[:8]}"
+    queue = f"{uid}-api"  # under the default prefix "durable": a queue of this test's own
+
+    @durably.step(f"{uid}.call")
+    async def call(i: int) -> int:
+        return i
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx) -> list[int]:
+        return list(await asyncio.gather(*(ctx.step(call, i, queue=queue) for i in range(4))))
+
+    try:
+        async with durably.Engine(
+            f"sqlite:///{tmp_path / 'e.db'}",
+            queues=[Queue(queue, concurrency=1, retry=0.05)],
+            admission=REDIS_URL,
+        ) as engine:
+            backend = engine._worker.flow.backend
+            assert isinstance(backend, RedisAdmission) and backend.owner == engine.instance_id
+            assert await engine.execute(wf, run_id=f"{uid}-r", timeout=RESULT_TIMEOUT) == [
+                0,
+                1,
+                2,
+                3,
+            ]
+            [stats] = await backend.stats([Queue(queue, concurrency=1)])
+            assert stats.admitted == 4
+    finally:
+        client = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
+        try:
+            keys = [k async for k in client.scan_iter(match=f"durable:adm:{queue}:*")]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()
+
+
+def test_admission_redis_without_a_redis_transport_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r'admission="redis".*has none.*redis://'):
+        durably.Engine(f"sqlite:///{tmp_path / 'e.db'}", admission="redis")
+    with pytest.raises(ValueError, match=r"expected .*redis:// URL"):
+        durably.Engine(f"sqlite:///{tmp_path / 'e.db'}", admission="mysql://x")

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from durably._core.models import BufferedEvent, ChildWait, RunQuery, SignalWaiter
+from durably._core.quota import StartGate
 from durably._store.codec import CodecStateStore, contract_methods, plan_method
 from durably._store.crypto import AesGcmCodec
 from durably._store.protocol import StateStore
@@ -53,6 +54,13 @@ async def create_runs(s: Any) -> None:
     created = await s.create_runs([make_run("r2", status="pending", input=secret("create_runs"))])
     assert created == [None]
     await s.create_runs([make_run("r3", status="pending", input=secret("create_runs"))])
+
+
+@writes
+async def create_run_gated(s: Any) -> None:
+    gate = StartGate(dedup_key="at-rest", quota_tag="concurrency:k", quota_limit=1)
+    run = make_run("r4", status="pending", input=secret("create_run_gated"))
+    assert (await s.create_run_gated(run, gate)).verdict == "created"
 
 
 @writes
@@ -215,9 +223,9 @@ async def test_every_payload_is_ciphertext_at_rest(
     raw = await dump()
     leaked = [name for name in WRITES if f"SECRET-{name}" in raw]
     assert leaked == [], f"cleartext at rest from {leaked}"
-    # runs: r1 input+output, r2 input, r3 input; checkpoints: 0 input+output, 1, 2, 3 (the
-    # delivery), 4 (the fold), 5 input (c2's placeholder); two signals; one event.
-    assert raw.count(ENVELOPE) == 4 + 7 + 2 + 1
+    # runs: r1 input+output, r2 input, r3 input, r4 input; checkpoints: 0 input+output, 1,
+    # 2, 3 (the delivery), 4 (the fold), 5 input (c2's placeholder); two signals; one event.
+    assert raw.count(ENVELOPE) == 5 + 7 + 2 + 1
     assert "signal:child:c1" in raw and "fan:g" in raw and "paid" in raw  # metadata readable
 
     # Read back through the wrapper: every payload comes back as written.
@@ -243,6 +251,7 @@ async def test_every_payload_is_ciphertext_at_rest(
         "r1": secret("create_run"),
         "r2": secret("update_run_if_status"),
         "r3": secret("create_runs"),
+        "r4": secret("create_run_gated"),
     }
 
     # The plain store reads envelopes, never the payload.

@@ -54,6 +54,8 @@ __all__ = [
     "LocalAdmission",
     "Queue",
     "QueueCall",
+    "QueueStats",
+    "window_count",
 ]
 
 # How many admissions back a fairness key's last service is remembered. A key not served
@@ -177,6 +179,31 @@ class Admission:
 
 ADMITTED = Admission(True)
 
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """What a backend counts for one queue now (`AdmissionBackend.stats`): slots held
+    (`in_flight`, lapsed ones left out), places in line (`waiting`, lapsed ones left out)
+    and admissions in the current rate window (`window_count`; 0 without a rate limit or
+    once the window is over). Fleet-wide on a shared backend; `admitted` counts every
+    admission since the queue was first used (on this backend's state)."""
+
+    queue: str
+    in_flight: int = 0
+    waiting: int = 0
+    window_count: int = 0
+    admitted: int = 0
+
+    def blocked(self, queue: Queue) -> str | None:
+        """Why the queue turns callers away now: "rate" (the current window is full),
+        "concurrency" (every slot is held), or None (a caller asking now could get in)."""
+        if queue.rate_limit is not None and self.window_count >= queue.rate_limit:
+            return "rate"
+        if queue.concurrency is not None and self.in_flight >= queue.concurrency:
+            return "concurrency"
+        return None
+
+
 #: `listener(queue_name, holders)`: slots of the queue were freed and these waiters (best
 #: first, at most NOTIFY_AT_MOST) rank first now.
 FreedListener = Callable[[str, Sequence[str]], None]
@@ -210,12 +237,25 @@ class AdmissionBackend(Protocol):
         """Call `listener` whenever a release frees slots (possibly from another process)."""
         ...
 
+    async def stats(self, queues: Sequence[Queue]) -> list[QueueStats]:
+        """The counts of these queues now, one per queue in order (zeros for a queue nobody
+        used yet); one cheap read, changing nothing."""
+        ...
+
     async def close(self) -> None: ...
 
 
 def rank(queue: Queue, priority: int, served: int, arrival: int) -> tuple[int, int, int]:
     """A waiter's place in line: smaller goes first."""
     return (-priority, served if queue.fair else 0, -arrival if queue.lifo else arrival)
+
+
+def window_count(queue: Queue, now: int, window_start: int, count: int) -> int:
+    """The admissions counted in the rate window `now` falls in: `count` if the stored
+    window is that one (or a later one: windows only move forward), else none yet."""
+    if queue.rate_period_ms is None:
+        return 0
+    return count if window_start >= now - now % queue.rate_period_ms else 0
 
 
 def _retry_at(queue: Queue, now: int, window: int, rate_full: bool, ahead: int) -> int:
@@ -387,6 +427,25 @@ class LocalAdmission:
 
     def on_freed(self, listener: FreedListener) -> None:
         self._listeners.append(listener)
+
+    async def stats(self, queues: Sequence[Queue]) -> list[QueueStats]:
+        now = self._clock()
+        out: list[QueueStats] = []
+        for queue in queues:
+            line = self._lines.get(queue.name)
+            if line is None:
+                out.append(QueueStats(queue.name))
+                continue
+            out.append(
+                QueueStats(
+                    queue.name,
+                    in_flight=sum(1 for s in line.slots.values() if s.expires_at > now),
+                    waiting=sum(1 for w in line.waiters.values() if w.expires_at > now),
+                    window_count=window_count(queue, now, line.window_start, line.window_count),
+                    admitted=line.served,
+                )
+            )
+        return out
 
     async def close(self) -> None:
         return None

@@ -129,11 +129,10 @@ class GatherError(DurablyError):
 
 
 class ConcurrencyLimitError(DurablyError):
-    """A start refused because the workflow's concurrency quota for its key is full.
-
-    It will be raised by `start` once workflow concurrency quotas exist. Until then
-    `@durably.workflow(concurrency=...)` is refused when declared and durably never raises
-    this error; it is exported so code can already catch it."""
+    """A start refused because the concurrency quota of its key is full: `active` runs
+    counted against `limit` (`@durably.workflow(concurrency=...)` or `start(...,
+    concurrency=...)`). Nothing was created; a child start refused so fails the child's
+    wait in its parent."""
 
     def __init__(self, workflow: str, key: str, limit: int, active: int):
         super().__init__(
@@ -147,11 +146,9 @@ class ConcurrencyLimitError(DurablyError):
 
 
 class SingletonQueueFullError(DurablyError):
-    """A start refused because too many runs already wait for a singleton workflow's key.
-
-    It will be raised by `start` once singleton workflows exist. Until then
-    `@durably.workflow(singleton=...)` is refused when declared and durably never raises
-    this error; it is exported so code can already catch it."""
+    """A start refused because a singleton workflow's key already has `limit +
+    max_queue_depth` active runs (`@durably.workflow(singleton=Singleton(...,
+    max_queue_depth=...))`). Nothing was created."""
 
     def __init__(self, workflow: str, key: str, max_queue_depth: int):
         super().__init__(
@@ -201,6 +198,20 @@ class RunIdConflictError(DurablyError):
         self.run_id = run_id
         self.existing_workflow = existing_workflow
         self.requested_workflow = requested_workflow
+
+
+class DuplicateRunError(DurablyError):
+    """`start(..., dedup_id=..., on_duplicate="raise")` while a live run of the workflow
+    holds that dedup id; `.run_id` is that run. Nothing was created."""
+
+    def __init__(self, workflow: str, dedup_id: str, run_id: str):
+        super().__init__(
+            f"a run of {workflow!r} with dedup id {dedup_id!r} is still live ({run_id!r}); "
+            "nothing was started"
+        )
+        self.workflow = workflow
+        self.dedup_id = dedup_id
+        self.run_id = run_id
 
 
 def _shown_token(token: str) -> str:

@@ -29,10 +29,13 @@ from durably._core.errors import (
 )
 from durably._core.ids import given_run_id
 from durably._core.models import JSONValue, RunResult, WorkflowRun
+from durably._core.quota import ConcurrencyQuota
+from durably._core.triggers import refuse_engine_owned_start
 from durably._engine import operator, signals
 from durably._engine.control import UNPINNED_VERSION, ControlPlane
 from durably._engine.handle import RunHandle, RunWatchers, WaitUntil
 from durably._engine.options import UNSET, EngineOptions, Unset, merge_options
+from durably._engine.quotas import OnDuplicate
 from durably._engine.read_api import ReadApi
 from durably._engine.registry import Workflow
 from durably._engine.signal_api import (
@@ -259,6 +262,9 @@ class Client(ReadApi, BufferedSignalsApi):
         priority: int | None = None,
         version: str | None = None,
         namespace: str | None = None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
     ) -> RunHandle[O]: ...
 
     @overload
@@ -273,6 +279,9 @@ class Client(ReadApi, BufferedSignalsApi):
         priority: int | None = None,
         version: str | None = None,
         namespace: str | None = None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
     ) -> RunHandle[Any]: ...
 
     async def start(
@@ -286,9 +295,20 @@ class Client(ReadApi, BufferedSignalsApi):
         priority: int | None = None,
         version: str | None = None,
         namespace: str | None = None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
     ) -> RunHandle[Any]:
         """Create a `pending` run and return its handle at once; idempotent by `run_id`
         (the same workflow returns the existing run, another is `RunIdConflictError`).
+
+        `dedup_id`: while a live run of the workflow (in this namespace) was started with
+        the same dedup id, a start returns that run's handle (`on_duplicate="return"`) or
+        raises `DuplicateRunError` (`"raise"`); once it is completed, failed, cancelled or
+        dead the id is free again. `concurrency=durably.ConcurrencyQuota(key, limit)`: this
+        start's quota (instead of the workflow's), `ConcurrencyLimitError` when `limit`
+        runs of the key are in flight. Both are checked with the insert in one store
+        transaction, so concurrent starts in several processes cannot both pass.
 
         With a `Workflow` object the input is validated against its annotation and
         validator (`InputValidationError`) and the run is pinned to its version. With a
@@ -300,6 +320,7 @@ class Client(ReadApi, BufferedSignalsApi):
         the run's children, fan members, retries and continuations carry it too.
         """
         given_run_id(run_id)  # a bad id is refused before the store is even opened
+        refuse_engine_owned_start(workflow, run_id)
         await self._ensure_open()
         if isinstance(workflow, Workflow):
             if version is not None and version != workflow.version:
@@ -322,6 +343,10 @@ class Client(ReadApi, BufferedSignalsApi):
                 search_attributes=search_attributes,
                 priority=priority,
                 namespace=namespace,
+                registered=wf,
+                concurrency=concurrency,
+                dedup_id=dedup_id,
+                on_duplicate=on_duplicate,
             )
             return RunHandle(self, rid, wf, self._plane.registration)
         name = str(workflow)
@@ -334,6 +359,9 @@ class Client(ReadApi, BufferedSignalsApi):
             search_attributes=search_attributes,
             priority=priority,
             namespace=namespace,
+            concurrency=concurrency,
+            dedup_id=dedup_id,
+            on_duplicate=on_duplicate,
         )
         return RunHandle(self, rid, None, self._plane.registration)
 

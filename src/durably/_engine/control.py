@@ -27,7 +27,9 @@ from durably._core.models import (
     now_utc,
     utc_from_ms,
 )
+from durably._core.quota import SINGLETON_ADMITTED_TAG, ConcurrencyQuota
 from durably._engine import signals
+from durably._engine.quotas import OnDuplicate, check_start_options, refuse, start_gate
 from durably._engine.signal_api import SignalBufferPolicy
 from durably._engine.vocab import check_priority, may_have_parent
 
@@ -122,13 +124,32 @@ class ControlPlane:
         search_attributes: dict[str, str | int | float | bool] | None = None,
         priority: int | None = None,
         namespace: str | None = None,
+        registered: Workflow[Any, Any] | None = None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
     ) -> str:
         """Insert a `pending` run (idempotent by `run_id`: the same workflow returns the
         existing id, another workflow is a `RunIdConflictError`), then have it driven.
-        `priority`: pending runs are picked up higher first, then oldest (None counts as 0)."""
+        `priority`: pending runs are picked up higher first, then oldest (None counts as 0).
+        The workflow's quota and singleton options (`registered`, else the registration
+        here) and the start's own `concurrency`/`dedup_id` are checked with the insert
+        (`quotas.py`); a refused start creates nothing."""
         check_priority(priority, f"start of {workflow}")  # nothing is created when refused
+        check_start_options(concurrency, dedup_id, on_duplicate)
         rid = given_run_id(run_id) or str(uuid.uuid4())  # every start, derived ids included
-        merged = [t for t in dict.fromkeys(tags or ()) if t != "durable:singleton:admitted"]
+        ns = namespace or self.namespace or "default"
+        prepared = await start_gate(
+            registered or self.registration(workflow, version or None),
+            json_input,
+            name=workflow,
+            namespace=ns,
+            concurrency=concurrency,
+            dedup_id=dedup_id,
+        )
+        merged = [
+            t for t in dict.fromkeys([*(tags or ()), *prepared.tags]) if t != SINGLETON_ADMITTED_TAG
+        ]
         now = now_utc()
         run = WorkflowRun(
             id=rid,
@@ -138,11 +159,18 @@ class ControlPlane:
             input=json_input,
             tags=tuple(merged) if merged else None,
             search_attributes=dict(search_attributes) if search_attributes else None,
-            namespace=namespace or self.namespace or "default",
+            namespace=ns,
             priority=priority,
             created_at=now,
             updated_at=now,
         )
+        if prepared.gate is not None:
+            outcome = await self.store.create_run_gated(run, prepared.gate)
+            given = refuse(outcome, prepared, name=workflow, run_id=rid, on_duplicate=on_duplicate)
+            if outcome.verdict != "created":
+                return given  # the existing run (by id), or the live holder of the dedup id
+            await self._created(rid)
+            return rid
         try:
             # Insert first and read only on conflict: one round trip for a new run.
             await self.store.create_run(run)
@@ -155,11 +183,14 @@ class ControlPlane:
             if existing.workflow != workflow:
                 raise RunIdConflictError(rid, existing.workflow, workflow) from None
             return rid
+        await self._created(rid)
+        return rid
+
+    async def _created(self, rid: str) -> None:
         if self.local is not None:
             await self.local.run_created(rid)
         else:
             await self.announce("ready", rid)
-        return rid
 
     def registration(self, name: str, version: str | None) -> Workflow[Any, Any] | None:
         return self.local.registration(name, version) if self.local is not None else None

@@ -26,7 +26,7 @@ from durably._core.models import (
     WorkflowRun,
     replace,
 )
-from durably._engine import saga
+from durably._engine import saga, singleton
 from durably._engine.ctx import WorkflowCtx
 from durably._engine.events import EngineEvent
 from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, StoreFailure
@@ -182,6 +182,18 @@ class TurnDriver:
             await store.release_run_lock(run.id)
             return None
         fresh = self._dispatcher.take_fresh(run.id)
+        admitted = await singleton.admit(self._store, run, workflow, self._clock())
+        if admitted is None:  # another run of its singleton key holds the slot: parked
+            self._settle.events.emit(
+                EngineEvent(
+                    type="run.suspended",
+                    run_id=run.id,
+                    workflow=run.workflow,
+                    namespace=run.namespace,
+                )
+            )
+            return None
+        run = admitted
         if run.status == "pending":
             started: RunPatch = {"status": "running"}
             if not run.workflow_version:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -15,22 +16,28 @@ from durably._core.durations import Duration
 from durably._core.errors import RunNotFoundError, WorkflowNotFoundError
 from durably._core.ids import given_run_id
 from durably._core.models import RunResult, WorkflowRun
+from durably._core.quota import ConcurrencyQuota
+from durably._core.triggers import refuse_engine_owned_start
 from durably._engine import operator
 from durably._engine.client import Client
+from durably._engine.concurrency import ConcurrencySpec, step_limiter
 from durably._engine.events import Listener, MetricsSnapshot
-from durably._engine.flow import AdmissionSpec
+from durably._engine.flow import AdmissionSpec, QueueReport
 from durably._engine.handle import RunHandle, WaitUntil
 from durably._engine.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
+from durably._engine.quotas import OnDuplicate
 from durably._engine.read_api import ReadApi, WorkerHealthApi
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
 from durably._engine.signal_api import BufferedSignalsApi, SignalApi, buffer_policy
 from durably._engine.signals import SignalRoute
 from durably._engine.stores import open_store
-from durably._engine.unsupported import refuse_engine_options
+from durably._engine.triggers import ensure_builtins, install
+from durably._engine.unsupported import CONCURRENCY_OVER_TRANSPORT, refuse_engine_options
 from durably._engine.worker import Worker
 from durably._read.lists import LocalWorker
 from durably._store.codec import Codec, wrap_store
 from durably._store.protocol import StateStore
+from durably._transport.admission_open import redis_admission
 from durably._transport.open import TransportSpec, transport_pool
 
 if TYPE_CHECKING:
@@ -64,7 +71,9 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
     Flow control: `queues=[durably.Queue(...)]` (or `register_queue`) declares the queues
     `ctx.step(..., queue=name)` waits on. `admission=` says where their slots are counted:
     "auto" (the default: across the fleet on a PostgreSQL store, per engine elsewhere),
-    "local" (per engine), "store" (the PostgreSQL store; an error elsewhere) or a backend.
+    "local" (per engine), "store" (the PostgreSQL store; an error elsewhere), "redis" (the
+    server and key prefix of the engine's Redis transport; an error without one), a
+    "redis://…" URL (that server, prefix "durable") or a backend object.
     """
 
     def __init__(
@@ -97,6 +106,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         pending_batch: int | Unset = UNSET,
         max_resident_runs: int | Unset = UNSET,
         step_threads: int | Unset = UNSET,
+        concurrency: ConcurrencySpec | Unset = UNSET,
         fan_window: int | Unset = UNSET,
         fold_fans_over: int | Unset = UNSET,
         event_scan_limit: int | Unset = UNSET,
@@ -127,6 +137,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
                 "pending_batch": pending_batch,
                 "max_resident_runs": max_resident_runs,
                 "step_threads": step_threads,
+                "concurrency": concurrency,
                 "fan_window": fan_window,
                 "fold_fans_over": fold_fans_over,
                 "event_scan_limit": event_scan_limit,
@@ -146,6 +157,13 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         self.clock: Callable[[], int] = clock or (lambda: int(time.time() * 1000))
         self.signal_buffer = buffer_policy(opts)
         transports = transport_pool(transport, instance_id=self.instance_id)
+        if opts.concurrency is not None and transports is not None:
+            raise NotImplementedError(f"Engine(concurrency=...): {CONCURRENCY_OVER_TRANSPORT}")
+        # "redis" / "redis://…": a Redis backend acting for this engine (owner, clock).
+        admission = (
+            redis_admission(admission, transports, owner=self.instance_id, clock=self.clock)
+            or admission
+        )
 
         if workflows is None:
             registry = DEFAULT_REGISTRY
@@ -178,6 +196,9 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             queues=queues,
             admission=admission,
         )
+        install(self._worker)  # the event accumulators behind debounce=/batch=
+        # Worker concurrency: a permit per in-process step handler (None: no limit).
+        self._worker.flow.limit_steps(step_limiter(opts.concurrency))
         self._client = Client._for_engine(
             self._worker.plane,
             self._ensure_open,
@@ -240,6 +261,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         """Register workflows and steps with this engine (beyond `workflows=`/`steps=`)."""
         for item in items:
             self._worker.register(item)
+        ensure_builtins(self._worker)
 
     def registration(self, name: str, version: str | None = None) -> Workflow[Any, Any] | None:
         """The workflow registered here under `name` (newest version when None)."""
@@ -270,10 +292,15 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         priority: int | None = None,
         version: str | None = None,
         namespace: str | None = None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
     ) -> RunHandle[O]:
         """Enqueue a run and return at once. Idempotent by `run_id`. Pending runs are picked
-        up by `priority` (higher first; None counts as 0), then oldest."""
+        up by `priority` (higher first; None counts as 0), then oldest. `dedup_id`,
+        `on_duplicate` and `concurrency` are `Client.start`'s (checked with the insert)."""
         given_run_id(run_id)  # a bad id is refused before the store is even opened
+        refuse_engine_owned_start(workflow, run_id)
         await self._ensure_open()
         worker = self._worker
         try:
@@ -291,6 +318,9 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
                 search_attributes=search_attributes,
                 priority=priority,
                 namespace=namespace,
+                concurrency=concurrency,
+                dedup_id=dedup_id,
+                on_duplicate=on_duplicate,
             )
             if remote_id is None:
                 raise
@@ -303,6 +333,9 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             search_attributes=search_attributes,
             priority=priority,
             namespace=namespace,
+            concurrency=concurrency,
+            dedup_id=dedup_id,
+            on_duplicate=on_duplicate,
         )
         return RunHandle(self, rid, wf)
 
@@ -331,6 +364,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         """Signal matching waiters, start `on_event` workflows, else buffer.
         Returns the number of runs touched."""
         await self._ensure_open()
+        ensure_builtins(self._worker)  # a workflow with debounce= may be registered late
         return await self._worker.publish_event(name, payload, id=id, buffer=buffer)
 
     def register_update_validator(
@@ -354,7 +388,13 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         return await self._client.wait_for_run(run_id, timeout, until)
 
     def _local_worker(self) -> LocalWorker | None:
-        return self._worker.local_worker()
+        local = self._worker.local_worker()
+        limiter = self._worker.flow.limiter
+        if local is None or limiter is None:
+            return local
+        # Under Engine(concurrency=…) this engine reports its step permits: the current limit
+        # (adaptive or fixed), the steps holding one, and what the adaptive limit measured.
+        return dataclasses.replace(local, steps=limiter.status())
 
     def _worker_directories(self) -> list[tuple[str, WorkerDirectory]]:
         return self._worker.worker_directories()
@@ -367,6 +407,14 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
 
     def metrics(self) -> MetricsSnapshot:
         return self._worker.events.snapshot()
+
+    async def queue_stats(self) -> list[QueueReport]:
+        """The flow-control queues registered here: their slots held and places in line (on
+        the admission backend: fleet-wide when it is shared), admissions in the current rate
+        window, why they turn callers away now, and this engine's own admitted and denied
+        counts (`durably._engine.flow.QueueReport`)."""
+        await self._ensure_open()
+        return await self._worker.flow.stats()
 
     def on_dead(self, listener: Callable[[WorkflowRun], Any]) -> Callable[[], None]:
         """Call `listener(run)` when a run is dead-lettered (past `max_recovery_attempts`)."""

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from durably._core.admission import AdmissionBackend, LocalAdmission, Queue, QueueCall
 from durably._core.errors import RunEvicted
 from durably._engine import unsupported
+from durably._engine.concurrency import StepLimiter
 from durably._engine.events import EngineEvent
 from durably._engine.execution import StoreFailure
 from durably._engine.stores import fleet_admission
@@ -45,12 +46,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably")
 
-__all__ = ["AdmissionSpec", "FlowControl", "admission_backend", "queue_call"]
+__all__ = ["AdmissionSpec", "FlowControl", "QueueReport", "admission_backend", "queue_call"]
 
 #: `Engine(admission=...)`: a backend, or how to choose one. "auto": fleet-wide on a
 #: PostgreSQL store, else this process only; "local": this process only; "store": the
-#: store's (PostgreSQL only).
-AdmissionSpec = AdmissionBackend | Literal["auto", "local", "store"]
+#: store's (PostgreSQL only); "redis": the server of the engine's Redis transport; a
+#: "redis://…" URL: that Redis server (`durably._transport.admission_open`).
+AdmissionSpec = AdmissionBackend | Literal["auto", "local", "store", "redis"] | str
 
 
 def admission_backend(
@@ -60,8 +62,8 @@ def admission_backend(
         return spec
     if spec not in ("auto", "local", "store"):
         raise ValueError(
-            f'Engine(admission={spec!r}): expected "auto", "local", "store" or an '
-            "admission backend"
+            f'Engine(admission={spec!r}): expected "auto", "local", "store", "redis", a '
+            "redis:// URL or an admission backend"
         )
     if spec != "local":
         shared = fleet_admission(store, owner=owner, clock=clock)
@@ -115,6 +117,53 @@ class _Held:
     run_id: str
     since: float  # monotonic seconds of its admission
     remote: bool  # the step runs on another machine: only its result (or the TTL) frees it
+    queue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueReport:
+    """One queue on the console and in the metrics (`Engine.queue_stats()`).
+
+    From the backend (fleet-wide on a shared one): `in_flight` (slots held), `waiting` (places
+    in line), `window_count` (admissions in the current rate window), `admitted_total` (every
+    admission on the backend's state) and `blocked`, why a caller asking now is turned away
+    ("concurrency": every slot held; "rate": the window is used up; None). From this engine
+    since it started: `admitted` and `denied` (answers it got), `held_here` and
+    `waiting_here` (its steps holding a slot, waiting for one)."""
+
+    queue: Queue
+    backend: str
+    in_flight: int
+    waiting: int
+    window_count: int
+    admitted_total: int
+    admitted: int
+    denied: int
+    held_here: int
+    waiting_here: int
+    blocked: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        q = self.queue
+        return {
+            "queue": q.name,
+            "backend": self.backend,
+            "concurrency": q.concurrency,
+            "rate": None
+            if q.rate_limit is None
+            else {"limit": q.rate_limit, "periodMs": q.rate_period_ms},
+            "fairness": q.fairness,
+            "order": q.order,
+            "inFlight": self.in_flight,
+            "waiting": self.waiting,
+            "windowCount": self.window_count,
+            "admittedTotal": self.admitted_total,
+            "admitted": self.admitted,
+            "denied": self.denied,
+            "heldHere": self.held_here,
+            "waitingHere": self.waiting_here,
+            "blocked": self.blocked,
+        }
 
 
 class _NoSlot:
@@ -128,6 +177,31 @@ class _NoSlot:
 
 
 _NO_SLOT = _NoSlot()
+
+
+class _Permit:
+    """`slot()` under a worker concurrency limit (`Engine(concurrency=…)`): the queue's slot
+    first, if any, then one of the limiter's permits — a step parked in a queue's line must
+    not hold a permit other steps of this process could run with."""
+
+    __slots__ = ("_inner", "_limiter", "_started")
+
+    def __init__(self, limiter: StepLimiter, inner: _Slot | _NoSlot):
+        self._limiter, self._inner = limiter, inner
+        self._started = 0.0
+
+    async def __aenter__(self) -> None:
+        await self._inner.__aenter__()
+        try:
+            await self._limiter.acquire()
+        except BaseException:
+            await self._inner.__aexit__(None, None, None)
+            raise
+        self._started = time.monotonic()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._limiter.release((time.monotonic() - self._started) * 1000.0)
+        await self._inner.__aexit__(*exc)
 
 
 class _Slot:
@@ -172,6 +246,10 @@ class FlowControl:
         self._warned: set[str] = set()
         self._renewer: asyncio.Task[None] | None = None
         self._closed = False
+        self._limiter: StepLimiter | None = None
+        # Answers this engine got, per queue (the console's and the metrics' counters).
+        self._admitted: dict[str, int] = {}
+        self._denied: dict[str, int] = {}
         backend.on_freed(self._freed)
 
     # ------------------------------------------------------------------ queues
@@ -191,6 +269,15 @@ class FlowControl:
     def backend(self) -> AdmissionBackend:
         return self._backend
 
+    def limit_steps(self, limiter: StepLimiter | None) -> None:
+        """Run in-process step handlers under this worker concurrency limiter (`slot()`);
+        closed with this object."""
+        self._limiter = limiter
+
+    @property
+    def limiter(self) -> StepLimiter | None:
+        return self._limiter
+
     def holds(self, run_id: str) -> set[str]:
         """The holders (step ids) of `run_id` holding a slot or a place in line here."""
         return set(self._by_run.get(run_id, ()))
@@ -201,8 +288,10 @@ class FlowControl:
         self, ex: Execution, seq: int, call: QueueCall | None
     ) -> AbstractAsyncContextManager[None]:
         """Hold a slot of `call.queue` for the body of the `async with` (an in-process step's
-        handler); no queue: nothing to hold."""
-        return _NO_SLOT if call is None else _Slot(self, ex, seq, call)
+        handler); no queue: nothing to hold. Under a worker concurrency limit, a permit of
+        the limiter too."""
+        inner = _NO_SLOT if call is None else _Slot(self, ex, seq, call)
+        return inner if self._limiter is None else _Permit(self._limiter, inner)
 
     async def acquire(
         self, ex: Execution, seq: int, call: QueueCall, *, remote: bool = True
@@ -242,10 +331,12 @@ class FlowControl:
             if ex.closed:
                 self._orphaned(holder, ex, answer.admitted)
                 raise RunEvicted()
+            counts = self._admitted if answer.admitted else self._denied
+            counts[queue.name] = counts.get(queue.name, 0) + 1
             if answer.admitted:
                 if self._waiting.get(holder) is waiting:
                     del self._waiting[holder]
-                self._held[holder] = _Held(ex.run_id, time.monotonic(), remote)
+                self._held[holder] = _Held(ex.run_id, time.monotonic(), remote, queue.name)
                 self._renew_soon()
                 return True
             if waiting.nudged:
@@ -377,12 +468,44 @@ class FlowControl:
                 del self._waiting[holder]
                 self._forget(waiting.run_id, holder)
 
+    # ------------------------------------------------------------------ stats
+
+    async def stats(self) -> list[QueueReport]:
+        """Every queue registered here, with the backend's counts (one cheap read) and this
+        engine's own (module `QueueReport`)."""
+        queues = sorted(self._queues.values(), key=lambda q: q.name)
+        counted = await self._backend.stats(queues)
+        held: dict[str, int] = {}
+        for entry in self._held.values():
+            held[entry.queue] = held.get(entry.queue, 0) + 1
+        waiting: dict[str, int] = {}
+        for place in self._waiting.values():
+            waiting[place.queue] = waiting.get(place.queue, 0) + 1
+        return [
+            QueueReport(
+                queue=queue,
+                backend=type(self._backend).__name__,
+                in_flight=st.in_flight,
+                waiting=st.waiting,
+                window_count=st.window_count,
+                admitted_total=st.admitted,
+                admitted=self._admitted.get(queue.name, 0),
+                denied=self._denied.get(queue.name, 0),
+                held_here=held.get(queue.name, 0),
+                waiting_here=waiting.get(queue.name, 0),
+                blocked=st.blocked(queue),
+            )
+            for queue, st in zip(queues, counted, strict=True)
+        ]
+
     # ------------------------------------------------------------------ lifecycle
 
     async def close(self) -> None:
         """Stop renewing and close the backend. Slots still held (steps running on other
         machines) lapse after their TTL; in-process steps finished in the drain."""
         self._closed = True
+        if self._limiter is not None:
+            await self._limiter.close()  # kept: an engine opened again limits its steps again
         task, self._renewer = self._renewer, None
         if task is not None:
             task.cancel()

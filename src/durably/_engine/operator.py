@@ -21,7 +21,8 @@ from durably._core.models import (
     replace,
     utc_from_ms,
 )
-from durably._engine import routing
+from durably._core.quota import SINGLETON_ADMITTED_TAG
+from durably._engine import routing, singleton
 from durably._engine.vocab import CANCELLED, CANCELLED_COMPLETION
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ async def cancel_with(plane: ControlPlane, run: WorkflowRun, error: StepError) -
         "wake_at": None,
         "locked_by": None,
         "locked_until": None,
+        **singleton.without_marker(run),
     }
     if not await plane.store.update_run_if_status(run.id, patch, LIVE_RUN_STATUSES):
         return False
@@ -91,6 +93,8 @@ async def cancel_with(plane: ControlPlane, run: WorkflowRun, error: StepError) -
         except Exception:
             log.exception("cancel cascade to %s failed", child_id)
     await plane.announce("settled", run.id)
+    for waiter in await singleton.released(plane.store, run, plane.clock()):
+        await plane.run_ready(waiter)  # its singleton key's next in line
     await plane.notify_parent(
         run,
         CANCELLED_COMPLETION
@@ -191,8 +195,8 @@ async def requeue(
     }
     if resurrecting:
         patch["recovery_attempts"] = 0
-    if run.tags and "durable:singleton:admitted" in run.tags:
-        patch["tags"] = tuple(t for t in run.tags if t != "durable:singleton:admitted")
+    if run.tags and SINGLETON_ADMITTED_TAG in run.tags:  # a retried run queues again
+        patch["tags"] = tuple(t for t in run.tags if t != SINGLETON_ADMITTED_TAG)
     await store.update_run(run_id, patch)
     await plane.run_ready(run_id)
     return RunResult(run_id, "pending")

@@ -26,6 +26,7 @@ from durably._core.buffered_signals import (
     DEFAULT_SIGNAL_BUFFER_TTL_MS,
 )
 from durably._core.durations import Duration, to_ms
+from durably._engine.concurrency import ConcurrencySpec, check_concurrency
 
 __all__ = ["OPTION_NAMES", "UNSET", "EngineOptions", "Unset", "merge_options"]
 
@@ -97,6 +98,14 @@ class EngineOptions:
     step_threads: int = 256
     """Size of the engine's thread pool for synchronous steps (started lazily; a blocking
     sync step holds a thread while it blocks)."""
+
+    concurrency: ConcurrencySpec = None
+    """Worker concurrency: how many step handlers (`ctx.step`, step-fan members) this engine
+    runs at once; the others wait for a permit, and their `step.started` and `timeout=` begin
+    when they get one. None: no limit of its own. A whole number: that fixed limit.
+    `"adaptive"` or `AdaptiveConcurrency(min=, max=, …)`: a limit adjusted every tick on the
+    steps' latency, the process's memory and CPU. The current limit is reported in
+    `worker_health()`. Refused with a transport (steps then run in other processes)."""
 
     fan_window: int = 1_000
     """In-process members of one step fan (`ctx.map`, `ctx.all`, …) in flight at once."""
@@ -196,6 +205,9 @@ def check_option(owner: str, name: str, value: object) -> None:
             ) from None
         if ttl_ms < 1:
             raise ValueError(f"{owner}(signal_buffer_ttl={value!r}) must be a positive duration")
+        return
+    if name == "concurrency":
+        check_concurrency(owner, value)
         return
     if name in _FLAGS:
         if not isinstance(value, bool):

@@ -3,23 +3,18 @@ values runs record with `ctx.set_event`."""
 
 from __future__ import annotations
 
-import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from durably._core.models import BufferedEvent
 from durably._engine.ctx import event_matches, event_token_prefix, match_of_token
+from durably._engine.triggers import EventStart, refuse_reserved_event, start_subscribers
 from durably._engine.typed_io import PLAIN
 
 if TYPE_CHECKING:
     from durably._engine.registry import Workflow
     from durably._engine.signals import SignalRoute
-
-# Starts a run of `workflow` for an event: (workflow, the event's payload, the run id).
-EventStart = Callable[["Workflow[Any, Any]", Any, str], Awaitable[object]]
-
-log = logging.getLogger("durably")
 
 
 async def publish_event(
@@ -34,7 +29,9 @@ async def publish_event(
     clock: Callable[[], int],
 ) -> int:
     """Signal matching waiters, start the `on_event` workflows among `workflows` (through
-    `start`), else buffer (when `buffer`). The number of runs touched."""
+    `start`; or feed their debounce/batch accumulators: `triggers.start_subscribers`), else
+    buffer (when `buffer`). The number of runs touched."""
+    refuse_reserved_event(name)
     store = route.store
     payload = PLAIN.to_json(payload)
     touched = 0
@@ -44,13 +41,9 @@ async def publish_event(
             if taken is not None:
                 await route.deliver(taken, payload)
                 touched += 1
-    for wf in list(workflows):
-        if name in wf.on_event:
-            try:
-                await start(wf, payload, f"evt:{id or uuid.uuid4()}:{wf.name}")
-                touched += 1
-            except Exception:
-                log.exception("on_event start of %s for %s failed", wf.name, name)
+    touched += await start_subscribers(
+        route, name, payload, event_id=id, workflows=workflows, start=start
+    )
     if touched or buffer is False:
         return touched
     event = BufferedEvent(

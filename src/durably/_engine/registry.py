@@ -17,7 +17,15 @@ from durably._core.durations import (
     to_ms_or_none,
 )
 from durably._core.models import StepError
-from durably._engine import unsupported
+from durably._core.quota import Concurrency, Singleton
+from durably._core.triggers import (
+    Accumulation,
+    Batch,
+    EventTrigger,
+    accumulation,
+    event_triggers,
+    is_engine_owned_workflow,
+)
 from durably._engine.typed_io import codecs_for
 
 if TYPE_CHECKING:
@@ -334,8 +342,11 @@ class Workflow(Generic[I, O]):
         tags: Sequence[str] = (),
         execution_timeout_ms: int | None = None,
         search_attributes: Any = None,
-        on_event: Sequence[str] = (),
+        on_event: Sequence[str | EventTrigger] = (),
         validate_input: Callable[[Any], Any] | None = None,
+        accumulate: Accumulation | None = None,
+        singleton: Singleton | None = None,
+        concurrency: Concurrency | None = None,
     ):
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"workflow {name!r} must be an `async def` function")
@@ -346,8 +357,14 @@ class Workflow(Generic[I, O]):
         self.tags = tuple(tags)
         self.execution_timeout_ms = execution_timeout_ms
         self.search_attributes_schema = search_attributes
-        self.on_event = tuple(on_event)
+        # `on_event` keeps the event names; `event_triggers` adds each one's match, and
+        # `accumulate` the debounce or batch that collects them (durably._engine.triggers).
+        self.event_triggers = event_triggers(f"workflow {name!r}", on_event)
+        self.on_event = tuple(dict.fromkeys(t.name for t in self.event_triggers))
+        self.accumulate = accumulate
         self.validate_input = validate_input
+        self.singleton = singleton  # runs of one key take turns (durably._engine.singleton)
+        self.concurrency = concurrency  # starts beyond a key's limit are refused (quotas.py)
         self.input_codec, self.output_codec, self.arity = codecs_for(fn, skip_first=True)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -392,29 +409,44 @@ def workflow(
     on_error: Iterable[OnErrorRoute] = (),
     tags: Iterable[str] = (),
     execution_timeout: Duration | None = None,
-    singleton: Any = None,
-    concurrency: Any = None,
+    singleton: Singleton | None = None,
+    concurrency: Concurrency | None = None,
     search_attributes: Any = None,
-    on_event: Iterable[str] = (),
-    event_batch: Any = None,
+    on_event: Iterable[str | EventTrigger] = (),
+    event_batch: Batch | None = None,
     validate_input: Callable[[Any], Any] | None = None,
+    debounce: Duration | None = None,
+    batch: Batch | None = None,
 ) -> _WorkflowDecorator:
     """Declare a workflow: `@durably.workflow("checkout", version="2")`.
 
     `validate_input(input)` raises (or returns a non-empty string) to reject a start.
     `search_attributes` is a schema for `ctx.upsert_search_attributes`: a pydantic model or a
     callable that raises on invalid attributes.
-    `singleton`, `concurrency` and `event_batch` are refused (NotImplementedError) until
-    their features exist: accepting them would let a caller believe runs are serialised,
-    capped or batched while nothing of the kind happens.
+    `on_event` names the events that start the workflow (`durably.EventTrigger(name,
+    match=...)` for a payload predicate); `debounce="30s"` starts it once those events
+    stop for that long, with the last payload; `batch=durably.Batch(max_size, within)`
+    with `{"events": [...]}` (`event_batch=` is the same option under its other name).
+    `singleton=durably.Singleton(key=..., limit=1, max_queue_depth=None)`: runs of one key
+    run their bodies `limit` at a time, in creation order. `concurrency=durably.Concurrency(
+    key=..., limit=...)`: a start beyond a key's limit raises `ConcurrencyLimitError`.
     """
-    for option, value, feature in (
-        ("singleton", singleton, unsupported.SINGLETON),
-        ("concurrency", concurrency, unsupported.CONCURRENCY_QUOTAS),
-        ("event_batch", event_batch, unsupported.EVENT_BATCHING),
+    for option, value, kind in (
+        ("singleton", singleton, Singleton),
+        ("concurrency", concurrency, Concurrency),
     ):
-        if value is not None:
-            raise NotImplementedError(f"{_declared('workflow', name)} {option}=...: {feature}")
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(
+                f"{_declared('workflow', name)} {option}= takes a durably.{kind.__name__}"
+                f"(...), not {value!r}"
+            )
+    where = _declared("workflow", name)
+    if name is not None and is_engine_owned_workflow(name):
+        raise ValueError(f"{where}: workflow names starting with '__' are reserved for the engine")
+    if event_batch is not None and batch is not None:
+        raise ValueError(f"{where}: give batch= or event_batch= (the same option), not both")
+    triggers = event_triggers(where, on_event)
+    accumulate = accumulation(where, triggers, debounce, batch or event_batch)
     return _WorkflowDecorator(
         name,
         {
@@ -423,8 +455,11 @@ def workflow(
             "tags": tuple(tags),
             "execution_timeout_ms": to_ms_or_none(execution_timeout),
             "search_attributes": search_attributes,
-            "on_event": tuple(on_event),
+            "on_event": triggers,
             "validate_input": validate_input,
+            "accumulate": accumulate,
+            "singleton": singleton,
+            "concurrency": concurrency,
         },
     )
 

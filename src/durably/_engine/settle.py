@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.models import LIVE_RUN_STATUSES, RunPatch, RunStatus, StepError, WorkflowRun
+from durably._engine import singleton
 from durably._engine.events import EngineEvent
 from durably._engine.vocab import completion_of_failure
 
@@ -32,6 +33,7 @@ class _Events(Protocol):
 
 class _Wakes(Protocol):
     def announce_soon(self, kind: str, run_id: str) -> None: ...
+    def kick(self) -> None: ...
 
 
 class SettleHost(Protocol):
@@ -83,12 +85,18 @@ async def settle_terminal(
     """The one way a turn ends a run: a conditional write that also drops the lease, then
     the run's event, its parent's completion and a `settled` wake for other processes."""
     final: RunPatch = {**patch, "wake_at": None, "locked_by": None, "locked_until": None}
+    final.update(singleton.without_marker(run))
     if not await update_if_status(host, run.id, final, statuses):
         await release_quietly(host, run.id)  # settled elsewhere meanwhile: never resurrect
         return False
     host.events.emit(event)
     host.notify_parent(run, completion)
     host.wakes.announce_soon("settled", run.id)
+    woken = await singleton.released(host.store, run)  # its singleton key's next in line
+    for waiter in woken:
+        host.wakes.announce_soon("ready", waiter)
+    if woken:
+        host.wakes.kick()  # pick them up here too, now (SQLite has no wake bus)
     return True
 
 

@@ -24,23 +24,11 @@ PRIORITY = (
     "(start(..., priority=...), ctx.child(..., priority=...)), or omit it here"
 )
 
-CONCURRENCY_QUOTAS = (
-    "workflow concurrency quotas are not supported yet: start never counts "
-    "the runs already in flight for a key, so it could not raise ConcurrencyLimitError; "
-    "quotas are planned. Limit the runs one engine executes at once with "
-    "Engine(max_concurrent_runs=N)"
-)
-
-SINGLETON = (
-    "singleton workflows are not supported yet: runs of one key are not "
-    "serialised, and start never raises SingletonQueueFullError; per-key singleton "
-    "admission is planned"
-)
-
-EVENT_BATCHING = (
-    "event batching and debouncing are not supported yet: every publish_event starts its "
-    "on_event workflow once with that event's payload; batched and debounced event "
-    "triggers are planned"
+CONCURRENCY_OVER_TRANSPORT = (
+    "worker concurrency over a transport is not supported yet: with a transport this "
+    "engine's steps run in the processes serving them (a durably engine serves up to "
+    "step_threads at once); concurrency= limits the step handlers an engine without a "
+    "transport runs itself"
 )
 
 TOPOLOGY = (
@@ -63,17 +51,10 @@ _ENGINE_OPTIONS: dict[str, str] = {
         "retention is not supported yet: finished runs are kept until deleted "
         "(engine.delete_run); pruning finished runs by age or count is planned"
     ),
-    "debounce": EVENT_BATCHING,
-    "batch": EVENT_BATCHING,
-    "event_batch": EVENT_BATCHING,
     "dead_letter_workflow": (
         "dead-letter workflows are not supported yet: a run that exceeds "
         "max_recovery_attempts is marked dead and reported to engine.on_dead(listener), "
         "but no workflow is started for it; dead-letter workflows are planned"
-    ),
-    "concurrency": (
-        "adaptive worker concurrency is not supported yet: a worker serves at most "
-        "step_threads steps at once and drives at most max_concurrent_runs runs"
     ),
     "control_plane": TOPOLOGY,
     "topology": TOPOLOGY,
@@ -105,6 +86,10 @@ _RENAMED: dict[str, str] = {
     # one keyword takes a transport, a URL or an ordered pool [(id, transport), …]
     "transports": "transport",
     "connection": "transport",
+    # debounce and batch belong to the workflow whose events they collect
+    "debounce": "@durably.workflow(debounce=...)",
+    "batch": "@durably.workflow(batch=...)",
+    "event_batch": "@durably.workflow(batch=...)",
 }
 
 

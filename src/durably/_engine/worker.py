@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from durably._core.admission import Queue
 from durably._core.errors import WorkflowNotFoundError
 from durably._core.models import JSONValue, RunResult, StepCheckpoint, StepError, WorkflowRun
+from durably._core.quota import ConcurrencyQuota
 from durably._engine import publish
 from durably._engine.children import ChildMailbox
 from durably._engine.client import plain_input
@@ -49,6 +50,7 @@ from durably._engine.handle import RunWatchers
 from durably._engine.operator import cancel as cancel_run
 from durably._engine.operator import current_task
 from durably._engine.poller import Poller
+from durably._engine.quotas import OnDuplicate
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
 from durably._engine.remote import RemoteSteps, ResultSettler
 from durably._engine.remote_turns import RemoteTurns
@@ -509,6 +511,9 @@ class Worker:
         search_attributes: dict[str, str | int | float | bool] | None = None,
         priority: int | None = None,
         namespace: str | None = None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
     ) -> str:
         return await self._plane.create_run(
             wf.name,
@@ -519,6 +524,10 @@ class Worker:
             search_attributes=search_attributes,
             priority=priority,
             namespace=namespace,
+            registered=wf,
+            concurrency=concurrency,
+            dedup_id=dedup_id,
+            on_duplicate=on_duplicate,
         )
 
     def start_child_soon(
@@ -608,6 +617,9 @@ class Worker:
         search_attributes: dict[str, str | int | float | bool] | None,
         priority: int | None,
         namespace: str | None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
     ) -> str | None:
         """Start a run of a workflow registered nowhere here but served by live workflow
         workers (by convention): created by name with its JSON input, the version pinned by
@@ -624,6 +636,9 @@ class Worker:
             search_attributes=search_attributes,
             priority=priority,
             namespace=namespace,
+            concurrency=concurrency,
+            dedup_id=dedup_id,
+            on_duplicate=on_duplicate,
         )
 
     # ================================================================== RunHost

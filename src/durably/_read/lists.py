@@ -254,13 +254,16 @@ BACKLOG_STATUSES: tuple[RunStatus, ...] = ("pending", "running")
 class LocalWorker:
     """The asking engine, when it drives runs: listed alive in its namespace's group even
     while it holds no lease, with its own status (a fixed concurrency `limit`, the turns
-    `in_flight` now)."""
+    `in_flight` now) — or, under a worker concurrency limit, that limit's `steps` status."""
 
     instance_id: str
     limit: int
     in_flight: int
+    steps: WorkerStatus | None = None
 
     def status(self) -> WorkerStatus:
+        if self.steps is not None:
+            return self.steps
         return WorkerStatus(
             runtime="python",
             concurrency=WorkerConcurrency(mode="fixed", limit=self.limit),

@@ -47,6 +47,7 @@ from durably._core.models import (
 )
 from durably._store.memory_aggregates import MemoryCheckpointAggregates
 from durably._store.memory_facets import MemoryRunFacets
+from durably._store.memory_quota import MemoryStartAdmission
 from durably._store.memory_signals import MemorySignalBuffer
 from durably._store.protocol import BULK_CHUNK, WakeHandler
 from durably._store.query import (
@@ -214,7 +215,9 @@ def _norm_patch_value(run_id: str, key: str, value: Any) -> Any:
 # ------------------------------------------------------------------ the store
 
 
-class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySignalBuffer):
+class InMemoryStateStore(
+    MemoryCheckpointAggregates, MemoryRunFacets, MemorySignalBuffer, MemoryStartAdmission
+):
     """The reference StateStore: what every other store must answer.
 
     Test hooks: `last_attribute_candidates`, `last_checkpoint_rows_read`,
@@ -230,6 +233,7 @@ class InMemoryStateStore(MemoryCheckpointAggregates, MemoryRunFacets, MemorySign
         # buffered signals: token -> FIFO of rows (memory_signals.py)
         self._init_signal_buffer()
         self._events: dict[str, BufferedEvent] = {}
+        self._dedup: dict[str, str] = {}  # start dedup key -> the run that took it last
         # attribute index: key -> run_id -> typed value (narrows attribute filters)
         self._attr_index: dict[str, dict[str, AttributeValue]] = {}
 

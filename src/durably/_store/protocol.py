@@ -34,6 +34,7 @@ from durably._core.models import (
     StepCheckpoint,
     WorkflowRun,
 )
+from durably._core.quota import StartGate, StartOutcome
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -203,6 +204,21 @@ class StateStore(Protocol):
     - `lease_owners(now_ms, namespace=None)`: unexpired run leases grouped by
       `(namespace, locked_by)`: the live engines worker health reports without a heartbeat
       table.
+
+    Workflow start admission (`durably._core.quota`), each call ONE transaction (PostgreSQL:
+    serialised per key by a transaction-scoped advisory lock; SQLite: one writer at a time):
+
+    - `create_run_gated(run, gate) -> StartOutcome`: `create_run` unless the id exists
+      (`exists`), a live run holds the gate's dedup key (`duplicate`), the singleton key is
+      at capacity (`singleton_full`) or the quota key is full (`quota_full`); the checks
+      and the insert cannot be separated by another start of the same keys.
+    - `try_admit_singleton(run_id, tag, workflow, limit, retry_wake_at_ms) -> bool`: admit
+      the active run to the key's `limit` slots (`durably._core.quota.singleton_admits`):
+      the run gets `tag` if it lacks it and, admitted, the admission marker; denied, a run
+      not being cancelled is written `suspended` with `wake_at = retry_wake_at_ms` and its
+      lease dropped, in the same transaction (a run cancelled meanwhile is never revived).
+    - `wake_singleton_waiters(tag, workflow, limit, now_ms) -> list[str]`: the key's
+      waiters whose turn it is (`singleton_line`); the suspended ones get `wake_at = now_ms`.
     """
 
     # --- lifecycle
@@ -321,6 +337,15 @@ class StateStore(Protocol):
     async def lease_owners(
         self, now_ms: int, namespace: str | None = None
     ) -> list[LeaseOwnerRow]: ...
+
+    # --- workflow start admission
+    async def create_run_gated(self, run: WorkflowRun, gate: StartGate) -> StartOutcome: ...
+    async def try_admit_singleton(
+        self, run_id: str, tag: str, workflow: str, limit: int, retry_wake_at_ms: int
+    ) -> bool: ...
+    async def wake_singleton_waiters(
+        self, tag: str, workflow: str, limit: int, now_ms: int
+    ) -> list[str]: ...
 
 
 #: The names of every `StateStore` method, in declaration order.

@@ -132,6 +132,7 @@ class DashboardApi:
             r("/metrics", self.metrics),
             r("/workers", self.workers),
             r("/workers/directory", self.workflow_directory),
+            r("/queues", self.queues),
             r("/topology", self.topology),
         ]
 
@@ -423,6 +424,15 @@ class DashboardApi:
         _params(request, _NONE)
         directory = await self.engine.workflow_directory()
         return json_response(directory.to_json())
+
+    async def queues(self, request: Request) -> Response:
+        """`GET queues`: the flow-control queues registered on this engine — their settings,
+        the slots held and places in line on the admission backend (fleet-wide when it is
+        shared), admissions in the current rate window, why a step asking now would be turned
+        away (`blocked`: "concurrency", "rate" or null), and this engine's admitted and denied
+        counts."""
+        _params(request, _NONE)
+        return json_response([q.to_json() for q in await self.engine.queue_stats()])
 
     async def topology(self, request: Request) -> Response:
         _params(request, _NONE)

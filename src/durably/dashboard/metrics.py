@@ -25,7 +25,8 @@ def _group_labels(g: GroupHealth) -> str:
 
 
 async def metrics_text(engine: Engine) -> str:
-    """Event counters since boot, then backlog gauges read now; ends with a newline."""
+    """Event counters since boot, then backlog gauges read now, then the flow-control
+    queues'; ends with a newline."""
     lines = [engine.metrics().to_prometheus().rstrip("\n")]
     for status in ("pending", "running", "dead"):
         count = await engine.count_runs(status=status)
@@ -39,4 +40,38 @@ async def metrics_text(engine: Engine) -> str:
         lines.append("# TYPE durable_group_live_workers gauge")
         for g in groups:
             lines.append(f"durable_group_live_workers{{{_group_labels(g)}}} {len(g.live_workers)}")
+    lines.extend(await queue_lines(engine))
     return "\n".join(line for line in lines if line) + "\n"
+
+
+#: The queue series: (name, type, the QueueReport attribute it reads).
+_QUEUE_SERIES = (
+    ("durable_queue_in_flight", "gauge", "in_flight"),
+    ("durable_queue_waiting", "gauge", "waiting"),
+    ("durable_queue_window_admissions", "gauge", "window_count"),
+    ("durable_queue_admitted_total", "counter", "admitted"),
+    ("durable_queue_denied_total", "counter", "denied"),
+)
+
+
+async def queue_lines(engine: Engine) -> list[str]:
+    """One series per registered queue: slots held and places in line (on the admission
+    backend, so fleet-wide when it is shared), admissions in the current rate window, this
+    engine's admitted and denied answers, and `durable_queue_blocked{queue,reason}` (1 for
+    the reason a step asking now is turned away, 0 for the other)."""
+    reports = await engine.queue_stats()
+    if not reports:
+        return []
+    lines: list[str] = []
+    for name, kind, attr in _QUEUE_SERIES:
+        lines.append(f"# TYPE {name} {kind}")
+        for r in reports:
+            lines.append(f'{name}{{queue="{_label(r.queue.name)}"}} {getattr(r, attr)}')
+    lines.append("# TYPE durable_queue_blocked gauge")
+    for r in reports:
+        for reason in ("concurrency", "rate"):
+            on = 1 if r.blocked == reason else 0
+            lines.append(
+                f'durable_queue_blocked{{queue="{_label(r.queue.name)}",reason="{reason}"}} {on}'
+            )
+    return lines

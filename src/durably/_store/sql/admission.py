@@ -32,12 +32,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
-from durably._core.admission import ADMITTED, Admission, FreedListener, Queue
+from durably._core.admission import (
+    ADMITTED,
+    Admission,
+    FreedListener,
+    Queue,
+    QueueStats,
+    window_count,
+)
 from durably._store.sql.connection import Connector
 from durably._store.sql.store import SqlStateStore
 from durably._store.sql.wakebus import PgWakeBus
@@ -59,6 +66,16 @@ _RENEW = sa.text(
     "UPDATE durable_admission_slots SET expires_at = :now + ttl_ms "
     "WHERE holder = ANY(:holders) AND owner = :owner AND expires_at > :now RETURNING holder"
 )
+# The counts of the console and the metrics: one read, through the queue and expiry indexes,
+# taking no lock (a count may be a commit behind; it changes nothing).
+_STATS = sa.text(
+    "SELECT q.queue, q.window_start, q.window_count, q.served, "
+    "(SELECT count(*) FROM durable_admission_slots s "
+    " WHERE s.queue = q.queue AND s.expires_at > :now), "
+    "(SELECT count(*) FROM durable_admission_waiters w "
+    " WHERE w.queue = q.queue AND w.expires_at > :now) "
+    "FROM durable_admission_queues q WHERE q.queue = ANY(:queues)"
+)
 _CURRENT_SCHEMA = sa.text("SELECT current_schema()")
 
 
@@ -79,7 +96,7 @@ class PgAdmission:
             raise ValueError("PgAdmission needs a PostgreSQL store")
         self._store = store
         self._cx: Connector = store._cx
-        self._cx.register(_ACQUIRE, _RELEASE, _RENEW)
+        self._cx.register(_ACQUIRE, _RELEASE, _RENEW, _STATS)
         self._owner = owner
         self._clock = clock
         self._listeners: list[FreedListener] = []
@@ -137,6 +154,29 @@ class PgAdmission:
 
     def on_freed(self, listener: FreedListener) -> None:
         self._listeners.append(listener)
+
+    async def stats(self, queues: Sequence[Queue]) -> list[QueueStats]:
+        if not queues:
+            return []
+        now = self._clock()
+        params = {"queues": [q.name for q in queues], "now": now}
+        rows = {str(r[0]): r for r in await self._cx.fetch(_STATS, params, write=False)}
+        out: list[QueueStats] = []
+        for queue in queues:
+            row = rows.get(queue.name)
+            if row is None:
+                out.append(QueueStats(queue.name))
+                continue
+            out.append(
+                QueueStats(
+                    queue.name,
+                    in_flight=int(row[4]),
+                    waiting=int(row[5]),
+                    window_count=window_count(queue, now, int(row[1]), int(row[2])),
+                    admitted=int(row[3]),
+                )
+            )
+        return out
 
     def _listen_soon(self) -> None:
         """LISTEN once there is someone to tell (started by the first acquire, in the

@@ -31,6 +31,7 @@ from durably._store.sql import dialect as _d
 from durably._store.sql import pg as _pg
 from durably._store.sql.admission_schema import migration_v5
 from durably._store.sql.connection import connector_for
+from durably._store.sql.quota_schema import migration_v6
 from durably._store.sql.schema import schema_version
 
 
@@ -200,6 +201,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # Fleet-wide flow-control queues: slots, waiters, fairness keys, and on PostgreSQL the
     # functions that admit a slot in one statement and release it.
     Migration(5, "flow-control admission tables (and functions on PostgreSQL)", migration_v5),
+    Migration(6, "start dedup keys (durable_run_dedup)", migration_v6),
 )
 HEAD: int = MIGRATIONS[-1].version
 

@@ -248,6 +248,18 @@ admission_keys = Table(
 )
 Index("durable_admission_keys_served_idx", admission_keys.c.queue, admission_keys.c.served)
 
+# ------------------------------------------------------------------ start dedup keys
+
+# durably (migration 6): the run that took a start's dedup key last (`quota_schema.py`); the
+# key is free again once that run is no longer live.
+run_dedup = Table(
+    "durable_run_dedup",
+    metadata,
+    Column("dedup_key", Text, nullable=False),
+    Column("run_id", Text, nullable=False),
+    PrimaryKeyConstraint("dedup_key"),
+)
+
 # ------------------------------------------------------------------ durable_schema_version
 
 # One row per applied migration (migrations.py). Bootstrap table: never migrated itself.
@@ -279,6 +291,7 @@ __all__ = [
     "checkpoints",
     "durable_managed_tables",
     "metadata",
+    "run_dedup",
     "runs",
     "schema_version",
     "tags",

@@ -46,6 +46,7 @@ from durably._store.sql.dialect import SqlDialect, create_engine, install_sqlite
 from durably._store.sql.facets import SqlRunFacets
 from durably._store.sql.migrations import apply_on
 from durably._store.sql.predicates import run_query_predicates
+from durably._store.sql.quota import SqlStartAdmission
 from durably._store.sql.schema import (
     CHECKPOINT_COLUMNS,
     RUN_COLUMNS,
@@ -69,7 +70,9 @@ def _cas_params(row: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-class SqlStateStore(BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuffer):
+class SqlStateStore(
+    BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuffer, SqlStartAdmission
+):
     """The SQL StateStore for SQLite (aiosqlite) and PostgreSQL (asyncpg).
 
     Construct with an `AsyncEngine` (`owns_engine=True` makes `close()` dispose it) or with

@@ -1,5 +1,7 @@
-// The workers panel: GET workers (GroupHealth[]) and GET workers/directory (the workflows the
-// live workers announce, with their disagreements), refreshed every few seconds.
+// The workers panel: GET workers (GroupHealth[]), GET workers/directory (the workflows the
+// live workers announce, with their disagreements) and GET queues (the flow-control queues:
+// slots held, waiters, rate window, admitted/denied, why they turn steps away), refreshed
+// every few seconds.
 import { getJson } from "./api.js";
 import { h, clear, ago, num } from "./dom.js";
 
@@ -16,12 +18,13 @@ export function workersPanel(root) {
 
   async function load() {
     try {
-      const [groups, dir] = await Promise.all([getJson("workers", null, ctl.signal), getJson("workers/directory", null, ctl.signal)]);
+      const [groups, dir, queues] = await Promise.all([getJson("workers", null, ctl.signal), getJson("workers/directory", null, ctl.signal),
+        getJson("queues", null, ctl.signal)]);
       if (closed) return;
       stamp.textContent = "updated " + new Date().toLocaleTimeString();
       clear(body, !groups.length ? h("p.muted", { testid: "no-workers" }, "No worker groups (the transport reports no health).")
         : h("table.workers", {}, heads(["Group", "Kind", "From", "Queue depth", "Live workers", ""]), h("tbody", {}, groups.map(group))),
-        directory(dir));
+        flowQueues(queues), directory(dir));
     } catch (e) {
       if (e.name !== "AbortError") clear(body, h("p.err", {}, e.message));
     }
@@ -43,7 +46,8 @@ export function workersPanel(root) {
   function worker(w) {
     const s = w.status || {}, d = w.descriptor;
     const c = s.concurrency || {};
-    const conc = c.mode ? `${c.mode} ${c.limit ?? ""}` + (c.min != null ? ` (${c.min}–${c.max})` : "") : "—";
+    const adj = s.lastAdjust ? ` · ${s.lastAdjust.reason} ${s.lastAdjust.from}→${s.lastAdjust.to}` : "";
+    const conc = c.mode ? `${c.mode} ${c.limit ?? ""}` + (c.min != null ? ` (${c.min}–${c.max})` : "") + adj : "—";
     const rss = s.rssBytes != null ? `${(s.rssBytes / 1048576).toFixed(0)} MiB` + (s.rssPct != null ? ` (${Math.round(s.rssPct)}%)` : "") : "—";
     const serves = d ? [list("steps", d.steps), list("workflows", d.workflows), list("capabilities", d.capabilities)].filter(Boolean).join(" · ") : "";
     return h("tr", { testid: "worker-row", "data-instance": w.instanceId },
@@ -53,6 +57,23 @@ export function workersPanel(root) {
       h("td", {}, s.cpuPct != null ? Math.round(s.cpuPct) + "%" : "—"),
       h("td", {}, s.throughputPerMin != null ? num(Math.round(s.throughputPerMin)) : "—"), h("td", {}, s.p95Ms != null ? Math.round(s.p95Ms) + " ms" : "—"),
       h("td.small", { testid: "worker-serves" }, serves || "—"));
+  }
+
+  // Flow-control queues. "In flight" and "Waiting" come from the admission backend (the whole
+  // fleet when it is shared); "Admitted" and "Denied" are this engine's answers since it started.
+  function flowQueues(qs) {
+    if (!qs.length) return null;
+    const limits = (q) => [q.concurrency != null ? `${q.concurrency} at once` : null,
+      q.rate ? `${q.rate.limit} per ${q.rate.periodMs} ms` : null].filter(Boolean).join(", ") || "unbounded";
+    const blocked = (q) => q.blocked === "concurrency" ? "every slot held" : q.blocked === "rate" ? "rate window used up" : null;
+    return h("div", { testid: "flow-queues" }, h("h3", {}, "Flow-control queues"),
+      h("table.workers", {}, heads(["Queue", "Limits", "Backend", "In flight", "Waiting", "This window", "Admitted", "Denied", "Blocked"]),
+        h("tbody", {}, qs.map((q) => h("tr" + (q.blocked ? ".alert" : ""), { testid: "flow-queue", "data-queue": q.queue, "data-blocked": q.blocked || "" },
+          h("td.mono", {}, q.queue), h("td", {}, limits(q)), h("td", {}, q.backend),
+          h("td", { testid: "queue-in-flight" }, num(q.inFlight)), h("td", { testid: "queue-waiting" }, num(q.waiting)),
+          h("td", {}, q.rate ? `${num(q.windowCount)} / ${num(q.rate.limit)}` : "—"),
+          h("td", { testid: "queue-admitted" }, num(q.admitted)), h("td", { testid: "queue-denied" }, num(q.denied)),
+          h("td", { testid: "queue-blocked" }, blocked(q) ? h("span.badge.s-failed", {}, blocked(q)) : "—"))))));
   }
 
   function directory(dir) {

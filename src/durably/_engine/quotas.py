@@ -1,0 +1,191 @@
+"""What a start must pass: concurrency quotas, singleton back-pressure, dedup ids.
+
+`start_gate` turns a workflow's registration (`concurrency=`, `singleton=`) and the start's
+own options (`concurrency=`, `dedup_id=`) into the tags the run carries and a `StartGate`
+the store checks in the same transaction as the insert (`StateStore.create_run_gated`); so
+the count a quota compares and the insert it allows cannot be separated by another start of
+the same key, in this process or any other. `refuse` turns the store's answer into the
+error the caller sees. Both are used by `ControlPlane.create_run`, the path of every start
+(`Engine.start`, `Client.start`, children, continuations, event starts) but the bulk
+creation of a workflow fan's members: those are not counted against a quota, and a singleton
+member joins its key's line at its first turn (`singleton.admit`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from durably._core.errors import (
+    ConcurrencyLimitError,
+    DuplicateRunError,
+    RunIdConflictError,
+    SingletonQueueFullError,
+)
+from durably._core.models import JSONValue
+from durably._core.quota import (
+    ConcurrencyQuota,
+    StartGate,
+    StartOutcome,
+    concurrency_tag,
+    count_statuses,
+    singleton_tag,
+)
+
+if TYPE_CHECKING:
+    from durably._engine.registry import Workflow
+
+__all__ = ["OnDuplicate", "PreparedStart", "check_start_options", "refuse", "start_gate"]
+
+OnDuplicate = Literal["return", "raise"]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedStart:
+    """The tags a start mints and the gate its insert must pass (None: a plain insert)."""
+
+    tags: tuple[str, ...]
+    gate: StartGate | None
+    dedup_id: str | None = None
+    quota_key: str | None = None
+    quota_limit: int = 0
+    singleton_key: str | None = None
+    singleton_depth: int | None = None
+
+
+def check_start_options(
+    concurrency: ConcurrencyQuota | None, dedup_id: str | None, on_duplicate: str
+) -> None:
+    """Refuse a bad start option before anything is done."""
+    if concurrency is not None and not isinstance(concurrency, ConcurrencyQuota):
+        raise TypeError(
+            f"concurrency= takes a durably.ConcurrencyQuota(key, limit), not {concurrency!r}"
+        )
+    if dedup_id is not None and (not isinstance(dedup_id, str) or not dedup_id):
+        raise ValueError(f"dedup_id must be a non-empty string, not {dedup_id!r}")
+    if on_duplicate not in ("return", "raise"):
+        raise ValueError(f'on_duplicate must be "return" or "raise", not {on_duplicate!r}')
+
+
+def typed_input(workflow: Workflow[Any, Any], json_input: JSONValue) -> Any:
+    """The input a key function receives: the body's typed value when the stored JSON
+    fits the annotation, else the JSON itself (a start by name is validated later)."""
+    try:
+        return workflow.input_codec.from_json(json_input)
+    except Exception:
+        return json_input
+
+
+def _key(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{where}: the key function must return a non-empty str or None")
+    return value
+
+
+async def _limit(config_limit: Any, key: str, where: str) -> int:
+    limit = config_limit(key) if callable(config_limit) else config_limit
+    if inspect.isawaitable(limit):
+        limit = await limit
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"{where}: the limit must be an int, not {limit!r}")
+    return limit
+
+
+def singleton_key(workflow: Workflow[Any, Any], json_input: JSONValue) -> str | None:
+    """The singleton key of a run of `workflow` with that input (None: not serialised)."""
+    config = workflow.singleton
+    if config is None:
+        return None
+    return _key(config.key(typed_input(workflow, json_input)), f"singleton of {workflow.name}")
+
+
+async def start_gate(
+    workflow: Workflow[Any, Any] | None,
+    json_input: JSONValue,
+    *,
+    name: str,
+    namespace: str,
+    concurrency: ConcurrencyQuota | None,
+    dedup_id: str | None,
+) -> PreparedStart:
+    """The minted tags and the store gate of one start (raises what a key or limit
+    function raises: the start is refused and nothing is created)."""
+    minted: list[str] = []
+    s_key: str | None = None
+    depth: int | None = None
+    capacity: int | None = None
+    if workflow is not None and workflow.singleton is not None:
+        s_key = singleton_key(workflow, json_input)
+        if s_key is not None:
+            minted.append(singleton_tag(s_key))
+            depth = workflow.singleton.max_queue_depth
+            if depth is not None:
+                capacity = workflow.singleton.limit + depth
+    q_key: str | None = None
+    q_limit = 0
+    statuses = count_statuses(None, name)
+    where = f"concurrency of {name}"
+    if concurrency is not None:  # the start's own quota overrides the registration's
+        q_key, q_limit = concurrency.key, concurrency.limit
+        statuses = count_statuses(concurrency.count_statuses, where)
+    elif workflow is not None and workflow.concurrency is not None:
+        config = workflow.concurrency
+        q_key = _key(config.key(typed_input(workflow, json_input)), where)
+        if q_key is not None:
+            q_limit = await _limit(config.limit, q_key, where)
+            statuses = count_statuses(config.count_statuses, where)
+    if q_key is not None:
+        minted.append(concurrency_tag(q_key))
+    dedup_key = None if dedup_id is None else json.dumps([namespace, name, dedup_id])
+    gate = None
+    if dedup_key is not None or capacity is not None or q_key is not None:
+        gate = StartGate(
+            dedup_key=dedup_key,
+            singleton_tag=singleton_tag(s_key) if s_key is not None else None,
+            singleton_workflow=name,
+            singleton_capacity=capacity,
+            quota_tag=concurrency_tag(q_key) if q_key is not None else None,
+            quota_limit=q_limit,
+            quota_statuses=statuses,
+        )
+    return PreparedStart(
+        tags=tuple(minted),
+        gate=gate,
+        dedup_id=dedup_id,
+        quota_key=q_key,
+        quota_limit=q_limit,
+        singleton_key=s_key,
+        singleton_depth=depth,
+    )
+
+
+def refuse(
+    outcome: StartOutcome,
+    prepared: PreparedStart,
+    *,
+    name: str,
+    run_id: str,
+    on_duplicate: OnDuplicate,
+) -> str:
+    """The id a start returns for the store's answer, or the error that refuses it."""
+    verdict = outcome.verdict
+    if verdict == "created":
+        return run_id
+    if verdict == "exists":
+        if outcome.holder != name:
+            raise RunIdConflictError(run_id, str(outcome.holder), name)
+        return run_id
+    if verdict == "duplicate":
+        assert outcome.holder is not None and prepared.dedup_id is not None
+        if on_duplicate == "raise":
+            raise DuplicateRunError(name, prepared.dedup_id, outcome.holder)
+        return outcome.holder
+    if verdict == "singleton_full":
+        assert prepared.singleton_key is not None and prepared.singleton_depth is not None
+        raise SingletonQueueFullError(name, prepared.singleton_key, prepared.singleton_depth)
+    assert prepared.quota_key is not None
+    raise ConcurrencyLimitError(name, prepared.quota_key, prepared.quota_limit, outcome.active)
