@@ -2,29 +2,35 @@
 
 Prints one JSON object per measurement (each with the load average: the machine is shared):
 
-* ``rate_limit_fleet``: ``--engines`` engine processes (default 3) on one PostgreSQL store,
-  ``admission="store"``, each keeping runs going whose steps (no-ops) all go through one queue
-  limited to ``--rate`` (200) admissions per second, for ``--duration`` seconds (30; 5 with
-  ``--quick``). Every step appends ``time.time()`` and its pid to a side-effect log (one
-  ``O_APPEND`` write); the log is cut into the queue's own windows (1 s, aligned to the
-  epoch) and only the whole windows inside the measured span count: ``max_window``, ``mean_rate``,
-  ``windows_over_limit`` and ``mean_over_limit`` (mean / limit). A step logs when it starts,
-  a little after its admission, so a step admitted at the very end of a window can log in
-  the next one: ``store_started_at`` repeats the count over the steps' ``started_at`` as
-  recorded in the store (stamped right after admission), which decides ``ok``.
-  ``max_sliding_1s`` (the most steps in any 1-s span, not aligned) is for information only:
-  the limit is per aligned window.
+* ``rate_limit_fleet``: ``--engines`` engine processes (default 3) on one PostgreSQL store, with
+  the slots counted in the store (``admission="store"``) and, a second time, on Redis
+  (``admission=<redis url>``; ``--rate-backends``), each keeping runs going whose steps (no-ops)
+  all go through one queue limited to ``--rate`` (200) admissions per second, for ``--duration``
+  seconds (30; 5 with ``--quick``). Every step appends ``time.time()`` and its pid to a
+  side-effect log (one ``O_APPEND`` write); the log is cut into the queue's own windows (1 s,
+  aligned to the epoch) and only the whole windows inside the measured span count:
+  ``max_window``, ``mean_rate``, ``windows_over_limit`` and ``mean_over_limit`` (mean / limit).
+  A step logs when it starts, a little after its admission, so a step admitted at the very end
+  of a window can log in the next one: ``store_started_at`` repeats the count over the steps'
+  ``started_at`` as recorded in the store (stamped right after admission), which decides ``ok``.
+  ``max_sliding_1s`` (the most steps in any 1-s span, not aligned) is for information only: the
+  limit is per aligned window.
 * ``admission_overhead``: one workflow of ``--steps`` sequential no-op steps, without
   ``queue=`` and with ``queue=`` (a queue of concurrency 1,000,000, so nothing waits), on the
-  in-process backend (memory store, ``admission="local"``) and on the PostgreSQL backend
-  (``admission="store"``; its baseline is the same PostgreSQL store without ``queue=``). The
+  in-process backend (memory store, ``admission="local"``), on the PostgreSQL backend
+  (``admission="store"``; its baseline is the same PostgreSQL store without ``queue=``) and on
+  the Redis backend (memory store, ``admission=<redis url>``; ``--backends``). The
   two variants alternate for ``--reps`` repetitions; the median wall time of each gives
   ``overhead_us_per_step`` = (with - without) / steps.
 * ``priority``: one engine, a queue of concurrency 2; two runs fan out ``--low-steps`` steps
   each at priority 0 (10 ms each), and while they wait a third run makes 40 sequential steps
   at priority 10. A step's queue wait is from the moment the workflow asks for it to the
   moment its body starts (both ``time.time()``, one process): p50/p99 for each priority.
-  Run on the in-process backend and on the PostgreSQL one.
+  Run on each backend.
+
+Redis: the server of ``--redis-url`` (default: the local one), in a logical database of the
+benchmark's own (``/15`` unless the URL names one), flushed before and after each measurement
+so no slot or window of an earlier run is counted.
 
 Every PostgreSQL measurement runs in a fresh schema, dropped at the end; every engine
 process is stopped (SIGTERM, then SIGKILL) before the script exits.
@@ -155,7 +161,9 @@ async def fresh_pg(pg_url: str, name: str, **options: Any) -> str:
 # ------------------------------------------------------------------------ 1. the rate limit
 
 
-async def _engine_main(url: str, log_path: str, name: str, rate: int, until: float) -> None:
+async def _engine_main(
+    url: str, log_path: str, name: str, rate: int, until: float, admission: str
+) -> None:
     """One engine process of the rate test: keeps ``burst`` runs going until ``until``
     (epoch s), then stops starting them; exits on SIGTERM."""
     global _LOG_FD
@@ -168,7 +176,7 @@ async def _engine_main(url: str, log_path: str, name: str, rate: int, until: flo
         workflows=[burst],
         steps=[tick],
         queues=[q],
-        admission="store",
+        admission=admission,  # type: ignore[arg-type]
         instance_id=name,
         drain_timeout_ms=1000,
     ) as engine:
@@ -234,10 +242,35 @@ def _windows(stamps: list[float], t0: float, t1: float, rate: int) -> dict[str, 
     }
 
 
-async def rate_test(args: argparse.Namespace, directory: str) -> dict[str, Any]:
-    report = _head("rate_limit_fleet", "postgres")
+async def _flush_redis(redis_url: str) -> None:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await client.flushdb()
+    finally:
+        await client.aclose()
+
+
+async def _backend(args: argparse.Namespace, backend: str, name: str) -> tuple[str, str]:
+    """The store URL and `admission=` of a measurement on `backend`."""
+    if backend == "postgres":
+        return await fresh_pg(args.pg_url, name), "store"
+    if backend == "redis":
+        await _flush_redis(args.redis_url)
+        return "memory", args.redis_url
+    return "memory", "local"
+
+
+async def rate_test(args: argparse.Namespace, directory: str, backend: str) -> dict[str, Any]:
+    report = _head("rate_limit_fleet", backend)
     report.update(engines=args.engines, limit_per_s=args.rate, duration_s=args.duration)
-    url = await fresh_pg(args.pg_url, "rate", pool_size=4, max_overflow=4)
+    url = await fresh_pg(args.pg_url, f"rate_{backend}", pool_size=4, max_overflow=4)
+    admission = "store"
+    if backend == "redis":
+        await _flush_redis(args.redis_url)
+        admission = args.redis_url
+    report["admission"] = "store" if backend == "postgres" else "redis"
     log_path = os.path.join(directory, "rate.log")
     bench_common.create_log(log_path)
     warmup = 3.0
@@ -248,7 +281,7 @@ async def rate_test(args: argparse.Namespace, directory: str) -> dict[str, Any]:
     try:
         for k in range(args.engines):
             cmd = [sys.executable, SELF, "--engine", url, log_path, f"e{k}", str(args.rate)]
-            cmd.append(str(t1 + 0.5))
+            cmd += [str(t1 + 0.5), admission]
             procs.append(_spawn(cmd))
         for proc in procs:
             if bench_common.read_line(proc, "READY", time.monotonic() + 60) is None:
@@ -307,10 +340,7 @@ async def _timed(url: str, admission: str, wf: Any, steps: int, run_id: str) -> 
 
 async def overhead_test(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     report = _head("admission_overhead", backend)
-    if backend == "postgres":
-        url, admission = await fresh_pg(args.pg_url, "overhead"), "store"
-    else:
-        url, admission = "memory", "local"
+    url, admission = await _backend(args, backend, "overhead")
     walls: dict[str, list[float]] = {"without": [], "with": []}
     for rep in range(args.reps):
         for variant, wf in (("without", plain), ("with", queued)):
@@ -318,7 +348,7 @@ async def overhead_test(args: argparse.Namespace, backend: str) -> dict[str, Any
             walls[variant].append(await _timed(url, admission, wf, args.steps, run_id))
     without, with_ = statistics.median(walls["without"]), statistics.median(walls["with"])
     report.update(
-        admission=admission,
+        admission=_shown(admission),
         steps=args.steps,
         reps=args.reps,
         us_per_step_without=round(without / args.steps * 1e6, 1),
@@ -336,10 +366,7 @@ async def overhead_test(args: argparse.Namespace, backend: str) -> dict[str, Any
 
 async def priority_test(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     report = _head("priority", backend)
-    if backend == "postgres":
-        url, admission = await fresh_pg(args.pg_url, "priority"), "store"
-    else:
-        url, admission = "memory", "local"
+    url, admission = await _backend(args, backend, "priority")
     _ASKED.clear()
     _STARTED.clear()
     high_steps = 40
@@ -363,7 +390,7 @@ async def priority_test(args: argparse.Namespace, backend: str) -> dict[str, Any
     high_done = max(_STARTED[f"high high {i}"] for i in range(high_steps))
     low_left = sum(1 for lb, t in _STARTED.items() if lb.startswith("low") and t > high_done)
     report.update(
-        admission=admission,
+        admission=_shown(admission),
         concurrency=2,
         low_steps=2 * args.low_steps,
         high_steps=high_steps,
@@ -379,6 +406,10 @@ async def priority_test(args: argparse.Namespace, backend: str) -> dict[str, Any
 
 
 # ------------------------------------------------------------------------ the JSON lines
+
+
+def _shown(admission: str) -> str:
+    return "redis" if admission.startswith("redis") else admission
 
 
 def _head(workload: str, backend: str) -> dict[str, Any]:
@@ -406,6 +437,9 @@ async def main() -> int:
     parser.add_argument("--steps", type=int, default=None, help="overhead: steps (1000)")
     parser.add_argument("--reps", type=int, default=None, help="overhead: repetitions (5)")
     parser.add_argument("--low-steps", type=int, default=150, help="priority: per low run")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/15")
+    parser.add_argument("--backends", default="memory,postgres,redis", help="overhead, priority")
+    parser.add_argument("--rate-backends", default="postgres,redis")
     args = parser.parse_args()
     args.duration = args.duration or (5.0 if args.quick else 30.0)
     args.steps = args.steps or (300 if args.quick else 1000)
@@ -413,8 +447,8 @@ async def main() -> int:
     only = set(args.only or ["rate", "overhead", "priority"])
     jobs: list[tuple[str, Any]] = []
     if "rate" in only:
-        jobs.append(("rate", None))
-    for backend in ("memory", "postgres"):
+        jobs.extend(("rate", backend) for backend in args.rate_backends.split(","))
+    for backend in args.backends.split(","):
         if "overhead" in only:
             jobs.append(("overhead", backend))
         if "priority" in only:
@@ -425,7 +459,7 @@ async def main() -> int:
             for kind, backend in jobs:
                 try:
                     if kind == "rate":
-                        report = await rate_test(args, directory)
+                        report = await rate_test(args, directory, backend)
                     elif kind == "overhead":
                         report = await overhead_test(args, backend)
                     else:
@@ -439,12 +473,15 @@ async def main() -> int:
             for schema in _SCHEMAS:
                 with contextlib.suppress(Exception):
                     await drop_schema(args.pg_url, schema)
+            if "redis" in args.backends or "redis" in args.rate_backends:
+                with contextlib.suppress(Exception):
+                    await _flush_redis(args.redis_url)
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--engine":
-        url, log, name, rate, until = sys.argv[2:7]
-        asyncio.run(_engine_main(url, log, name, int(rate), float(until)))
+        url, log, name, rate, until, admission = sys.argv[2:8]
+        asyncio.run(_engine_main(url, log, name, int(rate), float(until), admission))
     else:
         raise SystemExit(asyncio.run(main()))
