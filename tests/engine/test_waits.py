@@ -491,3 +491,53 @@ async def test_delivery_racing_the_end_of_a_classic_turn(
 
     assert raced and raced[0] is not None  # the delivery took the waiter
     assert out == "payload"
+
+
+async def test_a_timed_out_wait_replayed_later_leaves_a_newer_signal_to_the_next_wait(
+    engine_factory: EngineFactory, uid: str
+):
+    """A signal wait that timed out, replayed after a signal on its token was buffered, still
+    times out: the signal belongs to the next wait on the token. (Taking it in the replay
+    rewrote the run's history: the first wait returned it and the second waited forever.)"""
+    token, gate = f"{uid}-tok", f"{uid}-gate"
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx) -> list[Any]:
+        try:
+            first = await ctx.wait_for_signal(token, timeout="50ms")
+        except SignalTimeoutError:
+            first = "timed out"
+        opened = await ctx.wait_for_signal(gate)
+        second = await ctx.wait_for_signal(token)
+        return [first, opened, second]
+
+    async with engine_factory() as engine:
+        handle = await engine.start(wf, run_id=f"{uid}-r")
+        await wait_waiting_on(engine, handle.run_id, gate)  # the first wait timed out
+        await engine.signal(token, "late")  # no waiter: buffered
+        await engine.signal(gate, "go")  # wakes the run (a replay, in replay mode)
+        assert await handle.result(timeout=RESULT_TIMEOUT) == ["timed out", "go", "late"]
+
+
+async def test_a_timed_out_event_wait_replayed_later_leaves_a_newer_event_to_the_next_wait(
+    engine_factory: EngineFactory, uid: str
+):
+    """The same for `wait_for_event`: its replay registers no waiter and takes no event."""
+    name, gate = f"{uid}.evt", f"{uid}-gate"
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx) -> list[Any]:
+        try:
+            first = await ctx.wait_for_event(name, timeout="50ms")
+        except SignalTimeoutError:
+            first = "timed out"
+        opened = await ctx.wait_for_signal(gate)
+        second = await ctx.wait_for_event(name)
+        return [first, opened, second]
+
+    async with engine_factory() as engine:
+        handle = await engine.start(wf, run_id=f"{uid}-r")
+        await wait_waiting_on(engine, handle.run_id, gate)  # the event wait timed out
+        await engine.publish_event(name, {"n": 1})  # no waiter: buffered
+        await engine.signal(gate, "go")
+        assert await handle.result(timeout=RESULT_TIMEOUT) == ["timed out", "go", {"n": 1}]

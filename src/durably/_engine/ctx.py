@@ -380,8 +380,12 @@ class WorkflowCtx:
         if cp is not None and cp.status == "completed":
             return cp.output
         waiter = SignalWaiter(token=token, run_id=ex.run_id, seq=seq)
-        hit = await store.take_buffered_signal(token)
-        if hit is None and (deadline is None or ex.now() < deadline):
+        # A wait whose deadline has passed timed out (a replay of it, above all): a signal
+        # buffered since belongs to a later wait on the token, and taking it here would
+        # change what the run did.
+        expired = deadline is not None and ex.now() >= deadline
+        hit = None if expired else await store.take_buffered_signal(token)
+        if hit is None and not expired:
             await store.put_signal_waiter(waiter)
             # Check, register, then check again: a signal buffered between the first
             # check and the waiter's insert would otherwise never be delivered.
@@ -441,6 +445,12 @@ class WorkflowCtx:
             return cp.output
         token = event_token(name, match, ex.run_id, seq)
         waiter = SignalWaiter(token=token, run_id=ex.run_id, seq=seq)
+        if deadline is not None and ex.now() >= deadline:
+            # Timed out (a replay, above all): neither a new waiter nor an event published
+            # since, which belongs to a later wait (as for a signal wait).
+            return await self._finish_wait(
+                seq, token, waiter, deadline, timeout_ms, f"event:{name}"
+            )
         await store.put_signal_waiter(waiter)  # register FIRST, then scan the buffer
         for event in await store.list_buffered_events(name, self._host.options.event_scan_limit):
             if event_matches(event.payload, match) and await store.remove_buffered_event(event.id):
