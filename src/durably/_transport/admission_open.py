@@ -54,11 +54,9 @@ def redis_admission(
 def _transport_server(transports: TransportPool | None) -> tuple[str, str]:
     """The URL and key prefix of the first Redis member of the engine's transport pool."""
     for _, member in transports.members if transports is not None else ():
-        if member.kind == "redis":
-            url = getattr(member, "url", None)
-            names = getattr(member, "names", None)
-            if isinstance(url, str) and names is not None:
-                return url, str(names.prefix)
+        server = member.redis_server
+        if server is not None:
+            return server
     raise ValueError(
         'Engine(admission="redis") counts slots on the server of the engine\'s Redis '
         'transport, and this engine has none: give it transport="redis://…", or name the '

@@ -155,6 +155,10 @@ class InMemoryTransport:
         return None  # no heartbeats or descriptors on this transport
 
     @property
+    def redis_server(self) -> tuple[str, str] | None:
+        return None  # not on Redis
+
+    @property
     def turns(self) -> TurnChannel | None:
         return None  # remote workflow turns need a broker workflow workers consume
 

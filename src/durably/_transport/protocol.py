@@ -268,3 +268,10 @@ class Transport(Protocol):
         """The live workers' heartbeats and descriptors (None unless
         `features.worker_descriptors`)."""
         ...
+
+    @property
+    def redis_server(self) -> tuple[str, str] | None:
+        """The Redis URL and key prefix this transport uses (None unless it is on Redis): what
+        `Engine(admission="redis")` counts its queues' slots on, so a fleet that shares a Redis
+        transport shares its admission state with no second setting to keep in step."""
+        ...

@@ -173,6 +173,11 @@ class RedisTransport:
         return self._gateway
 
     @property
+    def redis_server(self) -> tuple[str, str]:
+        """This transport's server and key prefix (its namespace folded in)."""
+        return self.url, str(self.names.prefix)
+
+    @property
     def control(self) -> RedisTransport:
         """Control messages on `P-control` (`cancel_run`, `publish_control`)."""
         return self

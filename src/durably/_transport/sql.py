@@ -355,6 +355,10 @@ class SqlTransport:
         return None  # no heartbeats or descriptors on this transport
 
     @property
+    def redis_server(self) -> tuple[str, str] | None:
+        return None  # not on Redis
+
+    @property
     def turns(self) -> TurnChannel | None:
         return None  # an SDK worker would crash on a workflow-shaped row
 
