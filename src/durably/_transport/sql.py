@@ -47,10 +47,7 @@ SQL store's options (`?schema=`, `connect_timeout`, `application_name`, …).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
-import re
 import socket
 import time
 import uuid
@@ -66,9 +63,6 @@ from durably._core.wire import (
     RemoteTask,
     StepResult,
     WireFormatError,
-    error_to_wire,
-    parse_remote_task,
-    parse_step_result,
     step_id_of,
 )
 from durably._store.sql import pg as _pg
@@ -82,6 +76,15 @@ from durably._transport.protocol import (
     TransportUnavailableError,
     TurnChannel,
     WorkerDirectory,
+)
+from durably._transport.sql_tables import (
+    Statements,
+    channel,
+    dumps,
+    now_ms,
+    result_of_row,
+    result_params,
+    task_of_row,
 )
 
 try:
@@ -102,10 +105,6 @@ DEFAULT_REPLACE_WAIT_MS = 2_000
 
 #: Ids are varchar(191) in the shared DDL; a longer one would fail inside PostgreSQL.
 _MAX_ID = 191
-#: The longest prefix whose derived names (`<prefix>_transport_results_notify`) fit
-#: PostgreSQL's 63-byte identifiers; longer ones would be silently truncated and could collide.
-_MAX_PREFIX = 38
-_PREFIX = re.compile(r"^[A-Za-z0-9_-]+$")
 #: Reconnect delays of the listener (seconds; the last repeats) and its health check.
 _LISTEN_RETRY_S = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
 _LISTEN_HEALTH_S = 10.0
@@ -113,167 +112,6 @@ _LISTEN_HEALTH_S = 10.0
 _MAX_BACKOFF_S = 5.0
 #: How often a waiting dispatch looks again for an old task row to go (seconds).
 _REPLACE_POLL_S = 0.02
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _dumps(value: Any) -> str:
-    # allow_nan=False: NaN is not JSON, and a worker in another language could not read it.
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def _channel(schema: str, table: str) -> str:
-    """The NOTIFY channel of a table; the trigger computes the same name in SQL."""
-    digest = hashlib.md5(f"{schema}.{table}".encode(), usedforsecurity=False).hexdigest()
-    return "durably_transport_" + digest[:16]
-
-
-class _Sql:
-    """The statements of one table prefix (identifiers quoted; values always bound)."""
-
-    def __init__(self, prefix: str):
-        if not _PREFIX.match(prefix) or len(prefix) > _MAX_PREFIX:
-            raise ValueError(
-                f"invalid transport table prefix {prefix!r}: use letters, digits, '_' and '-', "
-                f"at most {_MAX_PREFIX} characters"
-            )
-        self.prefix = prefix
-        self.tasks_name = f"{prefix}_transport_tasks"
-        self.results_name = f"{prefix}_transport_results"
-        t, r = f'"{self.tasks_name}"', f'"{self.results_name}"'
-        # Column for column the SDK's DDL: a divergent table would be kept by its
-        # IF NOT EXISTS and break its inserts.
-        self.create_tables = [
-            f'CREATE TABLE IF NOT EXISTS {t} ("step_id" varchar(191) PRIMARY KEY, '
-            '"run_id" varchar(191) NOT NULL, "seq" integer NOT NULL, '
-            '"name" varchar(191) NOT NULL, "grp" varchar(191) NOT NULL, "input" text, '
-            '"attempt" integer NOT NULL, "status" varchar(32) NOT NULL, '
-            '"claimed_by" varchar(191), "claimed_at" bigint, "created_at" bigint NOT NULL)',
-            f'CREATE TABLE IF NOT EXISTS {r} ("step_id" varchar(191) PRIMARY KEY, '
-            '"run_id" varchar(191) NOT NULL, "seq" integer NOT NULL, '
-            '"status" varchar(32) NOT NULL, "output" text, "error" text, "started_at" bigint, '
-            '"claimed_by" varchar(191), "claimed_at" bigint, "created_at" bigint NOT NULL)',
-            f'CREATE INDEX IF NOT EXISTS "{self.tasks_name}_grp_idx" ON {t} '
-            '("grp","status","created_at")',
-        ]
-        # A new task row, and in the same statement the removal of a result row of that step
-        # under a live claim (see the module docstring); returns 1 when the row was inserted.
-        self.insert_task = (
-            f'WITH ins AS (INSERT INTO {t} ("step_id","run_id","seq","name","grp","input",'
-            '"attempt","status","created_at") VALUES ($1,$2,$3,$4,$5,$6,$7,\'pending\',$8) '
-            'ON CONFLICT ("step_id") DO NOTHING RETURNING "step_id"), '
-            f'dropped AS (DELETE FROM {r} WHERE "step_id" IN (SELECT "step_id" FROM ins) '
-            'AND "claimed_at" >= $9) SELECT count(*) FROM ins'
-        )
-        self.lock_task = f'SELECT "attempt","claimed_at" FROM {t} WHERE "step_id" = $1 FOR UPDATE'
-        self.delete_task = f'DELETE FROM {t} WHERE "step_id" = $1'
-        self.claim_results = self._claim(r, "TRUE", 1)
-        self.claim_tasks = self._claim(t, '"grp" = ANY($1::varchar[])', 2)
-        self.ack_results = (
-            f'DELETE FROM {r} WHERE "step_id" = ANY($1::varchar[]) '
-            'AND "claimed_by" = $2 AND "claimed_at" = $3'
-        )
-        self.release_results = (
-            f'UPDATE {r} SET "claimed_by" = NULL, "claimed_at" = NULL '
-            'WHERE "step_id" = ANY($1::varchar[]) AND "claimed_by" = $2 AND "claimed_at" = $3'
-        )
-        self.release_tasks = self.release_results.replace(r, t)
-        self.renew_tasks = (
-            f'UPDATE {t} SET "claimed_at" = $3 WHERE "step_id" = ANY($1::varchar[]) '
-            'AND "claimed_by" = $2'
-        )
-        self.insert_result = (
-            f'INSERT INTO {r} ("step_id","run_id","seq","status","output","error",'
-            '"started_at","created_at") VALUES ($1,$2,$3,$4,$5,$6,$7,$8) '
-            'ON CONFLICT ("step_id") DO NOTHING'
-        )
-        # Only the attempt that ran: a newer attempt that replaced the row must still run.
-        self.finish_task = f'DELETE FROM {t} WHERE "step_id" = $1 AND "attempt" = $2'
-        self.has_trigger = (
-            "SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1) "
-            f"AND tgname = '{prefix}_transport_notify'"
-        )
-        self.table_schema = (
-            "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE c.oid = to_regclass($1)"
-        )
-
-    @staticmethod
-    def _claim(table: str, where: str, first: int) -> str:
-        """The SDK's claim — the oldest rows whose lease is free or expired, locked with SKIP
-        LOCKED and stamped — as one statement: one round trip, still one transaction.
-        Parameters: [filter,] stale_before, limit, claimed_by, claimed_at."""
-        a, b, c, d = (f"${first + i}" for i in range(4))
-        return (
-            f'UPDATE {table} SET "claimed_by" = {c}, "claimed_at" = {d} WHERE "step_id" IN '
-            f'(SELECT "step_id" FROM {table} WHERE {where} AND ("claimed_at" IS NULL OR '
-            f'"claimed_at" < {a}) ORDER BY "created_at" ASC LIMIT {b} FOR UPDATE SKIP LOCKED) '
-            "RETURNING *"
-        )
-
-    def notify_ddl(self) -> list[tuple[str, str, str]]:
-        """(function DDL, trigger DDL, table name) of the two NOTIFY triggers. The channel is
-        computed in SQL exactly as `_channel` does; tasks carry their routing token."""
-        out = []
-        for table, level, payload in (
-            (self.tasks_name, "ROW", 'NEW."grp"'),
-            (self.results_name, "STATEMENT", "''"),
-        ):
-            function = (
-                f'CREATE OR REPLACE FUNCTION "{table}_notify"() RETURNS trigger LANGUAGE plpgsql '
-                "AS $fn$ BEGIN PERFORM pg_notify('durably_transport_' || "
-                f"left(md5(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME), 16), {payload}); "
-                "RETURN NULL; END $fn$"
-            )
-            trigger = (
-                f'CREATE TRIGGER "{self.prefix}_transport_notify" AFTER INSERT ON "{table}" '
-                f'FOR EACH {level} EXECUTE FUNCTION "{table}_notify"()'
-            )
-            out.append((function, trigger, table))
-        return out
-
-
-# ------------------------------------------------------------------ rows
-
-
-def _task_of_row(row: Any) -> RemoteTask:
-    """The task a row describes — the envelope the SDK builds — or WireFormatError."""
-    raw_input = row["input"]
-    try:
-        value = None if raw_input is None else json.loads(raw_input)
-    except ValueError as exc:
-        raise WireFormatError("step task", f"`input` is not JSON ({exc})", row["step_id"]) from None
-    ids = {"runId": row["run_id"], "seq": row["seq"], "stepId": row["step_id"]}
-    routing = {"name": row["name"], "group": row["grp"], "attempt": row["attempt"]}
-    return parse_remote_task({**ids, **routing, "input": value})
-
-
-def _result_of_row(row: Any) -> StepResult:
-    """The result a row describes, or WireFormatError (JSON columns decoded, NULL = absent)."""
-    data: dict[str, Any] = {"runId": row["run_id"], "seq": row["seq"], "stepId": row["step_id"]}
-    data["status"] = row["status"]
-    for column in ("output", "error"):
-        if row[column] is not None:
-            try:
-                data[column] = json.loads(row[column])
-            except ValueError as exc:
-                raise WireFormatError(
-                    "step result", f"`{column}` is not JSON ({exc})", row["step_id"]
-                ) from None
-    if row["started_at"] is not None:
-        data["startedAt"] = row["started_at"]
-    return parse_step_result(data)
-
-
-def _result_params(result: StepResult) -> list[Any]:
-    """A result as the SDK stores it: JSON text or NULL, events not stored."""
-    output = result.output if result.status == "completed" else None
-    error = None if result.error is None else error_to_wire(result.error)
-    ids = [result.step_id, result.run_id, result.seq, result.status]
-    text = [None if value is None else _dumps(value) for value in (output, error)]
-    return [*ids, *text, result.started_at, _now_ms()]
 
 
 # ------------------------------------------------------------------ the transport
@@ -316,7 +154,7 @@ class SqlTransport:
         self._where = f"{bare.host or 'localhost'}:{bare.port or 5432}"
         self._user, self._database = bare.username, bare.database
         self._pool_size = pool_size or opts.pool_size or DEFAULT_POOL_SIZE
-        self._sql = _Sql(prefix)
+        self._sql = Statements(prefix)
         self._poll_s = poll_ms / 1000
         self._lease_ms = lease_ms
         self._batch_size = batch_size
@@ -469,7 +307,7 @@ class SqlTransport:
             schema = await conn.fetchval("SELECT current_schema()")
             for table in (sql.tasks_name, sql.results_name):
                 found = await conn.fetchval(sql.table_schema, f'"{table}"')
-                self._channels[table] = _channel(found or schema, table)
+                self._channels[table] = channel(found or schema, table)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
             raise self._failed("creating the transport tables", exc) from exc
         finally:
@@ -586,7 +424,7 @@ class SqlTransport:
                 raise ValueError(
                     f"ids, names and tokens are at most {_MAX_ID} characters: {value!r}"
                 )
-        payload = _dumps(task.input)
+        payload = dumps(task.input)
         doing = f"dispatching step {task.step_id!r}"
         async with self._conn(doing) as conn:
             if await conn.fetchval(self._sql.insert_task, *self._task_args(task, payload)):
@@ -600,7 +438,7 @@ class SqlTransport:
             await asyncio.sleep(_REPLACE_POLL_S)  # the connection goes back meanwhile
 
     def _task_args(self, task: RemoteTask, payload: str) -> tuple[Any, ...]:
-        now = _now_ms()
+        now = now_ms()
         ids = (task.step_id, task.run_id, task.seq, task.name, task.group)
         # The last one: result rows claimed since then are being handed to a sink right now.
         return (*ids, payload, task.attempt, now, now - self._lease_ms)
@@ -614,7 +452,7 @@ class SqlTransport:
                 if old["attempt"] >= task.attempt:
                     return True  # the queued or running row answers this dispatch
                 claimed_at = old["claimed_at"]
-                live = claimed_at is not None and claimed_at >= _now_ms() - self._lease_ms
+                live = claimed_at is not None and claimed_at >= now_ms() - self._lease_ms
                 if live and not force:
                     return False
                 if live:
@@ -645,7 +483,7 @@ class SqlTransport:
     async def _drain_once(self, sink: ResultSink) -> int:
         """Claim, parse, deliver, acknowledge one batch; the number of rows claimed."""
         sql, me = self._sql, self.instance_id
-        stamp = _now_ms()
+        stamp = now_ms()
         async with self._conn("claiming step results") as conn:
             rows = await conn.fetch(
                 sql.claim_results, stamp - self._lease_ms, self._batch_size, me, stamp
@@ -657,7 +495,7 @@ class SqlTransport:
         bad: list[str] = []
         for row in rows:
             try:
-                results.append(_result_of_row(row))
+                results.append(result_of_row(row))
             except Exception as exc:  # any parse failure: this row, never the drain
                 bad.append(row["step_id"])
                 log.error(
@@ -738,7 +576,7 @@ class _SqlStepServer:
             if free <= 0:
                 await self.wake.wait()
                 continue
-            stamp = _now_ms()
+            stamp = now_ms()
             try:
                 async with t._conn("claiming step tasks") as conn:
                     rows = await conn.fetch(
@@ -784,7 +622,7 @@ class _SqlStepServer:
         t = self._t
         jobs = list(self._running.items())
         ids = [step_id for step_id, _ in self._running.values()]
-        stamp = _now_ms()
+        stamp = now_ms()
         try:
             async with t._conn("renewing step task claims") as conn:
                 await conn.execute(t._sql.renew_tasks, ids, self.instance_id, stamp)
@@ -804,7 +642,7 @@ class _SqlStepServer:
     async def _run(self, row: Any) -> None:
         step_id = row["step_id"]
         try:
-            task = _task_of_row(row)
+            task = task_of_row(row)
         except WireFormatError as exc:
             await self._reject(row, exc)
             return
@@ -821,10 +659,10 @@ class _SqlStepServer:
         lasts: after it, another worker may run the step again anyway."""
         t = self._t
         try:
-            params = _result_params(result)
+            params = result_params(result)
         except (TypeError, ValueError) as exc:  # re-running it would give the same value
             error = StepError(message=f"step result is not JSON: {exc}", retryable=False)
-            params = _result_params(
+            params = result_params(
                 StepResult(result.run_id, result.seq, step_id, "failed", error=error)
             )
         give_up = time.monotonic() + t._lease_ms / 1000
