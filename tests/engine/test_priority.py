@@ -120,6 +120,45 @@ async def test_a_backlog_is_picked_up_by_priority_then_age(store_url: str, uid: 
     ]
 
 
+async def test_runs_started_by_the_engine_itself_respect_max_concurrent_runs(
+    store_url: str, uid: str
+) -> None:
+    """Starts made through the engine that drives them (not only a backlog another process
+    left) wait for room: never more than `max_concurrent_runs` execute at once, and the ones
+    that waited are taken by priority, then age."""
+    gate = asyncio.Event()
+    running = [0, 0]  # now, most at once
+    order: list[str] = []
+
+    @durably.workflow(f"{uid}.job")
+    async def job(ctx: WorkflowCtx, label: str) -> str:
+        running[0] += 1
+        running[1] = max(running)
+        order.append(label)
+        await gate.wait()  # hold the slot until every start has been made
+        await asyncio.sleep(0.005)
+        running[0] -= 1
+        return label
+
+    async with Engine(
+        store=store_url, workflows=[job], max_concurrent_runs=2, **FAST_TUNING
+    ) as engine:
+        # Ids that sort in creation order: same-millisecond starts tie-break by id.
+        handles = [await engine.start(job, f"n{i}", run_id=f"{uid}-{i:02d}") for i in range(6)]
+        handles.append(await engine.start(job, "urgent", run_id=f"{uid}-99", priority=9))
+        await until(lambda: len(order) >= 2)
+        await asyncio.sleep(0.2)  # several polls while both slots are held
+        assert sorted(order) == ["n0", "n1"]
+        gate.set()
+        results = [await h.result(timeout=RESULT_TIMEOUT) for h in handles]
+    assert results == [f"n{i}" for i in range(6)] + ["urgent"]
+    assert running[1] == 2
+    # The waiting starts were claimed by priority, then age, two at a time (the two of a
+    # claim start in either order): the urgent one came with the oldest waiting one.
+    assert sorted(order[2:4]) == ["n2", "urgent"], order
+    assert sorted(order[4:]) == ["n3", "n4", "n5"], order
+
+
 # ------------------------------------------------------------------ carried priority
 
 

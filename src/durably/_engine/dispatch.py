@@ -197,6 +197,10 @@ class Dispatcher:
                     await turns.drive(leased)
                 else:
                     acquired = await turns.run_one(run_id)
+                if not acquired:
+                    # Another process has the run (and may have run turns of it): this
+                    # process's "created here, nothing to read" no longer holds.
+                    self._fresh.discard(run_id)
                 if nudge and not acquired:
                     await nudger(run_id)
                 if run_id not in self._again or self._draining:

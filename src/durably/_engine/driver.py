@@ -181,7 +181,10 @@ class TurnDriver:
             )
             await store.release_run_lock(run.id)
             return None
-        fresh = self._dispatcher.take_fresh(run.id)
+        # A run created here has no checkpoints to read on its first turn — only while it is
+        # still pending: one another engine claimed first may have run turns meanwhile, and
+        # replaying it from nothing would run its completed steps again.
+        fresh = self._dispatcher.take_fresh(run.id) and run.status == "pending"
         admitted = await singleton.admit(self._store, run, workflow, self._clock())
         if admitted is None:  # another run of its singleton key holds the slot: parked
             self._settle.events.emit(

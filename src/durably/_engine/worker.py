@@ -678,11 +678,16 @@ class Worker:
     # ================================================================== LocalRuns
 
     async def run_created(self, run_id: str) -> None:
-        self._dispatcher.mark_fresh(run_id)  # no checkpoints to read on its first turn
-        if self.drive_runs:
+        if not self.drive_runs:
+            await self._wakes.announce("ready", run_id)
+        elif self._dispatcher.load < self._options.max_concurrent_runs:
+            self._dispatcher.mark_fresh(run_id)  # no checkpoints to read on its first turn
             self._dispatcher.dispatch(run_id)
         else:
-            await self._wakes.announce("ready", run_id)
+            # Full: the run waits in the pending backlog like one created elsewhere (picked
+            # up by priority, then age, when a turn ends), so a burst of starts cannot drive
+            # more than `max_concurrent_runs` runs here.
+            self._wakes.kick()
 
     def run_ready(self, run_id: str) -> None:
         self._dispatcher.dispatch(run_id)
