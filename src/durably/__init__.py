@@ -44,7 +44,7 @@ from durably._core.models import (
     WorkflowRun,
 )
 from durably._core.quota import Concurrency, ConcurrencyQuota, Singleton
-from durably._core.triggers import Batch, EventTrigger
+from durably._core.triggers import Batch, Debounce, EventKeyError, EventTrigger
 from durably._engine.client import Client
 from durably._engine.concurrency import AdaptiveConcurrency
 from durably._engine.ctx import WorkflowCtx
@@ -92,10 +92,12 @@ __all__ = [
     "Concurrency",
     "ConcurrencyLimitError",
     "ConcurrencyQuota",
+    "Debounce",
     "DuplicateRunError",
     "Engine",
     "EngineEvent",
     "EngineOptions",
+    "EventKeyError",
     "EventTrigger",
     "FanPage",
     "FanSummary",

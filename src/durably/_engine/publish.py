@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from durably._core.models import BufferedEvent
 from durably._engine.ctx import event_matches, event_token_prefix, match_of_token
-from durably._engine.triggers import EventStart, refuse_reserved_event, start_subscribers
+from durably._engine.triggers import (
+    EventStart,
+    plan_subscribers,
+    refuse_reserved_event,
+    start_subscribers,
+)
 from durably._engine.typed_io import PLAIN
 
 if TYPE_CHECKING:
@@ -27,13 +32,17 @@ async def publish_event(
     workflows: Iterable[Workflow[Any, Any]],
     start: EventStart,
     clock: Callable[[], int],
+    namespace: str | None = None,
 ) -> int:
     """Signal matching waiters, start the `on_event` workflows among `workflows` (through
-    `start`; or feed their debounce/batch accumulators: `triggers.start_subscribers`), else
-    buffer (when `buffer`). The number of runs touched."""
-    refuse_reserved_event(name)
+    `start`; or feed their debounce/batch accumulators, those of `namespace`:
+    `triggers.start_subscribers`), else buffer (when `buffer`). The number of runs touched."""
+    refuse_reserved_event(name, id)
     store = route.store
     payload = PLAIN.to_json(payload)
+    # First, before anything is published: an accumulator key function that fails refuses
+    # the whole publish (EventKeyError), rather than reaching some subscribers only.
+    subscribers = plan_subscribers(name, payload, workflows)
     touched = 0
     for waiter in await store.list_signal_waiters(event_token_prefix(name)):
         if event_matches(payload, match_of_token(waiter.token)):
@@ -42,7 +51,13 @@ async def publish_event(
                 await route.deliver(taken, payload)
                 touched += 1
     touched += await start_subscribers(
-        route, name, payload, event_id=id, workflows=workflows, start=start
+        route,
+        name,
+        payload,
+        event_id=id,
+        subscribers=subscribers,
+        namespace=namespace,
+        start=start,
     )
     if touched or buffer is False:
         return touched

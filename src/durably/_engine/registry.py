@@ -21,6 +21,7 @@ from durably._core.quota import Concurrency, Singleton
 from durably._core.triggers import (
     Accumulation,
     Batch,
+    Debounce,
     EventTrigger,
     accumulation,
     event_triggers,
@@ -415,7 +416,7 @@ def workflow(
     on_event: Iterable[str | EventTrigger] = (),
     event_batch: Batch | None = None,
     validate_input: Callable[[Any], Any] | None = None,
-    debounce: Duration | None = None,
+    debounce: Duration | Debounce | None = None,
     batch: Batch | None = None,
 ) -> _WorkflowDecorator:
     """Declare a workflow: `@durably.workflow("checkout", version="2")`.
@@ -427,6 +428,8 @@ def workflow(
     match=...)` for a payload predicate); `debounce="30s"` starts it once those events
     stop for that long, with the last payload; `batch=durably.Batch(max_size, within)`
     with `{"events": [...]}` (`event_batch=` is the same option under its other name).
+    `debounce=durably.Debounce("30s", key=fn)` and `durably.Batch(..., key=fn)` accumulate
+    per key `fn(payload)` (a str; None: the workflow's shared accumulator).
     `singleton=durably.Singleton(key=..., limit=1, max_queue_depth=None)`: runs of one key
     run their bodies `limit` at a time, in creation order. `concurrency=durably.Concurrency(
     key=..., limit=...)`: a start beyond a key's limit raises `ConcurrencyLimitError`.

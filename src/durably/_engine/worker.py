@@ -602,6 +602,7 @@ class Worker:
             workflows=self.latest_workflows(),
             start=self._start_for_event,
             clock=self._clock,
+            namespace=self._namespace,
         )
 
     async def _start_for_event(self, wf: Workflow[Any, Any], payload: Any, run_id: str) -> str:
