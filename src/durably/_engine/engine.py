@@ -361,8 +361,10 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
     async def publish_event(
         self, name: str, payload: Any = None, *, id: str | None = None, buffer: bool = True
     ) -> int:
-        """Signal matching waiters, start `on_event` workflows, else buffer.
-        Returns the number of runs touched."""
+        """Signal matching waiters, start `on_event` workflows (or feed their debounce and
+        batch accumulators, the event stored before this returns), else buffer. Returns the
+        number of runs touched. `EventKeyError` when a subscriber's accumulator key function
+        fails on the payload: then nothing at all was published."""
         await self._ensure_open()
         ensure_builtins(self._worker)  # a workflow with debounce= may be registered late
         return await self._worker.publish_event(name, payload, id=id, buffer=buffer)
