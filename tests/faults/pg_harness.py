@@ -408,8 +408,14 @@ class Line:
 def read_log(log: Path) -> list[Line]:
     if not log.exists():
         return []
+    text = log.read_text()
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        # The last line is still being written (a read racing a worker's append sees part of
+        # it); it is read whole on the next look. A torn line anywhere else is a real tear.
+        lines.pop()
     out = []
-    for index, raw in enumerate(log.read_text().splitlines()):
+    for index, raw in enumerate(lines):
         parts = raw.split()
         if len(parts) < 4:
             raise AssertionError(f"torn side-effect log line {index}: {raw!r}")

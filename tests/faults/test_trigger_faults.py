@@ -174,8 +174,11 @@ async def test_sigkill_between_the_events_and_the_flush_delivers_each_event_once
                 # killed before the flush: the events exist only in the accumulators
                 assert started == []
             elif scenario == "in-flush":
-                # killed after one target run was created, before the accumulator recorded it
-                assert len(started) == 1, started
+                # killed after a target run was created, before the accumulator recorded it
+                # (other accumulators' starts may have committed alongside: PostgreSQL runs
+                # concurrent inserts on separate connections); what follows checks that the
+                # survivor still delivers each event exactly once
+                assert started, "killed once a target run was created"
             else:
                 assert started, "killed in a close, which comes after a delivery"
             if scenario == "mid-stream":

@@ -147,6 +147,31 @@ async def buffer_event(s: Any) -> None:
     await s.buffer_event(event)
 
 
+@writes
+async def take_buffered_signal_into(s: Any) -> None:
+    # A wait takes a signal buffered before it into its row (seq 6): the payload moves, and
+    # the checkpoint it was given (output None) is encoded on the way in like any other.
+    await s.buffer_signal("into", secret("take_buffered_signal_into"))
+    row = make_cp("r1", 6, name="signal:into", kind="signal", output=None)
+    hit = await s.take_buffered_signal_into("into", row)
+    assert hit is not None and hit.payload == secret("take_buffered_signal_into")
+
+
+# Methods whose arguments carry no payload but which write one they take from the buffer:
+# outside the wrapper's encoding set, their rows are checked all the same.
+MOVES: dict[str, Write] = {}
+
+
+async def deliver_buffered_signal(s: Any) -> None:
+    await s.buffer_signal("moved", secret("deliver_buffered_signal"))
+    await s.put_signal_waiter(SignalWaiter(token="moved", run_id="r1", seq=7))
+    row = await s.deliver_buffered_signal("moved", at(2))
+    assert row is not None and row.output == secret("deliver_buffered_signal")
+
+
+MOVES["deliver_buffered_signal"] = deliver_buffered_signal
+
+
 def test_every_payload_writing_method_is_exercised() -> None:
     encoding = {
         name
@@ -217,15 +242,16 @@ async def test_every_payload_is_ciphertext_at_rest(
 ) -> None:
     sql, dump = sql_store
     store = CodecStateStore(sql, AesGcmCodec(KEY))
-    for write in WRITES.values():
+    for write in [*WRITES.values(), *MOVES.values()]:
         await write(store)
 
     raw = await dump()
-    leaked = [name for name in WRITES if f"SECRET-{name}" in raw]
+    leaked = [name for name in [*WRITES, *MOVES] if f"SECRET-{name}" in raw]
     assert leaked == [], f"cleartext at rest from {leaked}"
     # runs: r1 input+output, r2 input, r3 input, r4 input; checkpoints: 0 input+output, 1,
-    # 2, 3 (the delivery), 4 (the fold), 5 input (c2's placeholder); two signals; one event.
-    assert raw.count(ENVELOPE) == 5 + 7 + 2 + 1
+    # 2, 3 (the delivery), 4 (the fold), 5 input (c2's placeholder), 6 and 7 (the buffered
+    # signals taken into rows); two signals still buffered; one event.
+    assert raw.count(ENVELOPE) == 5 + 9 + 2 + 1
     assert "signal:child:c1" in raw and "fan:g" in raw and "paid" in raw  # metadata readable
 
     # Read back through the wrapper: every payload comes back as written.
@@ -240,6 +266,8 @@ async def test_every_payload_is_ciphertext_at_rest(
     assert cps[3].output == secret("deliver_signals")
     assert cps[5].input == secret("register_child_waits") and cps[5].status == "running"
     assert cps[4].output == secret("fold_checkpoints") and cps[4].name == "fan:g"
+    assert cps[6].output == secret("take_buffered_signal_into")
+    assert cps[7].output == secret("deliver_buffered_signal") and cps[7].name == "signal:moved"
     signal = await store.take_buffered_signal("tok")
     assert signal is not None and signal.payload == secret("buffer_signal")
     bounded = await store.take_buffered_signal("tok2")

@@ -8,7 +8,6 @@ which completes first.
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import UTC, datetime
@@ -30,7 +29,6 @@ from durably._core.errors import (
     SignalTimeoutError,
 )
 from durably._core.ids import given_run_id
-from durably._core.jsonutil import compact
 from durably._core.models import (
     ChildWait,
     JSONValue,
@@ -40,50 +38,25 @@ from durably._core.models import (
     replace,
 )
 from durably._engine import children, fans, saga, unsupported
+from durably._engine.event_tokens import event_matches, event_token
 from durably._engine.execution import STEP_SCOPE, Execution
 from durably._engine.fans import FanMode, Settled
 from durably._engine.flow import queue_call
 from durably._engine.host import RunHost
-from durably._engine.registry import BackoffKind, RetryPolicy, Step, Workflow, _backoff_from
+from durably._engine.registry import (
+    BackoffKind,
+    RetryPolicy,
+    Step,
+    Workflow,
+    _backoff_from,
+    validate_attributes,
+)
 from durably._engine.step_calls import run_local, run_step
 from durably._engine.typed_io import PLAIN, ValueCodec
 from durably._engine.vocab import check_priority
 
 I = TypeVar("I")
 O = TypeVar("O")
-
-
-def event_token_prefix(name: str) -> str:
-    return "event:" + _b64(name) + ":"
-
-
-def event_token(name: str, match: Mapping[str, Any] | None, run_id: str, seq: int) -> str:
-    """The waiter token of `wait_for_event`:
-    `event:<b64 name>:<b64 JSON(match or {})>:<runId>#<seq>`."""
-    return f"{event_token_prefix(name)}{_b64(compact(dict(match or {})))}:{run_id}#{seq}"
-
-
-def match_of_token(token: str) -> dict[str, Any]:
-    import json
-
-    parts = token.split(":")
-    try:
-        return dict(json.loads(base64.b64decode(parts[2]).decode("utf-8")))
-    except Exception:
-        return {}
-
-
-def event_matches(payload: Any, match: Mapping[str, Any] | None) -> bool:
-    """An event matches when every match key's compact JSON equals the payload key's."""
-    if not match:
-        return True
-    if not isinstance(payload, dict):
-        return False
-    return all(k in payload and compact(payload[k]) == compact(v) for k, v in match.items())
-
-
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode("utf-8")).decode("ascii")
 
 
 class _ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
@@ -380,20 +353,19 @@ class WorkflowCtx:
         if cp is not None and cp.status == "completed":
             return cp.output
         waiter = SignalWaiter(token=token, run_id=ex.run_id, seq=seq)
+        row = ex.instant(seq, f"signal:{token}", "signal")  # written with the take, atomically
         # A wait whose deadline has passed timed out (a replay of it, above all): a signal
         # buffered since belongs to a later wait on the token, and taking it here would
         # change what the run did.
         expired = deadline is not None and ex.now() >= deadline
-        hit = None if expired else await store.take_buffered_signal(token)
+        hit = None if expired else await store.take_buffered_signal_into(token, row)
         if hit is None and not expired:
             await store.put_signal_waiter(waiter)
             # Check, register, then check again: a signal buffered between the first
             # check and the waiter's insert would otherwise never be delivered.
-            hit = await store.take_buffered_signal(token)
-            if hit is not None:
-                await store.remove_signal_waiter(waiter)
+            hit = await store.take_buffered_signal_into(token, row, waiting=True)
         if hit is not None:
-            await ex.save(ex.instant(seq, f"signal:{token}", "signal", output=hit.payload))
+            ex.snapshot[seq] = replace(row, output=hit.payload)
             return hit.payload
         done = await ex.wait(seq, deadline)
         if done is not None:
@@ -539,10 +511,10 @@ class WorkflowCtx:
         if placeholder is not None:
             ex.snapshot.setdefault(seq, placeholder)
         # Lost-wake guard: the child may have completed before our waiter existed.
-        hit = await store.take_buffered_signal(token)
+        row = ex.instant(seq, name, "signal")
+        hit = await store.take_buffered_signal_into(token, row, waiting=True)
         if hit is not None:
-            await store.remove_signal_waiter(waiter)
-            await ex.save(ex.instant(seq, name, "signal", output=hit.payload))
+            ex.snapshot[seq] = replace(row, output=hit.payload)
             return _unwrap(child_id, hit.payload, codec)
         if cp is not None:
             # A replay: the child may have finished while its announcement was lost.
@@ -736,7 +708,7 @@ class WorkflowCtx:
         if cp is not None:
             return
         merged = {**(ex.run.search_attributes or {}), **attrs}
-        _validate_attributes(ex.workflow, merged)
+        validate_attributes(ex.workflow, merged)
         await self._ex.store.update_run(ex.run_id, {"search_attributes": merged})
         ex.run = replace(ex.run, search_attributes=merged)
         await ex.save(ex.instant(seq, "searchAttributes", "local", output=attrs))
@@ -815,35 +787,6 @@ def _unwrap(child_id: str, completion: Any, codec: ValueCodec) -> Any:
 
 async def _value(value: bool) -> bool:
     return value
-
-
-def _validate_attributes(workflow: Workflow[Any, Any], merged: dict[str, Any]) -> None:
-    for key, value in merged.items():
-        if not isinstance(value, str | int | float | bool) or value is None:
-            raise FatalError(
-                f"workflow {workflow.name!r}: search attribute {key!r} must be a str, int, "
-                f"float or bool, not {type(value).__name__}",
-                code="invalid_search_attributes",
-            )
-    schema = workflow.search_attributes_schema
-    if schema is None:
-        return
-    try:
-        if hasattr(schema, "model_validate"):
-            schema.model_validate(merged)
-            return
-        result = schema(merged)
-        if isinstance(result, Awaitable):
-            raise FatalError("search attribute validators must be synchronous")
-        if isinstance(result, str) and result:
-            raise ValueError(result)
-    except FatalError:
-        raise
-    except Exception as exc:
-        raise FatalError(
-            f"workflow {workflow.name!r}: invalid search attributes {sorted(merged)}: {exc}",
-            code="invalid_search_attributes",
-        ) from exc
 
 
 _ = StepCheckpoint  # re-exported type used in annotations elsewhere

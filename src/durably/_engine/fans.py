@@ -25,7 +25,7 @@ from durably._core.errors import (
     WorkflowSuspended,
     _ControlFlow,
 )
-from durably._core.models import ChildWait, JSONValue, SignalWaiter, StepCheckpoint
+from durably._core.models import ChildWait, JSONValue, SignalWaiter, StepCheckpoint, replace
 from durably._engine import children
 from durably._engine.execution import Execution, ReplayNow
 from durably._engine.host import RunHost
@@ -390,17 +390,12 @@ async def _launch_chunk(
         if i < 0:
             continue
         token = f"child:{child_id}"
-        hit = await ex.store.take_buffered_signal(token)
+        # Taken with the member's waiter in the checkpoint's transaction (a crash between
+        # two statements would lose the completion), unless a delivery has the waiter.
+        row = ex.instant(first + i, f"signal:{token}", "signal", parallel_group=group)
+        hit = await ex.store.take_buffered_signal_into(token, row, waiting=True)
         if hit is not None:
-            waiter = SignalWaiter(
-                token=token, run_id=ex.run_id, seq=first + i, parallel_group=group
-            )
-            await ex.store.remove_signal_waiter(waiter)
-            await ex.save(
-                ex.instant(
-                    first + i, f"signal:{token}", "signal", output=hit.payload, parallel_group=group
-                )
-            )
+            ex.snapshot[row.seq] = replace(row, output=hit.payload)
 
 
 async def _await_members(

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from durably._core.models import BufferedEvent
-from durably._engine.ctx import event_matches, event_token_prefix, match_of_token
+from durably._engine.event_tokens import event_matches, event_token_prefix, match_of_token
 from durably._engine.triggers import (
     EventStart,
     plan_subscribers,

@@ -16,6 +16,7 @@ from durably._core.durations import (
     to_ms,
     to_ms_or_none,
 )
+from durably._core.errors import FatalError
 from durably._core.models import StepError
 from durably._core.quota import Concurrency, Singleton
 from durably._core.triggers import (
@@ -519,3 +520,34 @@ class Registry:
 
 DEFAULT_REGISTRY = Registry()
 """Everything decorated in imported modules; an Engine without explicit lists uses it."""
+
+
+def validate_attributes(workflow: Workflow[Any, Any], merged: dict[str, Any]) -> None:
+    """Check a run's search attributes (`ctx.upsert_search_attributes`): plain scalars, and
+    the workflow's `search_attributes` schema when it declares one; `FatalError` if not."""
+    for key, value in merged.items():
+        if not isinstance(value, str | int | float | bool) or value is None:
+            raise FatalError(
+                f"workflow {workflow.name!r}: search attribute {key!r} must be a str, int, "
+                f"float or bool, not {type(value).__name__}",
+                code="invalid_search_attributes",
+            )
+    schema = workflow.search_attributes_schema
+    if schema is None:
+        return
+    try:
+        if hasattr(schema, "model_validate"):
+            schema.model_validate(merged)
+            return
+        result = schema(merged)
+        if isinstance(result, Awaitable):
+            raise FatalError("search attribute validators must be synchronous")
+        if isinstance(result, str) and result:
+            raise ValueError(result)
+    except FatalError:
+        raise
+    except Exception as exc:
+        raise FatalError(
+            f"workflow {workflow.name!r}: invalid search attributes {sorted(merged)}: {exc}",
+            code="invalid_search_attributes",
+        ) from exc

@@ -336,16 +336,15 @@ async def _wait_signal(
     store: StateStore, run: WorkflowRun, cmd: WaitSignalCommand, at: datetime
 ) -> None:
     waiter = SignalWaiter(token=cmd.signal, run_id=run.id, seq=cmd.seq)
-    hit = await store.take_buffered_signal(cmd.signal)
-    if hit is None:
+    # A buffered signal leaves the buffer in the write of the wait's checkpoint (one
+    # transaction): a crash between two statements would lose it.
+    row = delivered_signal(waiter, None, at)
+    if await store.take_buffered_signal_into(cmd.signal, row) is None:
         await store.put_signal_waiter(waiter)
-        # Check, register, check again: a signal buffered between the first look and the
-        # waiter's insert would otherwise wait in the buffer forever.
-        hit = await store.take_buffered_signal(cmd.signal)
-        if hit is None:
-            return
-        await store.remove_signal_waiter(waiter)  # ours only (token, run and seq)
-    await store.save_checkpoint(delivered_signal(waiter, hit.payload, at))
+        # Check, register, check again (taking our waiter too, unless a sender has it): a
+        # signal buffered between the first look and the waiter's insert would otherwise
+        # wait in the buffer forever.
+        await store.take_buffered_signal_into(cmd.signal, row, waiting=True)
 
 
 def _child_placeholder(waiter: SignalWaiter, at: datetime) -> StepCheckpoint:

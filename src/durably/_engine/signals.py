@@ -78,8 +78,10 @@ class CompletionMailbox(Protocol):
 
 
 class SignalRoute(Protocol):
-    """What delivering or buffering a signal needs: the store, the buffer's bounds, and a
-    way to write the delivery and wake the run (an `Engine`, or a client's `ControlPlane`)."""
+    """What delivering or buffering a signal needs: the store, the buffer's bounds, the
+    clock of delivery times, a way to write a delivery and wake the run (`deliver`) and to
+    wake a run whose delivery is written (`redrive`): the engine's `Deliveries`, or a
+    client's `ControlPlane`."""
 
     @property
     def store(self) -> StateStore: ...
@@ -87,7 +89,12 @@ class SignalRoute(Protocol):
     @property
     def signal_buffer(self) -> BufferBounds: ...
 
+    @property
+    def clock(self) -> Callable[[], int]: ...
+
     async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> None: ...
+
+    async def redrive(self, run_id: str, cp: StepCheckpoint | None = None) -> None: ...
 
 
 def check_external_token(token: object) -> str:
@@ -111,29 +118,32 @@ async def signal(
     want_result: bool = False,
     buffer: BufferMode = "durable",
 ) -> RunResult | None:
-    """Take the waiter and deliver; else buffer (per `buffer`), then
-    re-take the waiter (a wait that registered meanwhile) and hand it the buffered payload."""
+    """Deliver to the waiter; else buffer (per `buffer`), then hand the oldest buffered
+    payload to a wait that registered meanwhile, and wake the run delivered to.
+
+    Each delivery takes the waiter (and the buffered row) in the transaction that writes the
+    checkpoint: taken in one statement and written in the next, a crash in between would
+    leave the run waiting for a delivery nobody makes any more (and lose a buffered
+    payload). The wake-up is not part of it: a lost one is made up by the run's re-check."""
     store = route.store
     payload = PLAIN.to_json(payload)
-    waiter = await store.take_signal_waiter(token)
-    if waiter is None:
+    at = utc_from_ms(route.clock())
+    written = await store.deliver_signals([(token, payload)], at)
+    cp = written[0] if written else None
+    if cp is None:
         if buffer == "none":
             return None
         if buffer == "bounded":
             await buffer_bounded(route, token, payload)
         else:
             await store.buffer_signal(token, payload)
-        waiter = await store.take_signal_waiter(token)
-        if waiter is None:
-            return None
-        hit = await store.take_buffered_signal(token)
-        if hit is None:
-            return None  # the waiting side consumed it itself
-        payload = hit.payload
-    await route.deliver(waiter, payload)
+        cp = await store.deliver_buffered_signal(token, at)
+        if cp is None:
+            return None  # nobody waits yet, or the waiting side consumed it itself
+    await route.redrive(cp.run_id, cp)
     if not want_result:
         return None
-    run = await store.get_run(waiter.run_id)
+    run = await store.get_run(cp.run_id)
     return RunResult(run.id, run.status, run.output, run.error) if run else None
 
 
@@ -205,6 +215,10 @@ class Deliveries:
     @property
     def signal_buffer(self) -> BufferBounds:
         return self._signal_buffer
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        return self._clock
 
     async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> None:
         """Write the instant `signal:<token>` checkpoint at the waiter's seq, then wake the

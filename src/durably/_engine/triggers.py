@@ -87,7 +87,8 @@ from durably._core.triggers import (
     key_of,
 )
 from durably._engine.control import UNPINNED_VERSION, ControlPlane
-from durably._engine.ctx import WorkflowCtx, event_matches
+from durably._engine.ctx import WorkflowCtx
+from durably._engine.event_tokens import event_matches
 from durably._engine.execution import StoreFailure
 from durably._engine.registry import Workflow
 from durably._engine.signals import SignalRoute, signal

@@ -1,12 +1,14 @@
 """Buffered signals of the in-memory reference store, with their expiry and caps.
 
-The contract is written on `durably._store.protocol.StateStore`. Every method body runs
-without an `await`, so the cap check and the insert of `buffer_signal_bounded` are one atomic
-step here: the caps are exact. Times are epoch ms of the store's clock.
+The contract is written on `durably._store.protocol.StateStore`. No method body suspends
+(the only `await`, of `save_checkpoint`, never yields), so the cap check and the insert of
+`buffer_signal_bounded`, and a take together with the checkpoint it becomes, are each one
+atomic step here: the caps are exact. Times are epoch ms of the store's clock.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import deque
 from collections.abc import Callable
@@ -16,7 +18,15 @@ from typing import TYPE_CHECKING
 
 from durably._core import jsonutil
 from durably._core.buffered_signals import BufferedSignalInfo, BufferScope
-from durably._core.models import BufferedSignal, JSONValue, ms_from_utc, utc_from_ms
+from durably._core.models import (
+    BufferedSignal,
+    JSONValue,
+    SignalWaiter,
+    StepCheckpoint,
+    delivered_signal,
+    ms_from_utc,
+    utc_from_ms,
+)
 from durably._core.tokens import token_namespace
 
 
@@ -47,8 +57,12 @@ class MemorySignalBuffer:
 
     if TYPE_CHECKING:
         _clock: Callable[[], datetime]
+        _checkpoints: dict[str, dict[int, StepCheckpoint]]
+        _waiters: dict[str, SignalWaiter]
 
         def _tick(self) -> None: ...
+
+        async def save_checkpoint(self, cp: StepCheckpoint) -> None: ...
 
     def _init_signal_buffer(self) -> None:
         # token -> FIFO of rows; namespace -> tokens with rows (for the namespace cap)
@@ -97,20 +111,68 @@ class MemorySignalBuffer:
         self._append_signal(token, payload, now, now + ttl_ms)
         return None
 
+    def _oldest_live(self, token: str) -> int | None:
+        """The index of the token's OLDEST unexpired row (expired rows are skipped and left
+        for a purge)."""
+        now = self._now_ms()
+        for index, row in enumerate(self._signals.get(token, ())):
+            if row.live(now):
+                return index
+        return None
+
+    def _remove_signal(self, token: str, index: int) -> JSONValue:
+        queue = self._signals[token]
+        payload = queue[index].payload
+        del queue[index]
+        self._drop_token_if_empty(token)
+        return payload
+
     async def take_buffered_signal(self, token: str) -> BufferedSignal | None:
         """Removes and returns the OLDEST unexpired payload for `token`; a NULL payload is
         still a hit; an expired row is skipped (and left for a purge)."""
         self._tick()
-        queue = self._signals.get(token)
-        if not queue:
+        index = self._oldest_live(token)
+        if index is None:
             return None
-        now = self._now_ms()
-        for index, row in enumerate(queue):
-            if row.live(now):
-                del queue[index]
-                self._drop_token_if_empty(token)
-                return BufferedSignal(payload=row.payload)
-        return None
+        return BufferedSignal(payload=self._remove_signal(token, index))
+
+    async def take_buffered_signal_into(
+        self, token: str, cp: StepCheckpoint, *, waiting: bool = False
+    ) -> BufferedSignal | None:
+        """The oldest live row of `token` becomes `cp`'s output, in one step (nothing here
+        suspends: the awaited `save_checkpoint` never yields). The checkpoint is written
+        first because it is the part that can refuse (a payload that is not strict JSON)."""
+        self._tick()
+        held = self._waiters.get(token)
+        ours = held is not None and (held.run_id, held.seq) == (cp.run_id, cp.seq)
+        if waiting and not ours:
+            return None  # a sender took our waiter: its delivery is on the way
+        current = self._checkpoints.get(cp.run_id, {}).get(cp.seq)
+        if current is not None and current.status == "completed":
+            return None
+        index = self._oldest_live(token)
+        if index is None:
+            return None
+        payload = self._signals[token][index].payload
+        await self.save_checkpoint(dataclasses.replace(cp, output=payload))
+        self._remove_signal(token, index)
+        if ours:
+            del self._waiters[token]
+        return BufferedSignal(payload=payload)
+
+    async def deliver_buffered_signal(self, token: str, at: datetime) -> StepCheckpoint | None:
+        """The token's waiter and its oldest live row, taken together into the waiter's
+        checkpoint (one step, as above)."""
+        self._tick()
+        waiter = self._waiters.get(token)
+        index = self._oldest_live(token)
+        if waiter is None or index is None:
+            return None
+        cp = delivered_signal(waiter, self._signals[token][index].payload, at)
+        await self.save_checkpoint(cp)
+        self._remove_signal(token, index)
+        del self._waiters[token]
+        return cp
 
     def _matching(self, prefix: str | None) -> list[_Buffered]:
         rows = [

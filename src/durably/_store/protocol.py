@@ -184,6 +184,19 @@ class StateStore(Protocol):
       token or namespace at the same instant can exceed a cap by at most N - 1.
     - `take_buffered_signal(token)`: the oldest UNEXPIRED row of the token; an expired row is
       never returned (it waits for a purge).
+    - `take_buffered_signal_into(token, cp, waiting=False)`: a wait consuming a buffered
+      signal. In ONE transaction take the oldest unexpired row of `token`, save `cp` with the
+      row's payload as its output and remove the waiter row of `token` that points at cp's
+      `(run_id, seq)` if there is one; return the row. None, and nothing written, when the
+      token has no live row, when the row at cp's `(run_id, seq)` is already `completed` (a
+      delivery got there first), or with `waiting=True` when that waiter row is gone (a
+      sender took it and is delivering to it). Two statements instead would lose the signal
+      to a crash between them: the row deleted, no checkpoint holding its payload.
+    - `deliver_buffered_signal(token, at)`: a sender that buffered a signal and then finds a
+      waiter. In ONE transaction, when `token` has both a waiter and a live row, take both
+      and write the waiter's `signal:<token>` checkpoint (`delivered_signal(waiter, payload,
+      at)`) with the oldest row's payload; returns that checkpoint. None, and nothing
+      changed, when either is missing.
     - `list_buffered_signals(prefix=, limit=, offset=)`: `BufferedSignalInfo` rows (token,
       payload size, times — never the payload), tokens starting with `prefix` (exact,
       case-sensitive; None = all), oldest first, expired ones included.
@@ -310,6 +323,10 @@ class StateStore(Protocol):
     # --- buffered signals and events
     async def buffer_signal(self, token: str, payload: Payload) -> None: ...
     async def take_buffered_signal(self, token: str) -> BufferedSignal | None: ...
+    async def take_buffered_signal_into(
+        self, token: str, cp: StepCheckpoint, *, waiting: bool = False
+    ) -> BufferedSignal | None: ...
+    async def deliver_buffered_signal(self, token: str, at: datetime) -> StepCheckpoint | None: ...
     async def buffer_signal_bounded(
         self, token: str, payload: Payload, *, ttl_ms: int, per_token: int, per_namespace: int
     ) -> BufferScope | None: ...

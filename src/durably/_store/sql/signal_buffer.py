@@ -9,11 +9,19 @@ written on `durably._store.protocol.StateStore`).
   most N - 1 — bounded by the number of concurrent senders, never unbounded growth.
 - Expiry is judged by the store's clock (`:now` binds), like every other time it writes.
 - Listing returns the payload's size in bytes, never the payload.
+- A buffered signal consumed by a wait (`take_buffered_signal_into`) or handed by a sender to
+  a waiter (`deliver_buffered_signal`) leaves the buffer in the transaction that writes the
+  checkpoint holding its payload: a crash between two statements would lose it. Each first
+  looks with one point read, so the common miss costs no transaction. On PostgreSQL the
+  waiter row of the token is locked first (`FOR UPDATE`), then the checkpoint row, in the
+  order `deliver_signals` takes them: concurrent deliveries to one wait queue behind each
+  other and the later finds the waiter gone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,10 +29,16 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam
 
 from durably._core.buffered_signals import BufferedSignalInfo, BufferScope
-from durably._core.models import BufferedSignal, JSONValue, utc_from_ms
+from durably._core.models import (
+    BufferedSignal,
+    JSONValue,
+    StepCheckpoint,
+    delivered_signal,
+    utc_from_ms,
+)
 from durably._core.tokens import token_namespace
 from durably._store.sql import rows as _rows
-from durably._store.sql.schema import buffered_signals
+from durably._store.sql.schema import buffered_signals, checkpoints, waiters
 
 if TYPE_CHECKING:
     from durably._store.sql.connection import Connector, Session
@@ -35,6 +49,7 @@ _bs = buffered_signals.c
 _TABLE = buffered_signals.name
 _NAMESPACE_CHILD = "child"  # the engine's own completion records keep no expiry
 _MIGRATION_TTL_MS = 24 * 3_600_000
+_MISS = object()  # no live row was taken (a row's payload may itself be NULL: None)
 
 
 # ------------------------------------------------------------------ migration 3 (frozen)
@@ -121,8 +136,8 @@ def _live_count_below(
 class SignalBufferStatements:
     """Builds the prebuilt statements of the signal buffer; `Statements` keeps them (as
     `buffer_signal`, `buffer_signal_bounded`, `count_token_signals`, `oldest_signal`,
-    `delete_signal`, `take_signal`) and registers them with the connector, so SQLite runs
-    each in one call and PostgreSQL prepares it once."""
+    `delete_signal`, `take_signal`, `lock_waiter`, `lock_cp_status`) and registers them
+    with the connector, so SQLite runs each in one call and PostgreSQL prepares it once."""
 
     def __init__(self, dialect: SqlDialect) -> None:
         now = bindparam("now", type_=sa.BigInteger)
@@ -158,6 +173,22 @@ class SignalBufferStatements:
             .limit(1)
         )
         self.delete_by_id = sa.delete(buffered_signals).where(_bs.id == bindparam("id"))
+        # The rows a consumption changes besides the buffered one, locked in this order
+        # (PostgreSQL; SQLite runs one writer at a time): the token's waiter, then the
+        # checkpoint at the wait's seq.
+        w, c = waiters.c, checkpoints.c
+        lock_waiter = sa.select(w.token, w.run_id, w.seq, w.parallel_group).where(
+            w.token == bindparam("token", type_=sa.Text)
+        )
+        cp_status = sa.select(c.status).where(
+            c.run_id == bindparam("run_id", type_=sa.Text),
+            c.seq == bindparam("seq", type_=sa.Integer),
+        )
+        if not dialect.is_sqlite:
+            lock_waiter = lock_waiter.with_for_update()
+            cp_status = cp_status.with_for_update()
+        self.lock_waiter = lock_waiter
+        self.cp_status = cp_status
         if dialect.supports_returning:
             if not dialect.is_sqlite:
                 # Two concurrent takers get two different rows instead of one of them
@@ -257,12 +288,71 @@ class SqlSignalBuffer:
             return BufferedSignal(payload=_rows.json_from_sql(row[0])) if row is not None else None
 
         async def work(s: Session) -> BufferedSignal | None:
-            found = await self._fetch(s, self._q.oldest_signal, params)
-            if not found:
+            text = await self._take_signal_text(s, params)
+            return None if text is _MISS else BufferedSignal(payload=_rows.json_from_sql(text))
+
+        return await self._cx.write(work, tx=True)
+
+    async def _take_signal_text(self, s: Session, params: dict[str, Any]) -> Any:
+        """Inside a transaction: delete the oldest live row of `params["token"]` and return
+        its payload as stored (JSON text, or None for a NULL payload); `_MISS` when none."""
+        if self._q.take_signal is not None:
+            found = await self._fetch(s, self._q.take_signal, params)
+            return found[0][0] if found else _MISS
+        found = await self._fetch(s, self._q.oldest_signal, params)
+        if not found:
+            return _MISS
+        signal_id, text = found[0]
+        await self._run(s, self._q.delete_signal, {"id": signal_id})
+        return text
+
+    async def take_buffered_signal_into(
+        self, token: str, cp: StepCheckpoint, *, waiting: bool = False
+    ) -> BufferedSignal | None:
+        """The oldest live row of `token` becomes `cp`'s output in ONE transaction (the
+        contract: `StateStore`). The stored payload text is copied as is."""
+        probe = {"token": token, "now": self._now_ms()}
+        if not await self._read_all(self._q.oldest_signal, probe, point=True):
+            return None  # the common miss: one read, no transaction
+        row = _rows.checkpoint_to_sql(cp)  # a payload that cannot be stored fails here
+        key = {"run_id": cp.run_id, "seq": cp.seq}
+
+        async def work(s: Session) -> BufferedSignal | None:
+            held = await self._fetch(s, self._q.lock_waiter, {"token": token})
+            ours = bool(held) and (held[0][1], held[0][2]) == (cp.run_id, cp.seq)
+            if waiting and not ours:
+                return None  # a sender took our waiter: its delivery is on the way
+            status = await self._fetch(s, self._q.lock_cp_status, key)
+            if status and status[0][0] == "completed":
                 return None
-            signal_id, payload = found[0]
-            await self._run(s, self._q.delete_signal, {"id": signal_id})
-            return BufferedSignal(payload=_rows.json_from_sql(payload))
+            text = await self._take_signal_text(s, probe)
+            if text is _MISS:
+                return None
+            if ours:
+                await self._run(s, self._q.remove_waiter, {"token": token, **key})
+            await self._run(s, self._q.save_cp, {**row, "output": text})
+            return BufferedSignal(payload=_rows.json_from_sql(text))
+
+        return await self._cx.write(work, tx=True)
+
+    async def deliver_buffered_signal(self, token: str, at: datetime) -> StepCheckpoint | None:
+        """The token's waiter and its oldest live row, taken together into the waiter's
+        checkpoint in ONE transaction (the contract: `StateStore`)."""
+        params = {"token": token}
+        if not await self._read_all(self._q.get_waiter, params, point=True):
+            return None  # the common case, nobody waits: one read, no transaction
+
+        async def work(s: Session) -> StepCheckpoint | None:
+            held = await self._fetch(s, self._q.lock_waiter, params)
+            if not held:
+                return None
+            text = await self._take_signal_text(s, {"token": token, "now": self._now_ms()})
+            if text is _MISS:
+                return None
+            await self._run(s, self._q.delete_waiter, params)
+            cp = delivered_signal(_rows.waiter_from_row(held[0]), None, at)
+            await self._run(s, self._q.save_cp, {**_rows.checkpoint_to_sql(cp), "output": text})
+            return replace(cp, output=_rows.json_from_sql(text))
 
         return await self._cx.write(work, tx=True)
 

@@ -185,6 +185,8 @@ class Statements:
         self.oldest_signal = sb.oldest
         self.delete_signal = sb.delete_by_id
         self.take_signal = sb.take
+        self.lock_waiter = sb.lock_waiter
+        self.lock_cp_status = sb.cp_status
         be = buffered_events.c
         self.buffer_event = sa.insert(buffered_events)
         self.list_events = (
