@@ -26,8 +26,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,7 @@ import pytest
 
 import durably
 from durably._store.sql import SqlStateStore
-from tests.pg_support import fresh_schema, require_pg, schema_url
+from tests.faults.kill_support import kill, store_url
 
 APP = Path(__file__).with_name("signal_buffer_app.py")
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -61,7 +59,7 @@ async def _line(proc: subprocess.Popen[str], expected: str) -> None:
     assert proc.stdout is not None
     line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=60)
     if line.strip() != expected:
-        _kill(proc)
+        kill(proc)
         _, err = proc.communicate(timeout=10)
         pytest.fail(f"expected {expected!r} from the process, got {line!r}\n{err}")
 
@@ -70,28 +68,12 @@ async def _killed_itself(proc: subprocess.Popen[str]) -> None:
     try:
         await asyncio.wait_for(asyncio.to_thread(proc.wait), timeout=60)
     except TimeoutError:
-        _kill(proc)
+        kill(proc)
         _, err = proc.communicate(timeout=10)
         pytest.fail(f"the process never reached its kill point\n{err}")
     if proc.returncode != -signal.SIGKILL:
         _, err = proc.communicate(timeout=10)
         pytest.fail(f"the process ended with {proc.returncode}, not SIGKILL\n{err}")
-
-
-def _kill(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
-
-
-@asynccontextmanager
-async def _store(kind: str, tmp_path: Path) -> AsyncIterator[str]:
-    if kind == "sqlite":
-        yield f"sqlite:///{tmp_path / 'sigbuf.db'}"
-        return
-    await require_pg()
-    async with fresh_schema(create=False) as schema:
-        yield schema_url(schema)
 
 
 async def _where_is_the_signal(store: SqlStateStore, token: str, run_id: str) -> dict[str, Any]:
@@ -126,7 +108,7 @@ async def test_sigkill_while_a_wait_takes_a_buffered_signal_delivers_it_once(
     tmp_path: Path, store_kind: str, die: str
 ) -> None:
     token, run_id = f"sigbuf:{uuid.uuid4().hex[:8]}", f"sigbuf-{uuid.uuid4().hex[:8]}"
-    async with _store(store_kind, tmp_path) as url:
+    async with store_url(store_kind, tmp_path, "sigbuf") as url:
         client = durably.Client(url)
         inspect = SqlStateStore.from_url(url)
         try:
@@ -136,7 +118,7 @@ async def test_sigkill_while_a_wait_takes_a_buffered_signal_delivers_it_once(
             try:
                 await _killed_itself(first)
             finally:
-                _kill(first)
+                kill(first)
             where = await _where_is_the_signal(inspect, token, run_id)
             if die == "before-take":
                 assert where == {"buffered": 1, "delivered": [], "waiting": []}, where
@@ -149,7 +131,7 @@ async def test_sigkill_while_a_wait_takes_a_buffered_signal_delivers_it_once(
                 await _line(second, "STARTED")
                 output = await _result(client, run_id)
             finally:
-                _kill(second)
+                kill(second)
             assert output == [PAYLOAD, None]  # received once, and only once
             assert await inspect.count_buffered_signals(prefix=token) == 0
         finally:
@@ -163,7 +145,7 @@ async def test_sigkill_of_a_sender_that_took_the_waiter_loses_no_delivery(
     tmp_path: Path, store_kind: str
 ) -> None:
     token, run_id = f"sigbuf:{uuid.uuid4().hex[:8]}", f"sigbuf-{uuid.uuid4().hex[:8]}"
-    async with _store(store_kind, tmp_path) as url:
+    async with store_url(store_kind, tmp_path, "sigbuf") as url:
         client = durably.Client(url)
         inspect = SqlStateStore.from_url(url)
         engine = _spawn(url, "wait", token, run_id, SIGBUF_INSTANCE="sb-engine")
@@ -178,7 +160,7 @@ async def test_sigkill_of_a_sender_that_took_the_waiter_loses_no_delivery(
             try:
                 await _killed_itself(sender)
             finally:
-                _kill(sender)
+                kill(sender)
             where = await _where_is_the_signal(inspect, token, run_id)
             # The waiter left in the transaction that wrote the delivery.
             assert where == {"buffered": 0, "delivered": [PAYLOAD], "waiting": []}, where
@@ -187,6 +169,6 @@ async def test_sigkill_of_a_sender_that_took_the_waiter_loses_no_delivery(
             assert output == [PAYLOAD, None]
             assert engine.poll() is None  # the engine itself was never killed
         finally:
-            _kill(engine)
+            kill(engine)
             await inspect.close()
             await client.close()

@@ -47,8 +47,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -56,7 +54,7 @@ import pytest
 import durably
 from durably import WorkflowRun
 from durably._core.triggers import BATCH_WORKFLOW, DEBOUNCE_WORKFLOW
-from tests.pg_support import fresh_schema, require_pg, schema_url
+from tests.faults.kill_support import kill, store_url
 
 TARGETS = ("batched", "debounced", "keyed_batched", "keyed_debounced")
 KEYS = {"k0": 0, "k1": 1}  # the keyed workflows' key of event n: f"k{n % 2}"
@@ -96,22 +94,6 @@ async def _published(proc: subprocess.Popen[str]) -> None:
         pytest.fail(f"the engine process did not publish: {line!r}\n{err}")
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
-
-
-@asynccontextmanager
-async def _store(kind: str, tmp_path: Path) -> AsyncIterator[str]:
-    if kind == "sqlite":
-        yield f"sqlite:///{tmp_path / 'triggers.db'}"
-        return
-    await require_pg()
-    async with fresh_schema(create=False) as schema:
-        yield schema_url(schema)
-
-
 async def _runs(client: durably.Client, workflow: str) -> list[WorkflowRun]:
     runs = await client.list_runs(workflow=workflow)
     return sorted(runs, key=lambda r: (r.created_at, r.id))
@@ -149,7 +131,7 @@ async def test_sigkill_between_the_events_and_the_flush_delivers_each_event_once
     tmp_path: Path, store_kind: str, scenario: str
 ) -> None:
     prefix = f"kill-{uuid.uuid4().hex[:8]}"
-    async with _store(store_kind, tmp_path) as store:
+    async with store_url(store_kind, tmp_path, "triggers") as store:
         dies = scenario in ("in-flush", "in-close")
         first = _spawn(
             store,
@@ -166,7 +148,7 @@ async def test_sigkill_between_the_events_and_the_flush_delivers_each_event_once
                 await asyncio.wait_for(asyncio.to_thread(first.wait), timeout=60)
                 assert first.returncode == -signal.SIGKILL, first.returncode
         finally:
-            _kill(first)
+            kill(first)
         client = durably.Client(store)
         try:
             started = [r for t in TARGETS for r in await _runs(client, f"{prefix}.{t}")]
@@ -200,7 +182,7 @@ async def test_sigkill_between_the_events_and_the_flush_delivers_each_event_once
                     *await client.list_runs(workflow=DEBOUNCE_WORKFLOW),
                 ]
             finally:
-                _kill(second)
+                kill(second)
         finally:
             await client.close()
 

@@ -110,18 +110,7 @@ async def run_step(
         )
     attempt = 1
     if cp is not None and cp.status == "failed":
-        err = cp.error or StepError(message="step failed")
-        if err.retryable is False or cp.attempts >= policy.max_attempts:
-            raise RemoteStepError(err)
-        wake = cp.wake_at
-        if wake is None:
-            # Stamp the retry deadline once, so it is crash-stable.
-            wake = ex.now() + policy.delay_ms(max(1, cp.attempts))
-            cp = replace(cp, wake_at=wake)
-            await ex.save(cp)
-        if ex.now() < wake:
-            await ex.wait(None, wake)
-        attempt = cp.attempts + 1
+        attempt = await _after_failed_attempt(ex, cp, policy)
     elif cp is not None:
         attempt = max(1, cp.attempts)  # a dispatch that never settled: run it again
     while True:
@@ -230,18 +219,7 @@ async def _run_remote(
         if cp is not None and cp.status == "completed":
             return cp.output
         if cp is not None and cp.status == "failed":
-            err = cp.error or StepError(message="step failed")
-            if err.retryable is False or cp.attempts >= policy.max_attempts:
-                raise RemoteStepError(err)
-            wake = cp.wake_at
-            if wake is None:
-                # Stamp the retry deadline once, so it is crash-stable.
-                wake = ex.now() + policy.delay_ms(max(1, cp.attempts))
-                cp = replace(cp, wake_at=wake)
-                await ex.save(cp)
-            if ex.now() < wake:
-                await ex.wait(None, wake)
-            attempt = cp.attempts + 1
+            attempt = await _after_failed_attempt(ex, cp, policy)
             cp = None
         if cp is not None:
             # Dispatched (by this turn or an earlier one): wait for its result.
@@ -328,6 +306,22 @@ async def _fail_pending(ex: Execution, cp: StepCheckpoint, error: StepError) -> 
         return failed
     ex.snapshot[cp.seq] = fresh
     return fresh
+
+
+async def _after_failed_attempt(ex: Execution, cp: StepCheckpoint, policy: RetryPolicy) -> int:
+    """A recorded failed attempt of a step: its error when it was the last one the policy
+    allows (or not retryable), else the wait for its retry time — stamped on the row the
+    first time, so a crash does not move it — and the number of the next attempt."""
+    err = cp.error or StepError(message="step failed")
+    if err.retryable is False or cp.attempts >= policy.max_attempts:
+        raise RemoteStepError(err)
+    wake = cp.wake_at
+    if wake is None:
+        wake = ex.now() + policy.delay_ms(max(1, cp.attempts))
+        await ex.save(replace(cp, wake_at=wake))
+    if ex.now() < wake:
+        await ex.wait(None, wake)
+    return cp.attempts + 1
 
 
 async def run_local(
