@@ -213,3 +213,48 @@ async def test_a_fan_of_remote_steps(engine_factory: EngineFactory, uid: str) ->
         rows = await engine.list_checkpoints(f"{uid}-r")
     assert total == sum(i * i for i in range(n))
     assert len(rows) == n and all(r.status == "completed" and r.kind == "remote" for r in rows)
+
+
+async def test_a_short_remote_wait_writes_no_status_and_a_long_one_is_suspended(
+    engine_factory: EngineFactory, uid: str
+) -> None:
+    """A wait for a step in flight leaves the run `running` (no status write for a round trip
+    of a few ms); one that outlives the grace is written `suspended`, and `running` again
+    once the result lands; either way the run completes with the results."""
+    gate = asyncio.Event()
+
+    @durably.step(f"{uid}:quick")
+    async def quick(x: int) -> int:
+        return x + 1
+
+    @durably.step(f"{uid}:slow")
+    async def slow(x: int) -> int:
+        await gate.wait()
+        return x * 10
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx, x: int) -> int:
+        return await ctx.step(slow, await ctx.step(quick, x))
+
+    seen: list[str] = []
+
+    def on_event(event: durably.EngineEvent) -> None:
+        if event.type == "run.suspended":
+            seen.append(event.type)
+
+    async with engine_factory(transport=InMemoryTransport(), steps=[quick, slow]) as engine:
+        engine.subscribe(on_event)
+        handle = await engine.start(wf, 1, run_id=f"{uid}-r")
+
+        async def status() -> str:
+            run = await engine.get_run(handle.run_id)
+            return run.status if run is not None else "missing"
+
+        async with asyncio.timeout(RESULT_TIMEOUT):
+            while await status() != "suspended":  # noqa: ASYNC110 - polls the store
+                await asyncio.sleep(0.02)
+        gate.set()
+        assert await handle.result(timeout=RESULT_TIMEOUT) == 20
+    if not engine_factory.replay:
+        # Resident: the quick step's wait wrote nothing; the slow one's wait, once.
+        assert seen == ["run.suspended"]
