@@ -20,8 +20,7 @@ from durably._core.models import now_utc
 from durably._core.quota import SINGLETON_ADMITTED_TAG, StartGate
 from durably._store.codec import wrap_store
 from durably._store.protocol import StateStore
-from durably._store.sql import SqlStateStore
-from tests.pg_support import fresh_schema, schema_url
+from tests.sql.conftest import open_store
 
 T0 = now_utc()
 
@@ -42,21 +41,8 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         made: StateStore = InMemoryStateStore()
         yield made if request.param == "memory" else wrap_store(made, _Rot13())
         return
-    if request.param == "sqlite":
-        sql = SqlStateStore.from_url(f"sqlite:///{tmp_path / 'q.db'}")
-        await sql.ensure_schema()
-        try:
-            yield sql
-        finally:
-            await sql.close()
-        return
-    async with fresh_schema(create=False) as schema:
-        sql = SqlStateStore.from_url(schema_url(schema))
-        await sql.ensure_schema()
-        try:
-            yield sql
-        finally:
-            await sql.close()
+    async with open_store(str(request.param), tmp_path / "q.db") as sql:
+        yield sql
 
 
 def run(
