@@ -18,6 +18,7 @@ import pytest
 import durably
 from durably import Client, Engine, EngineEvent, WorkflowCtx
 from durably._core.models import WorkflowRun
+from durably._store.memory import InMemoryStateStore
 from durably._transport.memory import InMemoryTransport
 from tests.pg_support import fresh_schema, schema_url
 
@@ -157,6 +158,67 @@ async def test_runs_started_by_the_engine_itself_respect_max_concurrent_runs(
     # claim start in either order): the urgent one came with the oldest waiting one.
     assert sorted(order[2:4]) == ["n2", "urgent"], order
     assert sorted(order[4:]) == ["n3", "n4", "n5"], order
+
+
+class _HeldClaimStore(InMemoryStateStore):
+    """The reference store, whose first pick-up claim waits until the test lets it go: the
+    claim's room was counted before starts made meanwhile took it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claim_entered = asyncio.Event()
+        self.let_claim_go = asyncio.Event()
+
+    async def claim_pending_runs(
+        self,
+        owner: str,
+        lease_until_ms: int,
+        now_ms: int,
+        limit: int,
+        namespace: str | None = None,
+    ) -> list[WorkflowRun]:
+        if not self.claim_entered.is_set():
+            self.claim_entered.set()
+            await self.let_claim_go.wait()
+        return await super().claim_pending_runs(owner, lease_until_ms, now_ms, limit, namespace)
+
+
+async def test_a_claim_in_flight_while_starts_take_the_room_gives_back_the_surplus(
+    uid: str,
+) -> None:
+    """The boot pick-up counts two free slots and its claim is in flight; two starts made
+    meanwhile run at once (there was room), then the claim returns two more runs: they are
+    given back, not run as a third and fourth, and run when the slots free up."""
+    store = _HeldClaimStore()
+    gate = asyncio.Event()
+    running = [0, 0]  # now, most at once
+    order: list[str] = []
+
+    @durably.workflow(f"{uid}.job")
+    async def job(ctx: WorkflowCtx, label: str) -> str:
+        running[0] += 1
+        running[1] = max(running)
+        order.append(label)
+        await gate.wait()
+        running[0] -= 1
+        return label
+
+    async with Engine(store=store, workflows=[job], max_concurrent_runs=2, **FAST_TUNING) as engine:
+        await asyncio.wait_for(store.claim_entered.wait(), RESULT_TIMEOUT)
+        handles = [await engine.start(job, f"n{i}", run_id=f"{uid}-{i:02d}") for i in range(4)]
+        handles.append(await engine.start(job, "urgent", run_id=f"{uid}-99", priority=9))
+        await until(lambda: len(order) >= 2)
+        store.let_claim_go.set()  # returns "urgent" and "n2", with no room left for them
+        await asyncio.sleep(0.2)
+        assert sorted(order) == ["n0", "n1"]
+        assert running[1] == 2
+        given_back = await store.get_run(f"{uid}-99")
+        assert given_back is not None and given_back.status == "pending"
+        gate.set()
+        results = [await h.result(timeout=RESULT_TIMEOUT) for h in handles]
+    assert results == ["n0", "n1", "n2", "n3", "urgent"]
+    assert running[1] == 2
+    assert order[2] == "urgent", order
 
 
 # ------------------------------------------------------------------ carried priority

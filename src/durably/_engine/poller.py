@@ -160,9 +160,11 @@ class Poller:
             runs = await self._store.claim_pending_runs(
                 self._instance_id, now + self._options.lease_ms, now, batch, self._namespace
             )
-            for run in runs:
-                dispatcher.dispatch(run.id, claimed=run)
-            claimed += len(runs)
+            surplus = await self._dispatch_claimed(runs)
+            claimed += len(runs) - len(surplus)
+            if surplus:
+                self._backlogged = True
+                break
             if len(runs) < batch:
                 break
             await asyncio.sleep(0)  # let other engines (and our own turns) take their share
@@ -186,10 +188,32 @@ class Poller:
             runs = await self._store.claim_runs(
                 ids, self._instance_id, now + self._options.lease_ms, now
             )
-            for run in runs:
-                dispatcher.dispatch(run.id, claimed=run)
-            claimed += len(runs)
+            surplus = await self._dispatch_claimed(runs)
+            claimed += len(runs) - len(surplus)
+            if surplus:
+                backlog.extendleft(reversed(surplus))  # still ours to claim by id, first
+                self._backlogged = True
+                break
         return claimed
+
+    async def _dispatch_claimed(self, runs: list[WorkflowRun]) -> list[str]:
+        """Dispatch the runs a claim leased, as far as there is room now; the leases of the
+        rest are given back at once (they are pending again) and their ids returned.
+
+        The room was counted before the claim's round trip, and a start made here meanwhile
+        may have taken some of it (a start with room runs at once): dispatching everything
+        would then run more than `max_concurrent_runs`."""
+        dispatcher = self._dispatcher
+        surplus: list[str] = []
+        for run in runs:
+            # A run already being dispatched here is one more turn of it, not more load.
+            if dispatcher.holds(run.id) or self._room() > 0:
+                dispatcher.dispatch(run.id, claimed=run)
+            else:
+                surplus.append(run.id)
+        for run_id in surplus:
+            await self._store.release_run_lock(run_id)
+        return surplus
 
     # ------------------------------------------------------------------ recovery
 
