@@ -62,9 +62,7 @@ async def test_a_queue_of_two_never_has_more_than_two_of_twenty_steps_in_flight(
 
     @durably.workflow(f"{uid}.wf")
     async def wf(ctx: WorkflowCtx) -> list[str]:
-        return list(
-            await asyncio.gather(*(ctx.step(call, i, queue="api") for i in range(20)))
-        )
+        return list(await asyncio.gather(*(ctx.step(call, i, queue="api") for i in range(20))))
 
     async with engines(queues=[Queue("api", concurrency=2, retry=0.05)]) as engine:
         out = await engine.execute(wf, run_id=f"{uid}-r", timeout=RESULT_TIMEOUT)
@@ -341,9 +339,7 @@ async def _until(predicate: Any, timeout: float = 10) -> None:
             await asyncio.sleep(0.01)
 
 
-async def test_a_cancelled_run_gives_up_its_place_in_line(
-    engines: EngineFactory, uid: str
-) -> None:
+async def test_a_cancelled_run_gives_up_its_place_in_line(engines: EngineFactory, uid: str) -> None:
     gate = asyncio.Event()
     ran: list[str] = []
 

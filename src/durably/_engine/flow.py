@@ -322,9 +322,7 @@ class FlowControl:
             waiting.since = time.monotonic()
             waiting.nudged = False
             try:
-                answer = await self._backend.acquire(
-                    queue, holder, key=key, priority=call.priority
-                )
+                answer = await self._backend.acquire(queue, holder, key=key, priority=call.priority)
             except Exception as exc:
                 # Like a store failure: the turn ends unsettled and recovery resumes it.
                 raise StoreFailure(exc) from exc

@@ -114,9 +114,7 @@ class PgAdmission:
             self._channel = _channel_of(schema)
         return self._channel
 
-    async def acquire(
-        self, queue: Queue, holder: str, *, key: str, priority: int = 0
-    ) -> Admission:
+    async def acquire(self, queue: Queue, holder: str, *, key: str, priority: int = 0) -> Admission:
         self._listen_soon()
         params = {
             "queue": queue.name,

@@ -248,5 +248,3 @@ def migration_v5(dialect_name: str) -> list[str]:
     if dialect_name != "postgresql":
         return tables
     return [*tables, _ACQUIRE_FN.strip(), _RELEASE_FN.strip()]
-
-

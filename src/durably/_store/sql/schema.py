@@ -218,9 +218,7 @@ admission_slots = Table(
     Column("expires_at", BigInteger, nullable=False),
     PrimaryKeyConstraint("holder"),
 )
-Index(
-    "durable_admission_slots_queue_idx", admission_slots.c.queue, admission_slots.c.expires_at
-)
+Index("durable_admission_slots_queue_idx", admission_slots.c.queue, admission_slots.c.expires_at)
 Index("durable_admission_slots_owner_idx", admission_slots.c.owner)
 admission_waiters = Table(
     "durable_admission_waiters",
