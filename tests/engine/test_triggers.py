@@ -478,7 +478,12 @@ async def test_the_accumulators_cannot_be_started_or_signalled_from_outside(
 ) -> None:
     name = f"{uid}.evt"
     target = echo(uid, "debounced", on_event=[name], debounce="10s")
-    async with engine_factory(workflows=[target]) as engine:
+
+    @durably.workflow(f"{uid}.robber")
+    async def waits_for_event(ctx: durably.WorkflowCtx, event_name: str) -> Any:
+        return await ctx.wait_for_event(event_name)
+
+    async with engine_factory(workflows=[target, waits_for_event]) as engine:
         assert engine.registration(DEBOUNCE_WORKFLOW) is not None
         for workflow in (DEBOUNCE_WORKFLOW, BATCH_WORKFLOW):
             with pytest.raises(ValueError, match="belongs to the engine"):
@@ -496,6 +501,10 @@ async def test_the_accumulators_cannot_be_started_or_signalled_from_outside(
         client = durably.Client(engine.store)
         with pytest.raises(ValueError, match="belongs to the engine"):
             await client.start(BATCH_WORKFLOW, {"target": target.name})
+        # nor can a run wait on a chain's events: it would rob the accumulator of them
+        robber = await engine.start(waits_for_event, head, run_id=f"{uid}-robber")
+        with pytest.raises(durably.RunFailedError, match="reserved for the engine's event"):
+            await robber.result(timeout=10)
         with pytest.raises(ValueError, match="belongs to the engine"):
             await client.signal_with_start(DEBOUNCE_WORKFLOW, {}, run_id="x", token="t", payload=1)
 

@@ -15,7 +15,7 @@ the run receives it exactly once.
   so the live engine finds the delivery at its re-check (`reconcile_ms`).
 
 In both, the workflow waits a second time (for one second): a signal delivered twice would
-show up there.
+show up there. The same two tests run for named events (`ctx.wait_for_event`, `publish_event`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 import durably
+from durably._engine.event_tokens import event_token_prefix
 from durably._store.sql import SqlStateStore
 from tests.faults.kill_support import kill, store_url
 
@@ -164,6 +165,109 @@ async def test_sigkill_of_a_sender_that_took_the_waiter_loses_no_delivery(
             where = await _where_is_the_signal(inspect, token, run_id)
             # The waiter left in the transaction that wrote the delivery.
             assert where == {"buffered": 0, "delivered": [PAYLOAD], "waiting": []}, where
+
+            output = await _result(client, run_id)  # the engine's re-check finds it
+            assert output == [PAYLOAD, None]
+            assert engine.poll() is None  # the engine itself was never killed
+        finally:
+            kill(engine)
+            await inspect.close()
+            await client.close()
+
+
+# ------------------------------------------------------------------ named events
+#
+# The same two kill points for `ctx.wait_for_event` and `publish_event`: the old wait removed
+# the buffered event with one statement and wrote its checkpoint with the next, and the old
+# publisher took a waiter with one statement and wrote the delivery with the next.
+
+
+async def _where_is_the_event(store: SqlStateStore, name: str, run_id: str) -> dict[str, Any]:
+    prefix = event_token_prefix(name)
+    delivered = [
+        cp.output
+        for cp in await store.list_checkpoints(run_id)
+        if cp.name.startswith(f"signal:{prefix}") and cp.status == "completed"
+    ]
+    return {
+        "buffered": len(await store.list_buffered_events(name, 10)),
+        "delivered": delivered,
+        "waiting": len(await store.list_signal_waiters(prefix)),
+    }
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("die", ["before-take", "after-take"])
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
+async def test_sigkill_while_a_wait_takes_a_buffered_event_delivers_it_once(
+    tmp_path: Path, store_kind: str, die: str
+) -> None:
+    name, run_id = f"sigbuf.ev.{uuid.uuid4().hex[:8]}", f"sigbuf-{uuid.uuid4().hex[:8]}"
+    event_id = f"ev-{uuid.uuid4().hex[:8]}"
+    async with store_url(store_kind, tmp_path, "sigbuf") as url:
+        client = durably.Client(url)
+        inspect = SqlStateStore.from_url(url)
+        try:
+            async with durably.Engine(store=url, workflows=[], drive=False) as publisher:
+                # nobody waits yet: buffered
+                assert await publisher.publish_event(name, PAYLOAD, id=event_id) == 0
+            assert len(await inspect.list_buffered_events(name, 10)) == 1
+            first = _spawn(
+                url, "evwait", name, run_id, event_id, SIGBUF_DIE=die, SIGBUF_INSTANCE="sb-e"
+            )
+            try:
+                await _killed_itself(first)
+            finally:
+                kill(first)
+            where = await _where_is_the_event(inspect, name, run_id)
+            if die == "before-take":
+                # the wait registered its waiter, then died before it looked
+                assert where == {"buffered": 1, "delivered": [], "waiting": 1}, where
+            else:
+                # committed together: the event left the buffer into the wait's checkpoint
+                assert where == {"buffered": 0, "delivered": [PAYLOAD], "waiting": 0}, where
+
+            second = _spawn(url, "evwait", name, run_id, event_id, SIGBUF_INSTANCE="sb-e")
+            try:
+                await _line(second, "STARTED")
+                output = await _result(client, run_id)
+            finally:
+                kill(second)
+            assert output == [PAYLOAD, None]  # received once, and only once
+            assert await inspect.list_buffered_events(name, 10) == []
+        finally:
+            await inspect.close()
+            await client.close()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
+async def test_sigkill_of_a_publisher_that_took_the_waiter_loses_no_delivery(
+    tmp_path: Path, store_kind: str
+) -> None:
+    name, run_id = f"sigbuf.ev.{uuid.uuid4().hex[:8]}", f"sigbuf-{uuid.uuid4().hex[:8]}"
+    event_id = f"ev-{uuid.uuid4().hex[:8]}"
+    async with store_url(store_kind, tmp_path, "sigbuf") as url:
+        client = durably.Client(url)
+        inspect = SqlStateStore.from_url(url)
+        engine = _spawn(url, "evwait", name, run_id, event_id, SIGBUF_INSTANCE="sb-ev-engine")
+        try:
+            await _line(engine, "STARTED")
+            deadline = asyncio.get_running_loop().time() + 30
+            while not await inspect.list_signal_waiters(event_token_prefix(name)):
+                assert asyncio.get_running_loop().time() < deadline, "the run never waited"
+                await asyncio.sleep(0.05)
+
+            publisher = _spawn(
+                url, "publish", name, PAYLOAD, event_id, SIGBUF_DIE="after-waiter-taken"
+            )
+            try:
+                await _killed_itself(publisher)
+            finally:
+                kill(publisher)
+            where = await _where_is_the_event(inspect, name, run_id)
+            # The waiter left in the transaction that wrote the delivery.
+            assert where == {"buffered": 0, "delivered": [PAYLOAD], "waiting": 0}, where
 
             output = await _result(client, run_id)  # the engine's re-check finds it
             assert output == [PAYLOAD, None]

@@ -4,7 +4,9 @@
 registered) and `deliver_buffered_signal(token, at)` (a sender that buffered and then finds a
 waiter) move the oldest live row of a token into a checkpoint together with the waiter it
 satisfies: the row, the waiter and the checkpoint change all together or not at all, and each
-row reaches exactly one wait. The contract is written on `durably._store.protocol.StateStore`.
+row reaches exactly one wait. Buffered events are taken the same way
+(`take_buffered_event_into`, `deliver_buffered_event`). The contract is written on
+`durably._store.protocol.StateStore`.
 
 Every test runs on memory, SQLite and PostgreSQL, and on memory and SQLite behind the payload
 codec, each store on a controllable clock (expiry is judged by the store's clock).
@@ -23,7 +25,13 @@ from typing import Any
 import pytest
 
 from durably._core.errors import SerializationError
-from durably._core.models import BufferedSignal, SignalWaiter, StepCheckpoint, now_utc
+from durably._core.models import (
+    BufferedEvent,
+    BufferedSignal,
+    SignalWaiter,
+    StepCheckpoint,
+    now_utc,
+)
 from durably._store.codec import CodecStateStore
 from durably._store.memory import InMemoryStateStore
 from tests.pg_support import fresh_schema, schema_url
@@ -289,3 +297,100 @@ async def test_a_waiting_take_and_a_sender_racing_deliver_once(subject: Subject)
         assert await store.take_buffered_signal(f"tok{n}") == BufferedSignal("b")
         assert await store.take_buffered_signal(f"tok{n}") is None
     assert await store.list_signal_waiters("tok") == []
+
+
+# ------------------------------------------------------------------ buffered events
+
+
+def event(event_id: str, payload: Any, published: int = 1) -> BufferedEvent:
+    return BufferedEvent(id=event_id, name="ev", payload=payload, published_at=published)
+
+
+async def events_left(store: Any) -> list[str]:
+    return [e.id for e in await store.list_buffered_events("ev", 100)]
+
+
+async def test_an_event_wait_takes_the_event_with_its_waiter(subject: Subject) -> None:
+    store = subject.store
+    await store.buffer_event(event("e1", {"n": 1}))
+    await store.buffer_event(event("e2", "later", 2))
+    await store.put_signal_waiter(SignalWaiter("evt:ev:tok", "r1", 0, parallel_group="g"))
+    row = wait_row(0, "evt:ev:tok", parallel_group="g")
+    assert await store.take_buffered_event_into("e1", "evt:ev:tok", row) is True
+    cp = await store.get_checkpoint("r1", 0)
+    assert cp is not None and cp.status == "completed" and cp.output == {"n": 1}
+    assert cp.name == "signal:evt:ev:tok" and cp.parallel_group == "g"
+    assert await store.list_signal_waiters("evt:") == []
+    assert await events_left(store) == ["e2"]
+
+
+async def test_an_event_wait_takes_nothing_without_its_own_waiter(subject: Subject) -> None:
+    """The waiter gone (a publisher took it and writes its own delivery) or another wait's:
+    nothing changes, the event stays for the next wait."""
+    store = subject.store
+    await store.buffer_event(event("e1", "kept"))
+    assert await store.take_buffered_event_into("e1", "evt:ev:tok", wait_row(0)) is False
+    other = SignalWaiter("evt:ev:tok", "r1", 9)
+    await store.put_signal_waiter(other)
+    assert await store.take_buffered_event_into("e1", "evt:ev:tok", wait_row(0)) is False
+    assert await store.get_checkpoint("r1", 0) is None
+    assert await events_left(store) == ["e1"]
+    assert await store.list_signal_waiters("evt:") == [other]
+
+
+async def test_an_event_wait_never_overwrites_a_delivery_nor_takes_a_gone_event(
+    subject: Subject,
+) -> None:
+    store = subject.store
+    await store.buffer_event(event("e1", "second"))
+    await store.save_checkpoint(wait_row(0, "evt:ev:tok", output="delivered first"))
+    await store.put_signal_waiter(SignalWaiter("evt:ev:tok", "r1", 0))
+    assert await store.take_buffered_event_into("e1", "evt:ev:tok", wait_row(0)) is False
+    cp = await store.get_checkpoint("r1", 0)
+    assert cp is not None and cp.output == "delivered first"
+    assert await events_left(store) == ["e1"]
+    await store.put_signal_waiter(SignalWaiter("evt:ev:t2", "r1", 1))
+    assert await store.take_buffered_event_into("gone", "evt:ev:t2", wait_row(1)) is False
+    assert await store.get_checkpoint("r1", 1) is None
+    assert await store.list_signal_waiters("evt:ev:t2") == [SignalWaiter("evt:ev:t2", "r1", 1)]
+
+
+async def test_deliver_hands_a_buffered_event_to_a_waiter(subject: Subject) -> None:
+    store = subject.store
+    await store.buffer_event(event("e1", [1, "é"]))
+    assert await store.deliver_buffered_event("e1", "evt:ev:tok", at(2)) is None  # nobody
+    await store.put_signal_waiter(SignalWaiter("evt:ev:tok", "r1", 5))
+    assert await store.deliver_buffered_event("gone", "evt:ev:tok", at(2)) is None
+    assert await store.list_signal_waiters("evt:") == [SignalWaiter("evt:ev:tok", "r1", 5)]
+    cp = await store.deliver_buffered_event("e1", "evt:ev:tok", at(2))
+    assert cp is not None
+    assert (cp.run_id, cp.seq, cp.name, cp.status) == ("r1", 5, "signal:evt:ev:tok", "completed")
+    assert cp.output == [1, "é"] and cp.finished_at == at(2)
+    assert await store.get_checkpoint("r1", 5) == cp
+    assert await store.list_signal_waiters("evt:") == []
+    assert await events_left(store) == []
+
+
+async def test_an_event_wait_and_a_publisher_racing_deliver_once(subject: Subject) -> None:
+    """Both sides see the waiter and the event at once: exactly one of them delivers it."""
+    store = subject.store
+    for n in range(3):
+        await store.buffer_event(event(f"e{n}", f"p{n}"))
+        await store.put_signal_waiter(SignalWaiter(f"evt:ev:{n}", "r1", n))
+    results = await asyncio.gather(
+        *(
+            call
+            for n in range(3)
+            for call in (
+                store.take_buffered_event_into(f"e{n}", f"evt:ev:{n}", wait_row(n, f"evt:ev:{n}")),
+                store.deliver_buffered_event(f"e{n}", f"evt:ev:{n}", at(3)),
+            )
+        )
+    )
+    for n in range(3):
+        taken, delivered = results[2 * n], results[2 * n + 1]
+        assert taken != (delivered is not None), (taken, delivered)
+        cp = await store.get_checkpoint("r1", n)
+        assert cp is not None and cp.output == f"p{n}"
+    assert await events_left(store) == []
+    assert await store.list_signal_waiters("evt:") == []

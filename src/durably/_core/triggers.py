@@ -304,6 +304,18 @@ def refuse_engine_owned_start(workflow: object, run_id: str | None) -> None:
         )
 
 
+def refuse_reserved_event(name: str, event_id: str | None = None) -> None:
+    """The accumulators keep their events (and their chains' markers) under names and ids of
+    their own: a publish (or a wait) on such a name would feed or rob one, a publish with
+    such an id could take a marker's place."""
+    for what, value in (("event name", name), ("event id", event_id)):
+        if isinstance(value, str) and value.startswith(ACCUMULATOR_PREFIX):
+            raise ValueError(
+                f"{what} {value!r} is reserved for the engine's event accumulators "
+                f"({what}s starting with {ACCUMULATOR_PREFIX!r})"
+            )
+
+
 __all__ = [
     "ACCUMULATOR_PREFIX",
     "BATCH_WORKFLOW",
@@ -321,4 +333,5 @@ __all__ = [
     "is_engine_owned_workflow",
     "key_of",
     "refuse_engine_owned_start",
+    "refuse_reserved_event",
 ]

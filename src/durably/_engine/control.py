@@ -19,13 +19,10 @@ from durably._core.models import (
     LIVE_RUN_STATUSES,
     JSONValue,
     RunResult,
-    SignalWaiter,
     StepCheckpoint,
     StepError,
     WorkflowRun,
-    delivered_signal,
     now_utc,
-    utc_from_ms,
 )
 from durably._core.quota import SINGLETON_ADMITTED_TAG, ConcurrencyQuota
 from durably._engine import signals
@@ -213,12 +210,6 @@ class ControlPlane:
             self.local.run_cancelled(run, error)
 
     # ------------------------------------------------------------------ signals
-
-    async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> None:
-        """Write the `signal:<token>` checkpoint at the waiter's seq, then wake the run."""
-        cp = delivered_signal(waiter, payload, utc_from_ms(self.clock()))
-        await self.store.save_checkpoint(cp)
-        await self.redrive(waiter.run_id, cp)
 
     async def redrive(self, run_id: str, cp: StepCheckpoint | None = None) -> None:
         if self.local is not None:

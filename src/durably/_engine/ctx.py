@@ -37,6 +37,7 @@ from durably._core.models import (
     ms_from_utc,
     replace,
 )
+from durably._core.triggers import refuse_reserved_event
 from durably._engine import children, fans, saga, unsupported
 from durably._engine.event_tokens import event_matches, event_token
 from durably._engine.execution import STEP_SCOPE, Execution
@@ -390,6 +391,7 @@ class WorkflowCtx:
         timeout: Duration | None = None,
     ) -> Coroutine[Any, Any, Any]:
         """Wait for `engine.publish_event(name, payload)` whose payload matches."""
+        refuse_reserved_event(name)  # before the position is claimed
         timeout_ms = to_ms_or_none(timeout)
         if timeout_ms is None:
             seq = self._claim("wait_for_event")
@@ -424,10 +426,14 @@ class WorkflowCtx:
                 seq, token, waiter, deadline, timeout_ms, f"event:{name}"
             )
         await store.put_signal_waiter(waiter)  # register FIRST, then scan the buffer
+        row = ex.instant(seq, f"signal:{token}", "signal")
         for event in await store.list_buffered_events(name, self._host.options.event_scan_limit):
-            if event_matches(event.payload, match) and await store.remove_buffered_event(event.id):
-                await store.remove_signal_waiter(waiter)
-                await ex.save(ex.instant(seq, f"signal:{token}", "signal", output=event.payload))
+            # The event leaves the buffer in the transaction that writes the checkpoint
+            # holding it (and removes our waiter): a crash between two statements lost it.
+            if event_matches(event.payload, match) and await store.take_buffered_event_into(
+                event.id, token, row
+            ):
+                ex.snapshot[seq] = replace(row, output=event.payload)
                 return event.payload
         return await self._finish_wait(seq, token, waiter, deadline, timeout_ms, f"event:{name}")
 

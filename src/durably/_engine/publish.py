@@ -7,12 +7,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from durably._core.models import BufferedEvent
+from durably._core.models import BufferedEvent, utc_from_ms
+from durably._core.triggers import refuse_reserved_event
 from durably._engine.event_tokens import event_matches, event_token_prefix, match_of_token
 from durably._engine.triggers import (
     EventStart,
     plan_subscribers,
-    refuse_reserved_event,
     start_subscribers,
 )
 from durably._engine.typed_io import PLAIN
@@ -43,13 +43,18 @@ async def publish_event(
     # First, before anything is published: an accumulator key function that fails refuses
     # the whole publish (EventKeyError), rather than reaching some subscribers only.
     subscribers = plan_subscribers(name, payload, workflows)
-    touched = 0
-    for waiter in await store.list_signal_waiters(event_token_prefix(name)):
-        if event_matches(payload, match_of_token(waiter.token)):
-            taken = await store.take_signal_waiter(waiter.token)
-            if taken is not None:
-                await route.deliver(taken, payload)
-                touched += 1
+    # Each matching waiter is taken in the transaction that writes its delivery (one for
+    # all of them): taken first and written next, a crash between the two left the run
+    # waiting for an event nobody delivers any more.
+    matching = [
+        (waiter.token, payload)
+        for waiter in await store.list_signal_waiters(event_token_prefix(name))
+        if event_matches(payload, match_of_token(waiter.token))
+    ]
+    delivered = await store.deliver_signals(matching, utc_from_ms(clock())) if matching else []
+    for cp in delivered:
+        await route.redrive(cp.run_id, cp)
+    touched = len(delivered)
     touched += await start_subscribers(
         route,
         name,
@@ -65,13 +70,14 @@ async def publish_event(
         id=id or str(uuid.uuid4()), name=name, payload=payload, published_at=clock()
     )
     await store.buffer_event(event)
+    # A wait that registered after the first look: hand it the event, taking both in one
+    # transaction. None means the waiter left or the wait took the event itself.
     for waiter in await store.list_signal_waiters(event_token_prefix(name)):
         if event_matches(payload, match_of_token(waiter.token)):
-            if await store.remove_buffered_event(event.id):
-                taken = await store.take_signal_waiter(waiter.token)
-                if taken is not None:
-                    await route.deliver(taken, payload)
-                    return 1
-                await store.buffer_event(event)  # put it back: nobody took it
-            break
+            handed = await store.deliver_buffered_event(
+                event.id, waiter.token, utc_from_ms(clock())
+            )
+            if handed is not None:
+                await route.redrive(handed.run_id, handed)
+                return 1
     return 0

@@ -17,10 +17,8 @@ from durably._core.models import (
     JSONValue,
     RunPatch,
     RunResult,
-    SignalWaiter,
     StepCheckpoint,
     WorkflowRun,
-    delivered_signal,
     utc_from_ms,
 )
 from durably._core.tokens import reserved_token_hint, reserved_token_kind, token_namespace
@@ -79,9 +77,8 @@ class CompletionMailbox(Protocol):
 
 class SignalRoute(Protocol):
     """What delivering or buffering a signal needs: the store, the buffer's bounds, the
-    clock of delivery times, a way to write a delivery and wake the run (`deliver`) and to
-    wake a run whose delivery is written (`redrive`): the engine's `Deliveries`, or a
-    client's `ControlPlane`."""
+    clock of delivery times, and a way to wake a run whose delivery is written
+    (`redrive`): the engine's `Deliveries`, or a client's `ControlPlane`."""
 
     @property
     def store(self) -> StateStore: ...
@@ -91,8 +88,6 @@ class SignalRoute(Protocol):
 
     @property
     def clock(self) -> Callable[[], int]: ...
-
-    async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> None: ...
 
     async def redrive(self, run_id: str, cp: StepCheckpoint | None = None) -> None: ...
 
@@ -219,13 +214,6 @@ class Deliveries:
     @property
     def clock(self) -> Callable[[], int]:
         return self._clock
-
-    async def deliver(self, waiter: SignalWaiter, payload: JSONValue) -> None:
-        """Write the instant `signal:<token>` checkpoint at the waiter's seq, then wake the
-        run."""
-        cp = delivered_signal(waiter, payload, utc_from_ms(self._clock()))
-        await self._store.save_checkpoint(cp)
-        await self.redrive(waiter.run_id, cp)
 
     async def redrive(self, run_id: str, cp: StepCheckpoint | None = None) -> None:
         """Wake a run after something it waits for happened."""

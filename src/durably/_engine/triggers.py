@@ -79,7 +79,6 @@ from durably._core.errors import (
 )
 from durably._core.models import BufferedEvent, JSONValue
 from durably._core.triggers import (
-    ACCUMULATOR_PREFIX,
     BATCH_WORKFLOW,
     DEBOUNCE_WORKFLOW,
     EventTrigger,
@@ -163,18 +162,6 @@ def ensure_builtins(host: TriggerHost) -> None:
     if any(wf.accumulate is not None for wf in host.latest_workflows()):
         host.register(DEBOUNCE)
         host.register(BATCH)
-
-
-def refuse_reserved_event(name: str, event_id: str | None = None) -> None:
-    """The accumulators keep their events (and their chains' markers) under names and ids of
-    their own: a publish (or a wait) on such a name would feed or rob one, a publish with
-    such an id could take a marker's place."""
-    for what, value in (("event name", name), ("event id", event_id)):
-        if isinstance(value, str) and value.startswith(ACCUMULATOR_PREFIX):
-            raise ValueError(
-                f"{what} {value!r} is reserved for the engine's event accumulators "
-                f"({what}s starting with {ACCUMULATOR_PREFIX!r})"
-            )
 
 
 # ------------------------------------------------------------------ routing
@@ -596,6 +583,5 @@ __all__ = [
     "ensure_builtins",
     "install",
     "plan_subscribers",
-    "refuse_reserved_event",
     "start_subscribers",
 ]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from durably._core import jsonutil
 from durably._core.buffered_signals import BufferedSignalInfo, BufferScope
 from durably._core.models import (
+    BufferedEvent,
     BufferedSignal,
     JSONValue,
     SignalWaiter,
@@ -59,6 +60,7 @@ class MemorySignalBuffer:
         _clock: Callable[[], datetime]
         _checkpoints: dict[str, dict[int, StepCheckpoint]]
         _waiters: dict[str, SignalWaiter]
+        _events: dict[str, BufferedEvent]
 
         def _tick(self) -> None: ...
 
@@ -171,6 +173,38 @@ class MemorySignalBuffer:
         cp = delivered_signal(waiter, self._signals[token][index].payload, at)
         await self.save_checkpoint(cp)
         self._remove_signal(token, index)
+        del self._waiters[token]
+        return cp
+
+    async def take_buffered_event_into(self, event_id: str, token: str, cp: StepCheckpoint) -> bool:
+        """The buffered event becomes `cp`'s output and the wait's waiter row goes, in one
+        step (as above)."""
+        self._tick()
+        held = self._waiters.get(token)
+        if held is None or (held.run_id, held.seq) != (cp.run_id, cp.seq):
+            return False  # a publisher took our waiter: its delivery is on the way
+        current = self._checkpoints.get(cp.run_id, {}).get(cp.seq)
+        event = self._events.get(event_id)
+        if event is None or (current is not None and current.status == "completed"):
+            return False
+        await self.save_checkpoint(dataclasses.replace(cp, output=event.payload))
+        del self._events[event_id]
+        del self._waiters[token]
+        return True
+
+    async def deliver_buffered_event(
+        self, event_id: str, token: str, at: datetime
+    ) -> StepCheckpoint | None:
+        """The token's waiter and the buffered event, taken together into the waiter's
+        checkpoint (one step, as above)."""
+        self._tick()
+        waiter = self._waiters.get(token)
+        event = self._events.get(event_id)
+        if waiter is None or event is None:
+            return None
+        cp = delivered_signal(waiter, event.payload, at)
+        await self.save_checkpoint(cp)
+        del self._events[event_id]
         del self._waiters[token]
         return cp
 

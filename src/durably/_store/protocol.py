@@ -197,6 +197,18 @@ class StateStore(Protocol):
       and write the waiter's `signal:<token>` checkpoint (`delivered_signal(waiter, payload,
       at)`) with the oldest row's payload; returns that checkpoint. None, and nothing
       changed, when either is missing.
+    - `take_buffered_event_into(event_id, token, cp)`: an event wait (its waiter row on
+      `token`, pointing at cp's `(run_id, seq)`, registered before it looked) consuming a
+      buffered event. In ONE transaction remove the event, save `cp` with the event's payload
+      as its output and remove that waiter row; True. False, and nothing written, when the
+      waiter row is gone or points elsewhere (a publisher took it and is delivering to it),
+      when the row at cp's `(run_id, seq)` is already `completed`, or when the event is gone
+      (another wait took it).
+    - `deliver_buffered_event(event_id, token, at)`: a publisher that buffered an event and
+      then finds a matching waiter. In ONE transaction, when `token` has a waiter and the
+      event is still buffered, take both and write the waiter's `signal:<token>` checkpoint
+      (`delivered_signal(waiter, payload, at)`) with the event's payload; returns it. None,
+      and nothing changed, when either is missing.
     - `list_buffered_signals(prefix=, limit=, offset=)`: `BufferedSignalInfo` rows (token,
       payload size, times — never the payload), tokens starting with `prefix` (exact,
       case-sensitive; None = all), oldest first, expired ones included.
@@ -340,6 +352,12 @@ class StateStore(Protocol):
     async def buffer_event(self, event: BufferedEvent) -> None: ...
     async def list_buffered_events(self, name: str, limit: int) -> list[BufferedEvent]: ...
     async def remove_buffered_event(self, event_id: str) -> bool: ...
+    async def take_buffered_event_into(
+        self, event_id: str, token: str, cp: StepCheckpoint
+    ) -> bool: ...
+    async def deliver_buffered_event(
+        self, event_id: str, token: str, at: datetime
+    ) -> StepCheckpoint | None: ...
 
     # --- listing and counting
     async def list_runs(self, query: RunQuery) -> list[WorkflowRun]: ...

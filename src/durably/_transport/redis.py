@@ -19,7 +19,6 @@ the transport pool can try another member.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -40,7 +39,7 @@ from durably._transport.protocol import (
     TransportFeatures,
     TransportUnavailableError,
 )
-from durably._transport.redis_bullmq import BullQueue, WorkerTiming, redis_client
+from durably._transport.redis_bullmq import BullQueue, Producer, WorkerTiming
 from durably._transport.redis_gateway import RedisGatewayChannel
 from durably._transport.redis_plain import (
     LIVENESS_REFRESH_S,
@@ -134,8 +133,7 @@ class RedisTransport:
         self._timing = timing or WorkerTiming()
         self._liveness_interval = liveness_interval_s
         self._ping_interval = ping_interval_s
-        self._client: Redis | None = None
-        self._queues: dict[str, BullQueue] = {}
+        self._producer = Producer(url)
         self._consumer: ResultConsumer | None = None
         self._servers: list[RedisStepServer] = []
         self._subscriptions: list[ChannelSubscription] = []
@@ -193,17 +191,10 @@ class RedisTransport:
         return TransportUnavailableError(f"redis at {self.where} could not {doing}: {exc}")
 
     def _redis(self) -> Redis:
-        # Fails fast (a few tries within about a second): callers of dispatch and the reads
-        # would rather hear "unavailable" than wait out an outage.
-        if self._client is None:
-            self._client = redis_client(self.url, patient=False)
-        return self._client
+        return self._producer.redis()
 
     def _queue(self, name: str) -> BullQueue:
-        queue = self._queues.get(name)
-        if queue is None:
-            queue = self._queues[name] = BullQueue(name, self._redis())
-        return queue
+        return self._producer.queue(name)
 
     # -------------------------------------------------------------- lifecycle
 
@@ -240,11 +231,7 @@ class RedisTransport:
         subscriptions, self._subscriptions = self._subscriptions, []
         for subscription in subscriptions:
             await subscription.close()
-        client, self._client = self._client, None
-        self._queues.clear()
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await client.aclose()
+        await self._producer.close()
 
     # -------------------------------------------------------------- steps
 

@@ -76,6 +76,7 @@ __all__ = [
     "BullJob",
     "BullQueue",
     "BullWorker",
+    "Producer",
     "WorkerTiming",
     "redis_client",
 ]
@@ -113,6 +114,36 @@ def redis_client(url: str, *, patient: bool) -> Redis:
         socket_timeout=None if patient else 10.0,
     )
     return client
+
+
+class Producer:
+    """An impatient client (made on first use) and one `BullQueue` per queue name on it: what
+    the dispatching side of a transport adds jobs through. Impatient, because a dispatch or a
+    tenant's request should fail within about a second rather than hang on a dead server."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._client: Redis | None = None
+        self._queues: dict[str, BullQueue] = {}
+
+    def redis(self) -> Redis:
+        if self._client is None:
+            self._client = redis_client(self._url, patient=False)
+        return self._client
+
+    def queue(self, name: str) -> BullQueue:
+        queue = self._queues.get(name)
+        if queue is None:
+            queue = self._queues[name] = BullQueue(name, self.redis())
+        return queue
+
+    async def close(self) -> None:
+        """Drop the queues and close the connection (a later use opens a new one)."""
+        client, self._client = self._client, None
+        self._queues.clear()
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,8 +37,8 @@ from durably._transport.redis_bullmq import (
     BullJob,
     BullQueue,
     BullWorker,
+    Producer,
     WorkerTiming,
-    redis_client,
 )
 from durably._transport.redis_plain import ChannelSubscription, open_subscription
 
@@ -94,8 +94,7 @@ class RedisGatewayChannel:
         )
         self._ping_interval = ping_interval_s
         self._concurrency = max(1, concurrency)
-        self._client: Redis | None = None
-        self._queues: dict[str, BullQueue] = {}
+        self._producer = Producer(url)
         self._workers: list[BullWorker] = []
         self._subscriptions: list[ChannelSubscription] = []
 
@@ -126,17 +125,10 @@ class RedisGatewayChannel:
     # -------------------------------------------------------------- connections
 
     def _redis(self) -> Redis:
-        # Impatient: a tenant's request or a publish should fail within about a second
-        # rather than hang on a dead server.
-        if self._client is None:
-            self._client = redis_client(self.url, patient=False)
-        return self._client
+        return self._producer.redis()
 
     def _queue(self, name: str) -> BullQueue:
-        queue = self._queues.get(name)
-        if queue is None:
-            queue = self._queues[name] = BullQueue(name, self._redis())
-        return queue
+        return self._producer.queue(name)
 
     def _unavailable(self, doing: str, exc: BaseException) -> TransportUnavailableError:
         return TransportUnavailableError(f"redis gateway could not {doing}: {exc}")
@@ -312,8 +304,4 @@ class RedisGatewayChannel:
         subscriptions, self._subscriptions = self._subscriptions, []
         for subscription in subscriptions:
             await subscription.close()
-        client, self._client = self._client, None
-        self._queues.clear()
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await client.aclose()
+        await self._producer.close()

@@ -11,7 +11,8 @@ written on `durably._store.protocol.StateStore`).
 - Listing returns the payload's size in bytes, never the payload.
 - A buffered signal consumed by a wait (`take_buffered_signal_into`) or handed by a sender to
   a waiter (`deliver_buffered_signal`) leaves the buffer in the transaction that writes the
-  checkpoint holding its payload: a crash between two statements would lose it. Each first
+  checkpoint holding its payload: a crash between two statements would lose it. Buffered
+  events are taken the same way (`take_buffered_event_into`, `deliver_buffered_event`). Each first
   looks with one point read, so the common miss costs no transaction. On PostgreSQL the
   waiter row of the token is locked first (`FOR UPDATE`), then the checkpoint row, in the
   order `deliver_signals` takes them: concurrent deliveries to one wait queue behind each
@@ -355,6 +356,65 @@ class SqlSignalBuffer:
             return replace(cp, output=_rows.json_from_sql(text))
 
         return await self._cx.write(work, tx=True)
+
+    # ------------------------------------------------------------------ buffered events
+
+    async def _take_event_text(self, s: Session, event_id: str) -> Any:
+        """Inside a transaction: delete the buffered event and return its payload as stored;
+        `_MISS` when it is gone. The delete decides: of two transactions that read the row,
+        the one whose delete finds it gone (PostgreSQL re-checks it after the other commits)
+        takes nothing."""
+        found = await self._fetch(s, self._q.event_payload, {"id": event_id})
+        if not found:
+            return _MISS
+        if await self._run(s, self._q.remove_event, {"id": event_id}) != 1:
+            return _MISS
+        return found[0][0]
+
+    async def take_buffered_event_into(self, event_id: str, token: str, cp: StepCheckpoint) -> bool:
+        """The event becomes `cp`'s output and the wait's waiter row goes, in ONE
+        transaction (the contract: `StateStore`). Locks as `take_buffered_signal_into`."""
+        row = _rows.checkpoint_to_sql(cp)  # a payload that cannot be stored fails here
+        key = {"run_id": cp.run_id, "seq": cp.seq}
+
+        async def work(s: Session) -> bool:
+            held = await self._fetch(s, self._q.lock_waiter, {"token": token})
+            if not held or (held[0][1], held[0][2]) != (cp.run_id, cp.seq):
+                return False  # a publisher took our waiter: its delivery is on the way
+            status = await self._fetch(s, self._q.lock_cp_status, key)
+            if status and status[0][0] == "completed":
+                return False
+            text = await self._take_event_text(s, event_id)
+            if text is _MISS:
+                return False
+            await self._run(s, self._q.remove_waiter, {"token": token, **key})
+            await self._run(s, self._q.save_cp, {**row, "output": text})
+            return True
+
+        return await self._cx.write(work, tx=True)
+
+    async def deliver_buffered_event(
+        self, event_id: str, token: str, at: datetime
+    ) -> StepCheckpoint | None:
+        """The token's waiter and the buffered event, taken together into the waiter's
+        checkpoint in ONE transaction (the contract: `StateStore`)."""
+        params = {"token": token}
+
+        async def work(s: Session) -> StepCheckpoint | None:
+            held = await self._fetch(s, self._q.lock_waiter, params)
+            if not held:
+                return None
+            text = await self._take_event_text(s, event_id)
+            if text is _MISS:
+                return None
+            await self._run(s, self._q.delete_waiter, params)
+            cp = delivered_signal(_rows.waiter_from_row(held[0]), None, at)
+            await self._run(s, self._q.save_cp, {**_rows.checkpoint_to_sql(cp), "output": text})
+            return replace(cp, output=_rows.json_from_sql(text))
+
+        return await self._cx.write(work, tx=True)
+
+    # ------------------------------------------------------------------ listing
 
     async def list_buffered_signals(
         self, *, prefix: str | None, limit: int, offset: int

@@ -196,6 +196,7 @@ class Statements:
             .limit(bp("lim", type_=sa.Integer))
         )
         self.remove_event = sa.delete(buffered_events).where(be.id == bp("id"))
+        self.event_payload = sa.select(be.payload).where(be.id == bp("id"))
 
         # bulk operations of fans (bulk.py): multi-row writes and list lookups
         self.insert_cp_ignore = d.insert_ignore(checkpoints, CP_KEYS)
