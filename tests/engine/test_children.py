@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -326,6 +327,48 @@ async def test_requeue_of_parent_requeues_the_failed_child(engine_factory: Engin
         (1, f"signal:child:{uid}-kid", "signal", "completed"),
     ]
     assert cps[1].output == {"ok": True, "value": 2}
+
+
+async def test_requeue_of_parent_takes_a_fixed_replays_success_instead_of_rerunning_the_child(
+    engine_factory: EngineFactory, uid: str
+):
+    """The failed child was fixed and replayed as a new run while its parent stood failed:
+    the replay's success waits buffered for the parent. Requeueing the parent looks at that
+    buffer without taking from it, leaves the failed child alone, and the parent's join takes
+    the success."""
+    runs: list[int] = []
+
+    @durably.workflow(f"{uid}.child")
+    async def child(ctx: WorkflowCtx, x: int) -> int:
+        runs.append(x)
+        if x < 0:
+            raise FatalError("negative", code="NEG")
+        return x * 10
+
+    @durably.workflow(f"{uid}.parent")
+    async def parent(ctx: WorkflowCtx) -> int:
+        return await ctx.child(child, -1, id=f"{uid}-kid")
+
+    async with engine_factory() as engine:
+        handle = await engine.start(parent)
+        with pytest.raises(RunFailedError):
+            await handle.result(timeout=RESULT_TIMEOUT)
+        fixed = await engine.retry_with_input(f"{uid}-kid", 4)
+        assert fixed is not None
+        assert await engine.handle(fixed).result(timeout=RESULT_TIMEOUT) == 40
+        async with asyncio.timeout(RESULT_TIMEOUT):  # the success is announced after it settles
+            while not (  # noqa: ASYNC110 - polls the store, which has no event to await
+                buffered := await engine.store.peek_buffered_signals(f"child:{uid}-kid", 10)
+            ):
+                await asyncio.sleep(0.01)
+        assert [hit.payload for hit in buffered] == [{"ok": True, "value": 40}]
+        await engine.requeue(handle.run_id)
+        assert await handle.result(timeout=RESULT_TIMEOUT) == 40
+        kid = await engine.get_run(f"{uid}-kid")
+        assert await engine.store.peek_buffered_signals(f"child:{uid}-kid", 10) == []
+
+    assert runs == [-1, 4]  # the failed child itself never ran again
+    assert kid is not None and kid.status == "failed"
 
 
 async def test_cancel_cascades_to_spawned_child(engine_factory: EngineFactory, uid: str):

@@ -141,6 +141,29 @@ async def test_the_oldest_live_row_becomes_the_checkpoints_output(subject: Subje
     assert await store.take_buffered_signal("tok") == BufferedSignal([2, "é"])
 
 
+async def test_peek_reads_the_live_rows_oldest_first_and_takes_nothing(subject: Subject) -> None:
+    store = subject.store
+    await subject.bounded("tok", "gone soon", ttl_ms=1000)
+    for payload in ({"ok": False}, None, {"ok": True}):
+        await store.buffer_signal("tok", payload)
+    await subject.bounded("other", "not mine")
+    assert await store.peek_buffered_signals("tok", 10) == [
+        BufferedSignal("gone soon"),
+        BufferedSignal({"ok": False}),
+        BufferedSignal(None),
+        BufferedSignal({"ok": True}),
+    ]
+    subject.clock.offset += timedelta(seconds=2)  # the first row expired: never shown
+    assert await store.peek_buffered_signals("tok", 2) == [
+        BufferedSignal({"ok": False}),
+        BufferedSignal(None),
+    ]
+    assert await store.peek_buffered_signals("tok", 0) == []
+    assert await store.peek_buffered_signals("nobody", 10) == []
+    assert await subject.buffered("tok") == 4  # nothing was taken
+    assert await store.take_buffered_signal("tok") == BufferedSignal({"ok": False})
+
+
 async def test_a_miss_writes_nothing_and_costs_one_statement(subject: Subject) -> None:
     store = subject.store
     await subject.bounded("other", "not mine")

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably")
 
+# How many buffered completions of one child a retry looks at to see whether one was a
+# success (a child retried that many times without its parent taking one is not plausible).
+_PEEK_LIMIT = 1000
+
 
 def _result(run: WorkflowRun) -> RunResult:
     return RunResult(run.id, run.status, run.output, run.error)
@@ -177,12 +181,12 @@ async def requeue(
                         enqueued_at=at,
                     )
                 )
-                buffered = []
-                while (hit := await store.take_buffered_signal(f"child:{child_id}")) is not None:
-                    buffered.append(hit.payload)
-                for payload in buffered:
-                    await store.buffer_signal(f"child:{child_id}", payload)
-                has_success = any(isinstance(p, dict) and p.get("ok") for p in buffered)
+                # Looked at, not taken: taking the completions to read them and buffering
+                # them again lost them to a crash in between.
+                buffered = await store.peek_buffered_signals(f"child:{child_id}", _PEEK_LIMIT)
+                has_success = any(
+                    isinstance(hit.payload, dict) and hit.payload.get("ok") for hit in buffered
+                )
                 child = await store.get_run(child_id)
                 if not has_success and child is not None and child.status in ("failed", "dead"):
                     await requeue(plane, child_id, visited)

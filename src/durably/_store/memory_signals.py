@@ -138,6 +138,15 @@ class MemorySignalBuffer:
             return None
         return BufferedSignal(payload=self._remove_signal(token, index))
 
+    async def peek_buffered_signals(self, token: str, limit: int) -> list[BufferedSignal]:
+        self._tick()
+        now = self._now_ms()
+        live = [row for row in self._signals.get(token, ()) if row.live(now)]
+        return [
+            BufferedSignal(payload=jsonutil.loads(jsonutil.dumps(row.payload)))
+            for row in live[: max(limit, 0)]
+        ]
+
     async def take_buffered_signal_into(
         self, token: str, cp: StepCheckpoint, *, waiting: bool = False
     ) -> BufferedSignal | None:

@@ -182,6 +182,9 @@ class StateStore(Protocol):
       exact on the memory store and SQLite (one writer at a time); on PostgreSQL each
       statement counts the rows committed before it started, so N signals buffering the same
       token or namespace at the same instant can exceed a cap by at most N - 1.
+    - `peek_buffered_signals(token, limit)`: the payloads of the token's unexpired rows,
+      oldest first, at most `limit`, without taking them (an operator deciding whether a
+      child already reported success).
     - `take_buffered_signal(token)`: the oldest UNEXPIRED row of the token; an expired row is
       never returned (it waits for a purge).
     - `take_buffered_signal_into(token, cp, waiting=False)`: a wait consuming a buffered
@@ -335,6 +338,7 @@ class StateStore(Protocol):
     # --- buffered signals and events
     async def buffer_signal(self, token: str, payload: Payload) -> None: ...
     async def take_buffered_signal(self, token: str) -> BufferedSignal | None: ...
+    async def peek_buffered_signals(self, token: str, limit: int) -> list[BufferedSignal]: ...
     async def take_buffered_signal_into(
         self, token: str, cp: StepCheckpoint, *, waiting: bool = False
     ) -> BufferedSignal | None: ...

@@ -137,8 +137,9 @@ def _live_count_below(
 class SignalBufferStatements:
     """Builds the prebuilt statements of the signal buffer; `Statements` keeps them (as
     `buffer_signal`, `buffer_signal_bounded`, `count_token_signals`, `oldest_signal`,
-    `delete_signal`, `take_signal`, `lock_waiter`, `lock_cp_status`) and registers them
-    with the connector, so SQLite runs each in one call and PostgreSQL prepares it once."""
+    `peek_signals`, `delete_signal`, `take_signal`, `lock_waiter`, `lock_cp_status`) and
+    registers them with the connector, so SQLite runs each in one call and PostgreSQL prepares
+    it once."""
 
     def __init__(self, dialect: SqlDialect) -> None:
         now = bindparam("now", type_=sa.BigInteger)
@@ -174,6 +175,12 @@ class SignalBufferStatements:
             .limit(1)
         )
         self.delete_by_id = sa.delete(buffered_signals).where(_bs.id == bindparam("id"))
+        self.peek = (
+            sa.select(_bs.payload)
+            .where(_bs.token == bindparam("token", type_=sa.Text), _live(now))
+            .order_by(_bs.id)
+            .limit(bindparam("lim", type_=sa.Integer))
+        )
         # The rows a consumption changes besides the buffered one, locked in this order
         # (PostgreSQL; SQLite runs one writer at a time): the token's waiter, then the
         # checkpoint at the wait's seq.
@@ -293,6 +300,11 @@ class SqlSignalBuffer:
             return None if text is _MISS else BufferedSignal(payload=_rows.json_from_sql(text))
 
         return await self._cx.write(work, tx=True)
+
+    async def peek_buffered_signals(self, token: str, limit: int) -> list[BufferedSignal]:
+        params = {"token": token, "now": self._now_ms(), "lim": max(int(limit), 0)}
+        found = await self._read_all(self._q.peek_signals, params, point=True)
+        return [BufferedSignal(payload=_rows.json_from_sql(row[0])) for row in found]
 
     async def _take_signal_text(self, s: Session, params: dict[str, Any]) -> Any:
         """Inside a transaction: delete the oldest live row of `params["token"]` and return

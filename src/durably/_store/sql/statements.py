@@ -183,6 +183,7 @@ class Statements:
         self.buffer_signal_bounded = sb.insert_bounded
         self.count_token_signals = sb.count_token_live
         self.oldest_signal = sb.oldest
+        self.peek_signals = sb.peek
         self.delete_signal = sb.delete_by_id
         self.take_signal = sb.take
         self.lock_waiter = sb.lock_waiter
