@@ -102,6 +102,33 @@ async def _result(client: durably.Client, run_id: str) -> Any:
         ) from None
 
 
+async def _run_to_its_kill(store: str, *args: str, **env: str) -> None:
+    """Run the app until it SIGKILLs itself at its kill point."""
+    proc = _spawn(store, *args, **env)
+    try:
+        await _killed_itself(proc)
+    finally:
+        kill(proc)
+
+
+async def _take_back(client: durably.Client, store: str, run_id: str, *args: str) -> Any:
+    """A second engine process with the killed one's instance id: the run's output."""
+    proc = _spawn(store, *args, SIGBUF_INSTANCE="sb-a")
+    try:
+        await _line(proc, "STARTED")
+        return await _result(client, run_id)
+    finally:
+        kill(proc)
+
+
+async def _until_waiting(store: SqlStateStore, prefix: str) -> None:
+    """Until a waiter of `prefix` is registered (the run waits, parked)."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while not await store.list_signal_waiters(prefix):
+        assert asyncio.get_running_loop().time() < deadline, "the run never waited"
+        await asyncio.sleep(0.05)
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("die", ["before-take", "after-take"])
 @pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
@@ -115,11 +142,9 @@ async def test_sigkill_while_a_wait_takes_a_buffered_signal_delivers_it_once(
         try:
             await client.signal(token, PAYLOAD)  # nobody waits yet: buffered
             assert await inspect.count_buffered_signals(prefix=token) == 1
-            first = _spawn(url, "wait", token, run_id, SIGBUF_DIE=die, SIGBUF_INSTANCE="sb-a")
-            try:
-                await _killed_itself(first)
-            finally:
-                kill(first)
+            await _run_to_its_kill(
+                url, "wait", token, run_id, SIGBUF_DIE=die, SIGBUF_INSTANCE="sb-a"
+            )
             where = await _where_is_the_signal(inspect, token, run_id)
             if die == "before-take":
                 assert where == {"buffered": 1, "delivered": [], "waiting": []}, where
@@ -127,12 +152,7 @@ async def test_sigkill_while_a_wait_takes_a_buffered_signal_delivers_it_once(
                 # committed together: the row left the buffer into the wait's checkpoint
                 assert where == {"buffered": 0, "delivered": [PAYLOAD], "waiting": []}, where
 
-            second = _spawn(url, "wait", token, run_id, SIGBUF_INSTANCE="sb-a")
-            try:
-                await _line(second, "STARTED")
-                output = await _result(client, run_id)
-            finally:
-                kill(second)
+            output = await _take_back(client, url, run_id, "wait", token, run_id)
             assert output == [PAYLOAD, None]  # received once, and only once
             assert await inspect.count_buffered_signals(prefix=token) == 0
         finally:
@@ -152,16 +172,8 @@ async def test_sigkill_of_a_sender_that_took_the_waiter_loses_no_delivery(
         engine = _spawn(url, "wait", token, run_id, SIGBUF_INSTANCE="sb-engine")
         try:
             await _line(engine, "STARTED")
-            deadline = asyncio.get_running_loop().time() + 30
-            while not await inspect.list_signal_waiters(token):  # the run waits, parked
-                assert asyncio.get_running_loop().time() < deadline, "the run never waited"
-                await asyncio.sleep(0.05)
-
-            sender = _spawn(url, "send", token, PAYLOAD, SIGBUF_DIE="after-waiter-taken")
-            try:
-                await _killed_itself(sender)
-            finally:
-                kill(sender)
+            await _until_waiting(inspect, token)
+            await _run_to_its_kill(url, "send", token, PAYLOAD, SIGBUF_DIE="after-waiter-taken")
             where = await _where_is_the_signal(inspect, token, run_id)
             # The waiter left in the transaction that wrote the delivery.
             assert where == {"buffered": 0, "delivered": [PAYLOAD], "waiting": []}, where
@@ -212,13 +224,9 @@ async def test_sigkill_while_a_wait_takes_a_buffered_event_delivers_it_once(
                 # nobody waits yet: buffered
                 assert await publisher.publish_event(name, PAYLOAD, id=event_id) == 0
             assert len(await inspect.list_buffered_events(name, 10)) == 1
-            first = _spawn(
-                url, "evwait", name, run_id, event_id, SIGBUF_DIE=die, SIGBUF_INSTANCE="sb-e"
+            await _run_to_its_kill(
+                url, "evwait", name, run_id, event_id, SIGBUF_DIE=die, SIGBUF_INSTANCE="sb-a"
             )
-            try:
-                await _killed_itself(first)
-            finally:
-                kill(first)
             where = await _where_is_the_event(inspect, name, run_id)
             if die == "before-take":
                 # the wait registered its waiter, then died before it looked
@@ -227,12 +235,7 @@ async def test_sigkill_while_a_wait_takes_a_buffered_event_delivers_it_once(
                 # committed together: the event left the buffer into the wait's checkpoint
                 assert where == {"buffered": 0, "delivered": [PAYLOAD], "waiting": 0}, where
 
-            second = _spawn(url, "evwait", name, run_id, event_id, SIGBUF_INSTANCE="sb-e")
-            try:
-                await _line(second, "STARTED")
-                output = await _result(client, run_id)
-            finally:
-                kill(second)
+            output = await _take_back(client, url, run_id, "evwait", name, run_id, event_id)
             assert output == [PAYLOAD, None]  # received once, and only once
             assert await inspect.list_buffered_events(name, 10) == []
         finally:
@@ -253,18 +256,10 @@ async def test_sigkill_of_a_publisher_that_took_the_waiter_loses_no_delivery(
         engine = _spawn(url, "evwait", name, run_id, event_id, SIGBUF_INSTANCE="sb-ev-engine")
         try:
             await _line(engine, "STARTED")
-            deadline = asyncio.get_running_loop().time() + 30
-            while not await inspect.list_signal_waiters(event_token_prefix(name)):
-                assert asyncio.get_running_loop().time() < deadline, "the run never waited"
-                await asyncio.sleep(0.05)
-
-            publisher = _spawn(
+            await _until_waiting(inspect, event_token_prefix(name))
+            await _run_to_its_kill(
                 url, "publish", name, PAYLOAD, event_id, SIGBUF_DIE="after-waiter-taken"
             )
-            try:
-                await _killed_itself(publisher)
-            finally:
-                kill(publisher)
             where = await _where_is_the_event(inspect, name, run_id)
             # The waiter left in the transaction that wrote the delivery.
             assert where == {"buffered": 0, "delivered": [PAYLOAD], "waiting": 0}, where

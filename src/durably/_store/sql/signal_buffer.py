@@ -21,7 +21,7 @@ written on `durably._store.protocol.StateStore`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -355,11 +355,24 @@ class SqlSignalBuffer:
         if not await self._read_all(self._q.get_waiter, params, point=True):
             return None  # the common case, nobody waits: one read, no transaction
 
+        async def take(s: Session) -> Any:
+            return await self._take_signal_text(s, {"token": token, "now": self._now_ms()})
+
+        return await self._hand_to_waiter(token, take, at)
+
+    async def _hand_to_waiter(
+        self, token: str, take: Callable[[Session], Awaitable[Any]], at: datetime
+    ) -> StepCheckpoint | None:
+        """In ONE transaction: lock the token's waiter, take a buffered payload (`take`: its
+        stored text, or `_MISS`), then remove the waiter and write its checkpoint holding that
+        payload. None, and nothing changed, when either is missing."""
+        params = {"token": token}
+
         async def work(s: Session) -> StepCheckpoint | None:
             held = await self._fetch(s, self._q.lock_waiter, params)
             if not held:
                 return None
-            text = await self._take_signal_text(s, {"token": token, "now": self._now_ms()})
+            text = await take(s)
             if text is _MISS:
                 return None
             await self._run(s, self._q.delete_waiter, params)
@@ -410,21 +423,11 @@ class SqlSignalBuffer:
     ) -> StepCheckpoint | None:
         """The token's waiter and the buffered event, taken together into the waiter's
         checkpoint in ONE transaction (the contract: `StateStore`)."""
-        params = {"token": token}
 
-        async def work(s: Session) -> StepCheckpoint | None:
-            held = await self._fetch(s, self._q.lock_waiter, params)
-            if not held:
-                return None
-            text = await self._take_event_text(s, event_id)
-            if text is _MISS:
-                return None
-            await self._run(s, self._q.delete_waiter, params)
-            cp = delivered_signal(_rows.waiter_from_row(held[0]), None, at)
-            await self._run(s, self._q.save_cp, {**_rows.checkpoint_to_sql(cp), "output": text})
-            return replace(cp, output=_rows.json_from_sql(text))
+        async def take(s: Session) -> Any:
+            return await self._take_event_text(s, event_id)
 
-        return await self._cx.write(work, tx=True)
+        return await self._hand_to_waiter(token, take, at)
 
     # ------------------------------------------------------------------ listing
 
