@@ -203,6 +203,45 @@ async def test_a_child_refused_by_its_quota_fails_the_parent_wait(stores: Stores
         await holder.result(timeout=TIMEOUT)
 
 
+async def test_a_fans_members_pass_their_quota_one_by_one(stores: Stores, uid: str) -> None:
+    """Members of a workflow fan start as single starts would: the ones over the key's quota
+    are not created and settle as failures naming the limit, the admitted ones carry the
+    key's tag and count against later starts, and keys without a limit are not limited."""
+    child = gated_workflow(
+        f"{uid}-child", concurrency=Concurrency(key=lambda i: i.get("customer"), limit=2)
+    )
+
+    @durably.workflow(f"{uid}.parent")
+    async def parent(ctx: WorkflowCtx) -> list[Any]:
+        inputs = [{"id": f"m{n}", "customer": "a"} for n in range(4)] + [{"id": "free"}]
+        settled = await ctx.all_settled(child, inputs)
+        return [s.value if isinstance(s, durably.Fulfilled) else s.error for s in settled]
+
+    async with stores.engine(workflows=[child, parent]) as engine:
+        handle = await engine.start(parent, run_id=f"{uid}-p")
+        members = [f"{uid}-p.all.0.{n}" for n in range(5)]
+
+        async def created() -> list[str]:
+            return [m for m in members if await engine.get_run(m) is not None]
+
+        async with asyncio.timeout(TIMEOUT):
+            while len(await created()) < 3:  # noqa: ASYNC110 - polls the store
+                await asyncio.sleep(0.02)
+        assert await created() == [members[0], members[1], members[4]]
+        first = await engine.get_run(members[0])
+        assert first is not None and "concurrency:a" in (first.tags or ())
+        # the fan's live members hold the key's slots against any other start
+        with pytest.raises(ConcurrencyLimitError):
+            await engine.start(child, {"id": "x", "customer": "a"}, run_id=f"{uid}-x")
+        for token in ("go:m0", "go:m1", "go:free"):
+            await engine.signal(token, "ok")
+        out = await handle.result(timeout=TIMEOUT)
+    assert out[0] == out[1] == out[4] == "ok"
+    for refused in (out[2], out[3]):
+        assert isinstance(refused, str) and "concurrency limit reached" in refused, out
+        assert 'for key "a" (2/2 in flight)' in refused
+
+
 async def test_concurrent_starts_from_two_processes_never_exceed_the_limit_on_postgresql(
     tmp_path: Path, uid: str
 ) -> None:

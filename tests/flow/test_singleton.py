@@ -191,6 +191,32 @@ async def test_max_queue_depth_refuses_a_start_and_creates_nothing(target: Any, 
         await engine.wait_for_run(f"{uid}-q2", timeout=TIMEOUT, until="terminal")
 
 
+async def test_a_fans_members_pass_the_queue_depth_one_by_one(target: Any, uid: str) -> None:
+    """Members of a workflow fan join their key's line as single starts would: one holds the
+    key, `max_queue_depth` wait, the rest are not created and settle as failures."""
+    wf = logged_workflow(uid, max_queue_depth=1)
+
+    @durably.workflow(f"{uid}.parent")
+    async def parent(ctx: WorkflowCtx) -> list[str]:
+        inputs = [{"key": "k", "label": f"f{n}"} for n in range(3)]
+        settled = await ctx.all_settled(wf, inputs)
+        return [s.value if isinstance(s, durably.Fulfilled) else s.error for s in settled]
+
+    async with Engine(target, workflows=[wf, parent], **FAST) as engine:
+        handle = await engine.start(parent, run_id=f"{uid}-p")
+
+        async def one_started() -> bool:
+            return started(uid) == ["f0"]
+
+        await until(one_started)
+        assert await engine.get_run(f"{uid}-p.all.0.2") is None  # over the depth: not created
+        for label in ("f0", "f1"):
+            await engine.signal(f"go:{uid}:{label}", label)
+        out = await handle.result(timeout=TIMEOUT)
+    assert out[:2] == ["f0", "f1"]
+    assert f'singleton queue for {uid}.wf key "k" is full (1 waiting)' in out[2], out
+
+
 async def test_cancelling_the_holder_admits_the_next_and_a_cancelled_waiter_stays_cancelled(
     target: Any, uid: str
 ) -> None:

@@ -32,9 +32,10 @@ from durably._core.models import (
     StepCheckpoint,
     WorkflowRun,
     now_utc,
+    replace,
     utc_from_ms,
 )
-from durably._engine import signals
+from durably._engine import quotas, signals
 from durably._engine.registry import Workflow
 from durably._engine.vocab import next_continuation_id, parent_tag
 
@@ -71,6 +72,52 @@ async def deliver_signals(
 # ------------------------------------------------------------------ bulk child start
 
 
+def _limited(wf: Workflow[Any, Any]) -> bool:
+    """Whether each start of `wf` must pass its concurrency quota or singleton queue depth
+    (a fan's members then start one by one, as single starts would)."""
+    singleton_depth = wf.singleton is not None and wf.singleton.max_queue_depth is not None
+    return wf.concurrency is not None or singleton_depth
+
+
+async def _create_gated(
+    store: Any, wf: Workflow[Any, Any], new_runs: Sequence[WorkflowRun], failed: dict[str, str]
+) -> list[str | None]:
+    """Create members one by one through the store's gated insert, as `ctx.child` would start
+    each: a member over its key's quota (or its singleton line's depth) is not created, and
+    its reason goes to `failed` (the parent's wait sees it as that member's failure). Slower
+    than the multi-row insert, so only fans of such workflows take it. Returns, per run, the
+    workflow of a run that held its id (None: created or refused)."""
+    holders: list[str | None] = []
+    for run in new_runs:
+        try:
+            prepared = await quotas.start_gate(
+                wf,
+                run.input,
+                name=wf.name,
+                namespace=run.namespace or "default",
+                concurrency=None,
+                dedup_id=None,
+            )
+        except Exception as exc:  # a key or limit function that fails refuses this member
+            failed[run.id] = str(exc)
+            holders.append(None)
+            continue
+        if prepared.gate is None:  # no key for this input: not limited
+            holders.extend(await _create_runs(store, [run]))
+            continue
+        tags = tuple(dict.fromkeys([*(run.tags or ()), *prepared.tags]))
+        outcome = await store.create_run_gated(replace(run, tags=tags), prepared.gate)
+        if outcome.verdict in ("created", "exists"):
+            holders.append(outcome.holder if outcome.verdict == "exists" else None)
+            continue
+        try:
+            quotas.refuse(outcome, prepared, name=wf.name, run_id=run.id, on_duplicate="raise")
+        except Exception as exc:
+            failed[run.id] = str(exc)
+        holders.append(None)
+    return holders
+
+
 async def create_children(
     host: RunHost,
     workflow: Workflow[Any, Any] | str,
@@ -80,8 +127,9 @@ async def create_children(
 ) -> list[str]:
     """Create the child runs `(child_id, input)` that do not exist yet (only if absent, so a
     replayed launch is idempotent). A member that cannot start (unknown workflow, invalid
-    input, its id held by another workflow) gets its failed Completion delivered to the
-    parent like any child result. Returns the ids that existed before this call.
+    input, its id held by another workflow, refused by its workflow's quota or singleton
+    queue depth) gets its failed Completion delivered to the parent like any child result.
+    Returns the ids that existed before this call.
 
     Members carry `priority`, else their parent's: work done on behalf of an urgent run is
     as urgent as the run itself, so a fan never falls behind the backlog its parent jumped."""
@@ -121,8 +169,14 @@ async def create_children(
             )
     existed: list[str] = []
     if new_runs:
-        holders = await _create_runs(host.store, new_runs)
+        # (new runs exist only when the workflow resolved: `wf` is bound here)
+        if _limited(wf):
+            holders = await _create_gated(host.store, wf, new_runs, failed)
+        else:
+            holders = await _create_runs(host.store, new_runs)
         for run, holder in zip(new_runs, holders, strict=True):
+            if run.id in failed:
+                continue  # refused by its quota or queue depth
             if holder is None:
                 host.run_created_here(run.id)
             elif holder != run.workflow:

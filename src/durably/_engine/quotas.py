@@ -6,9 +6,10 @@ the store checks in the same transaction as the insert (`StateStore.create_run_g
 the count a quota compares and the insert it allows cannot be separated by another start of
 the same key, in this process or any other. `refuse` turns the store's answer into the
 error the caller sees. Both are used by `ControlPlane.create_run`, the path of every start
-(`Engine.start`, `Client.start`, children, continuations, event starts) but the bulk
-creation of a workflow fan's members: those are not counted against a quota, and a singleton
-member joins its key's line at its first turn (`singleton.admit`).
+(`Engine.start`, `Client.start`, children, continuations, event starts), and by the creation
+of a workflow fan's members when their workflow has a quota or a singleton queue depth
+(`children.create_children`: one gated insert per member). Other fans' members are created
+in bulk; a singleton member joins its key's line at its first turn (`singleton.admit`).
 """
 
 from __future__ import annotations
