@@ -157,6 +157,18 @@ async def take_buffered_signal_into(s: Any) -> None:
     assert hit is not None and hit.payload == secret("take_buffered_signal_into")
 
 
+@writes
+async def take_buffered_event_into(s: Any) -> None:
+    # An event wait takes an event buffered before it into its row (seq 8), as above.
+    event = BufferedEvent(
+        id="e2", name="into", payload=secret("take_buffered_event_into"), published_at=2
+    )
+    await s.buffer_event(event)
+    await s.put_signal_waiter(SignalWaiter(token="event:into", run_id="r1", seq=8))
+    row = make_cp("r1", 8, name="signal:event:into", kind="signal", output=None)
+    assert await s.take_buffered_event_into("e2", "event:into", row) is True
+
+
 # Methods whose arguments carry no payload but which write one they take from the buffer:
 # outside the wrapper's encoding set, their rows are checked all the same.
 MOVES: dict[str, Write] = {}
@@ -169,7 +181,18 @@ async def deliver_buffered_signal(s: Any) -> None:
     assert row is not None and row.output == secret("deliver_buffered_signal")
 
 
+async def deliver_buffered_event(s: Any) -> None:
+    event = BufferedEvent(
+        id="e3", name="moved", payload=secret("deliver_buffered_event"), published_at=3
+    )
+    await s.buffer_event(event)
+    await s.put_signal_waiter(SignalWaiter(token="event:moved", run_id="r1", seq=9))
+    row = await s.deliver_buffered_event("e3", "event:moved", at(3))
+    assert row is not None and row.output == secret("deliver_buffered_event")
+
+
 MOVES["deliver_buffered_signal"] = deliver_buffered_signal
+MOVES["deliver_buffered_event"] = deliver_buffered_event
 
 
 def test_every_payload_writing_method_is_exercised() -> None:
@@ -250,8 +273,9 @@ async def test_every_payload_is_ciphertext_at_rest(
     assert leaked == [], f"cleartext at rest from {leaked}"
     # runs: r1 input+output, r2 input, r3 input, r4 input; checkpoints: 0 input+output, 1,
     # 2, 3 (the delivery), 4 (the fold), 5 input (c2's placeholder), 6 and 7 (the buffered
-    # signals taken into rows); two signals still buffered; one event.
-    assert raw.count(ENVELOPE) == 5 + 9 + 2 + 1
+    # signals taken into rows), 8 and 9 (the buffered events taken into rows); two signals
+    # still buffered; one event.
+    assert raw.count(ENVELOPE) == 5 + 11 + 2 + 1
     assert "signal:child:c1" in raw and "fan:g" in raw and "paid" in raw  # metadata readable
 
     # Read back through the wrapper: every payload comes back as written.
@@ -268,6 +292,9 @@ async def test_every_payload_is_ciphertext_at_rest(
     assert cps[4].output == secret("fold_checkpoints") and cps[4].name == "fan:g"
     assert cps[6].output == secret("take_buffered_signal_into")
     assert cps[7].output == secret("deliver_buffered_signal") and cps[7].name == "signal:moved"
+    assert cps[8].output == secret("take_buffered_event_into")
+    assert cps[9].output == secret("deliver_buffered_event")
+    assert cps[9].name == "signal:event:moved"
     signal = await store.take_buffered_signal("tok")
     assert signal is not None and signal.payload == secret("buffer_signal")
     bounded = await store.take_buffered_signal("tok2")
