@@ -18,15 +18,15 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import StaticPool
 
+from durably._store.sql.compiled import Compiled, FastStatements
 from durably._store.sql.dialect import SQLITE_PRAGMAS, SqlDialect
 from durably._store.sql.sqlite_lane import BUSY, LoopLane, open_lane_connection
 
@@ -59,88 +59,6 @@ class Session:
 
     async def sql(self, text: str) -> None:
         await self.conn.exec_driver_sql(text)
-
-
-class _Compiled:
-    __slots__ = ("defaults", "names", "processors", "sql")
-
-    def __init__(
-        self,
-        sql: str,
-        names: Sequence[str],
-        defaults: dict[str, Any],
-        processors: dict[str, Callable[[Any], Any]],
-    ) -> None:
-        self.sql = sql
-        self.names = tuple(names)
-        self.defaults = defaults
-        # SQLAlchemy's bind processors (e.g. `to_float` for REAL), applied like it would.
-        self.processors = processors
-
-    def args(self, params: dict[str, Any] | None) -> list[Any]:
-        values = params or {}
-        defaults = self.defaults
-        out = [values[n] if n in values else defaults[n] for n in self.names]
-        if self.processors:
-            for i, name in enumerate(self.names):
-                proc = self.processors.get(name)
-                if proc is not None and out[i] is not None:
-                    out[i] = proc(out[i])
-        return out
-
-
-class FastStatements:
-    """SQLite fast path for the store's prebuilt statements.
-
-    SQLAlchemy's aiosqlite adapter spends four thread hops per statement (cursor, execute,
-    fetch, close). For statements the store builds once (`register`), we compile them once per
-    parameter-key set with SQLAlchemy and run the SQL text directly on the aiosqlite
-    connection SQLAlchemy hands out: ONE hop (`execute` / `execute_fetchall` /
-    `executemany`). A statement that needs SQLAlchemy at execution time (expanding IN lists,
-    bind processors) is detected at compile time and keeps the regular path, as do dynamic
-    statements (list filters) that are never registered.
-    """
-
-    def __init__(self, dialect: Dialect) -> None:
-        self._dialect = dialect
-        self._registered: dict[int, sa.Executable] = {}
-        self._cache: dict[tuple[int, tuple[str, ...], bool], _Compiled | None] = {}
-
-    def register(self, *stmts: sa.Executable | None) -> None:
-        for stmt in stmts:
-            if stmt is not None:
-                self._registered[id(stmt)] = stmt
-
-    def compiled(
-        self, stmt: sa.Executable, params: dict[str, Any] | None, many: bool = False
-    ) -> _Compiled | None:
-        if id(stmt) not in self._registered:
-            return None
-        # Keyed by the parameter names in the caller's order (one hot-path call per step:
-        # no sort); another order of the same names compiles the same statement once more.
-        cache_key = (id(stmt), tuple(params) if params else (), many)
-        try:
-            return self._cache[cache_key]
-        except KeyError:
-            pass
-        keys = tuple(sorted(params)) if params else ()
-        compiled: Any = stmt.compile(  # type: ignore[attr-defined]
-            dialect=self._dialect, column_keys=list(keys), for_executemany=many
-        )
-        entry: _Compiled | None = None
-        names = compiled.positiontup
-        processors: Any = getattr(compiled, "_bind_processors", None)
-        eligible = (
-            names is not None
-            and isinstance(processors, Mapping)
-            and "POSTCOMPILE" not in compiled.string
-            and not compiled.literal_execute_params
-            and not compiled.post_compile_params
-        )
-        if eligible:
-            entry = _Compiled(compiled.string, names, dict(compiled.params), dict(processors))
-        self._cache[cache_key] = entry
-        return entry
 
 
 def _consume(future: asyncio.Future[Any]) -> None:
@@ -345,7 +263,7 @@ class _Request:
         stmt: sa.Executable | None = None,
         params: Params = None,
         rows: bool = False,
-        entry: _Compiled | None = None,
+        entry: Compiled | None = None,
     ) -> None:
         self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.writes = writes

@@ -41,7 +41,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from durably._store.sql import pg as _pg
-from durably._store.sql.connection import Connector, FastStatements, Params, Session, Work
+from durably._store.sql.compiled import FastStatements
+from durably._store.sql.connection import Connector, Params, Session, Work
 
 T = TypeVar("T")
 
