@@ -160,6 +160,49 @@ async def test_runs_started_by_the_engine_itself_respect_max_concurrent_runs(
     assert sorted(order[4:]) == ["n3", "n4", "n5"], order
 
 
+async def test_a_run_holds_one_slot_and_a_parked_run_none(store_url: str, uid: str) -> None:
+    """`max_concurrent_runs` counts the runs executing here, each once: with a cap of 2, a
+    second run starts while the first executes. A run whose body is parked in a wait (a
+    signal, a timer) holds no slot: a start queued behind two runs runs as soon as they park,
+    without waiting for a poll."""
+    gate = asyncio.Event()
+    running: list[str] = []
+
+    @durably.workflow(f"{uid}.busy")
+    async def busy(ctx: WorkflowCtx, label: str) -> str:
+        running.append(label)
+        await gate.wait()  # executing, not parked: it holds its slot
+        return label
+
+    @durably.workflow(f"{uid}.waits")
+    async def waits(ctx: WorkflowCtx, label: str) -> str:
+        return str(await ctx.wait_for_signal(f"{uid}:go:{label}"))
+
+    @durably.workflow(f"{uid}.quick")
+    async def quick(ctx: WorkflowCtx, x: int) -> int:
+        return x
+
+    # Polls far apart: only the engine's own kicks can pick the backlog up in time.
+    tuning = {**FAST_TUNING, "timer_poll_ms": 60_000}
+    async with Engine(
+        store=store_url, workflows=[busy, waits, quick], max_concurrent_runs=2, **tuning
+    ) as engine:
+        first = await engine.start(busy, "a", run_id=f"{uid}-a")
+        await until(lambda: running == ["a"])
+        second = await engine.start(busy, "b", run_id=f"{uid}-b")
+        await until(lambda: running == ["a", "b"])  # one slot each, not two
+        gate.set()
+        assert [await first.result(timeout=RESULT_TIMEOUT), await second.result()] == ["a", "b"]
+
+        parked = [await engine.start(waits, n, run_id=f"{uid}-w{n}") for n in ("1", "2")]
+        queued = await engine.start(quick, 7, run_id=f"{uid}-q")  # no room yet: queued
+        assert await queued.result(timeout=RESULT_TIMEOUT) == 7
+        for handle, n in zip(parked, ("1", "2"), strict=True):
+            assert (await engine.get_run(handle.run_id)).status == "suspended"  # type: ignore[union-attr]
+            await engine.signal(f"{uid}:go:{n}", n)
+            assert await handle.result(timeout=RESULT_TIMEOUT) == n
+
+
 class _HeldClaimStore(InMemoryStateStore):
     """The reference store, whose first pick-up claim waits until the test lets it go: the
     claim's room was counted before starts made meanwhile took it."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sized
 from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.models import WorkflowRun
@@ -44,11 +44,17 @@ class TurnRunner(Protocol):
 class Dispatcher:
     """The runs executing or about to execute here, and this process's background tasks."""
 
-    def __init__(self, store: StateStore, *, drive_runs: bool):
+    def __init__(self, store: StateStore, *, drive_runs: bool, parked: Sized = ()):
         self._store = store
         self._drive_runs = drive_runs
+        # The executions whose bodies are parked in a wait (the resident set): they hold no
+        # room under `max_concurrent_runs`.
+        self._parked = parked
         self._executions: dict[str, Execution] = {}
         self._dispatching: set[str] = set()
+        # How many of the two above hold each run (1 or 2): a run being dispatched whose turn
+        # executes is in both, and is one run of load, not two.
+        self._held: dict[str, int] = {}
         self._again: set[str] = set()
         self._claimed: dict[str, WorkflowRun] = {}
         # Runs this process created a moment ago: their first turn skips the checkpoint
@@ -112,8 +118,11 @@ class Dispatcher:
 
     @property
     def load(self) -> int:
-        """Turns executing or being dispatched here (what `max_concurrent_runs` caps)."""
-        return len(self._executions) + len(self._dispatching)
+        """Turns executing or being dispatched here, less those whose bodies are parked in a
+        wait (what `max_concurrent_runs` caps). A parked body costs memory only, which
+        `max_resident_runs` bounds; counting it here would let runs waiting for a signal or
+        a timer stop this engine from taking any new work."""
+        return max(len(self._held) - len(self._parked), 0)
 
     @property
     def busy(self) -> bool:
@@ -130,10 +139,13 @@ class Dispatcher:
         return False
 
     def turn_began(self, execution: Execution) -> None:
+        if execution.run_id not in self._executions:
+            self._hold(execution.run_id)
         self._executions[execution.run_id] = execution
 
     def turn_ended(self, run_id: str) -> None:
-        self._executions.pop(run_id, None)
+        if self._executions.pop(run_id, None) is not None:
+            self._unhold(run_id)
         self._settle_idle()
 
     # ------------------------------------------------------------------ tasks
@@ -182,6 +194,7 @@ class Dispatcher:
             self._again.add(run_id)
             return
         self._dispatching.add(run_id)
+        self._hold(run_id)
         self._idle.clear()
         self.spawn(self._go(run_id, nudge))
 
@@ -208,8 +221,19 @@ class Dispatcher:
         finally:
             self._again.discard(run_id)
             self._dispatching.discard(run_id)
+            self._unhold(run_id)
             self._settle_idle()
             self._after_turn()
+
+    def _hold(self, run_id: str) -> None:
+        self._held[run_id] = self._held.get(run_id, 0) + 1
+
+    def _unhold(self, run_id: str) -> None:
+        left = self._held.get(run_id, 0) - 1
+        if left > 0:
+            self._held[run_id] = left
+        else:
+            self._held.pop(run_id, None)
 
     def _settle_idle(self) -> None:
         if not self._executions and not self._dispatching:

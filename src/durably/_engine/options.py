@@ -83,7 +83,10 @@ class EngineOptions:
 
     # ------------------------------------------------------------ capacity
     max_concurrent_runs: int = 1_000
-    """Runs this engine picks up from the shared backlog and drives at once."""
+    """Runs this engine drives at once: it picks up pending runs only while fewer execute
+    here. A run whose body is parked in a wait (a signal, a timer, a child) holds no slot —
+    `max_resident_runs` bounds those — and one woken from its wait carries on even when the
+    slots are full."""
 
     claim_batch: int = 16
     """Runs leased per pick-up statement when claiming from the backlog."""

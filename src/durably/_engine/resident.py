@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -22,13 +23,18 @@ class ResidentSet:
     later wake replays it — so a fleet of long waits cannot exhaust the process.
     """
 
-    def __init__(self, cap: int):
+    def __init__(self, cap: int, *, on_park: Callable[[], None] = lambda: None):
         self.cap = cap
         self._parked: dict[str, Parkable] = {}
+        # A run that parks leaves room under `max_concurrent_runs` (a parked body is not
+        # counted there): told so, the worker picks up pending work at once.
+        self._on_park = on_park
 
     def note_parked(self, execution: Parkable) -> None:
-        self._parked.pop(execution.run_id, None)
+        newly = self._parked.pop(execution.run_id, None) is None
         self._parked[execution.run_id] = execution
+        if newly:
+            self._on_park()
         while len(self._parked) > self.cap:
             oldest = next(iter(self._parked))
             self._parked.pop(oldest).evict()

@@ -125,8 +125,10 @@ class Worker:
             else None
         )
 
-        dispatcher = self._dispatcher = Dispatcher(store, drive_runs=drive_runs)
-        self._resident = ResidentSet(options.max_resident_runs)
+        self._resident = ResidentSet(options.max_resident_runs, on_park=self._after_turn)
+        dispatcher = self._dispatcher = Dispatcher(
+            store, drive_runs=drive_runs, parked=self._resident
+        )
         self._transport = InProcessTransport(lambda: self.executor)
         self._plane = ControlPlane(
             store,
