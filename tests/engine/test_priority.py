@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import durably
-from durably import Client, Engine, EngineEvent, WorkflowCtx
+from durably import Client, Engine, EngineEvent, Queue, WorkflowCtx
 from durably._core.models import WorkflowRun
 from durably._store.memory import InMemoryStateStore
 from durably._transport.memory import InMemoryTransport
@@ -162,9 +162,9 @@ async def test_runs_started_by_the_engine_itself_respect_max_concurrent_runs(
 
 async def test_a_run_holds_one_slot_and_a_parked_run_none(store_url: str, uid: str) -> None:
     """`max_concurrent_runs` counts the runs executing here, each once: with a cap of 2, a
-    second run starts while the first executes. A run whose body is parked in a wait (a
-    signal, a timer) holds no slot: a start queued behind two runs runs as soon as they park,
-    without waiting for a poll."""
+    second run starts while the first executes. A run whose body waits for a signal holds no
+    slot: a start queued behind two runs runs as soon as they park, without waiting for a
+    poll. (A run waiting on its own step keeps its slot: tests/flow/test_fleet.py.)"""
     gate = asyncio.Event()
     running: list[str] = []
 
@@ -201,6 +201,47 @@ async def test_a_run_holds_one_slot_and_a_parked_run_none(store_url: str, uid: s
             assert (await engine.get_run(handle.run_id)).status == "suspended"  # type: ignore[union-attr]
             await engine.signal(f"{uid}:go:{n}", n)
             assert await handle.result(timeout=RESULT_TIMEOUT) == n
+
+
+async def test_a_run_waiting_for_a_queue_slot_keeps_its_slot(store_url: str, uid: str) -> None:
+    """A run whose step waits to be admitted by a flow-control queue is still at work: it
+    keeps its slot under `max_concurrent_runs`, so a third run waits for room."""
+    release = asyncio.Event()
+    started: list[str] = []
+
+    @durably.step(f"{uid}.call")
+    async def call(label: str) -> str:
+        started.append(label)
+        await release.wait()
+        return label
+
+    @durably.workflow(f"{uid}.uses")
+    async def uses(ctx: WorkflowCtx, label: str) -> str:
+        return await ctx.step(call, label, queue="one")
+
+    @durably.workflow(f"{uid}.quick")
+    async def quick(ctx: WorkflowCtx, x: int) -> int:
+        started.append(f"quick{x}")
+        return x
+
+    async with Engine(
+        store=store_url,
+        workflows=[uses, quick],
+        max_concurrent_runs=2,
+        queues=[Queue("one", concurrency=1, retry=0.05)],
+        **FAST_TUNING,
+    ) as engine:
+        holder = await engine.start(uses, "a", run_id=f"{uid}-a")
+        await until(lambda: started == ["a"])
+        waiter = await engine.start(uses, "b", run_id=f"{uid}-b")  # its step waits for "one"
+        await asyncio.sleep(0.1)
+        queued = await engine.start(quick, 1, run_id=f"{uid}-q")
+        await asyncio.sleep(0.3)  # several polls and queue retries
+        assert started == ["a"]  # "b" waits for the queue, "quick1" for room
+        release.set()
+        assert await holder.result(timeout=RESULT_TIMEOUT) == "a"
+        assert await waiter.result(timeout=RESULT_TIMEOUT) == "b"
+        assert await queued.result(timeout=RESULT_TIMEOUT) == 1
 
 
 class _HeldClaimStore(InMemoryStateStore):

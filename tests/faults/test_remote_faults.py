@@ -189,13 +189,16 @@ async def _publish_duplicate(broker: Broker, run_id: str, seq: int, output: Any)
         return
     db = await connect()
     try:
-        await insert_result(db, broker.prefix, step_id, output=output)
         table = f'"{broker.prefix}_transport_results"'
 
         async def consumed() -> bool:
             rows = await db.fetchval(f"SELECT count(*) FROM {table} WHERE step_id = $1", step_id)
             return bool(rows == 0)
 
+        # The drain deletes a result row after the settlement it made has committed: the
+        # first result may still be there for a moment after the step reads settled.
+        await eventually(consumed, 15, "the first result consumed")
+        await insert_result(db, broker.prefix, step_id, output=output)
         await eventually(consumed, 15, "the duplicate result consumed")
     finally:
         await db.close()

@@ -306,7 +306,7 @@ class WorkflowCtx:
             await ex.save(ex.instant(seq, "sleep", "sleep", wake_at=wake_at))
         else:
             wake_at = cp.wake_at if cp.wake_at is not None else ex.now()
-        await ex.wait(None, wake_at)
+        await ex.wait(None, wake_at, frees_slot=True)
 
     # ------------------------------------------------------------------ signals
 
@@ -368,7 +368,7 @@ class WorkflowCtx:
         if hit is not None:
             ex.snapshot[seq] = replace(row, output=hit.payload)
             return hit.payload
-        done = await ex.wait(seq, deadline)
+        done = await ex.wait(seq, deadline, frees_slot=True)
         if done is not None:
             return done.output
         # The deadline passed: remove only OUR waiter row, then take a last look in case a
@@ -447,7 +447,7 @@ class WorkflowCtx:
         timeout_token: str,
     ) -> Any:
         ex = self._ex
-        done = await ex.wait(seq, deadline)
+        done = await ex.wait(seq, deadline, frees_slot=True)
         if done is not None:
             return done.output
         await self._ex.store.remove_signal_waiter(waiter)
@@ -529,7 +529,7 @@ class WorkflowCtx:
         if cp is None and await store.get_run(child_id) is None:
             child_priority = priority if priority is not None else ex.run.priority
             self._host.start_child_soon(workflow, input, child_id, ex.run, version, child_priority)
-        done = await ex.wait(seq, None)
+        done = await ex.wait(seq, None, frees_slot=True)
         assert done is not None
         return _unwrap(child_id, done.output, codec)
 
@@ -673,7 +673,7 @@ class WorkflowCtx:
         await self._ex.store.put_signal_waiter(
             SignalWaiter(token=f"bp:{ex.run_id}:{seq}", run_id=ex.run_id, seq=seq)
         )
-        await ex.wait(seq, None)
+        await ex.wait(seq, None, frees_slot=True)
 
     def patched(self, patch_id: str) -> Coroutine[Any, Any, bool]:
         """True for runs that reach this point on new code, False for older runs."""

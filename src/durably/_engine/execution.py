@@ -95,6 +95,10 @@ class _Parked:
     future: asyncio.Future[Wake]
     timer: asyncio.TimerHandle | None = None
     lazy: bool = False
+    # Waits for something outside the run (a signal, a timer, a child) free its slot under
+    # `max_concurrent_runs`; waits that are part of a step's execution (a slot of a
+    # flow-control queue, a step in flight elsewhere) keep it.
+    frees_slot: bool = False
 
 
 class Execution:
@@ -230,6 +234,7 @@ class Execution:
         *,
         accept: tuple[CheckpointStatus, ...] = _COMPLETED,
         lazy_since: int | None = None,
+        frees_slot: bool = False,
     ) -> StepCheckpoint | None:
         """Wait until the checkpoint at `seq` has one of the `accept` statuses (completed, by
         default; a dispatched step also accepts failed) and return it, or until `deadline`
@@ -254,7 +259,9 @@ class Execution:
                 if seq is not None:
                     self.waiting_seqs.add(seq)
                 raise WorkflowSuspended(deadline)
-            wake = await self._park(seq, deadline, accept, lazy=lazy_since is not None)
+            wake = await self._park(
+                seq, deadline, accept, lazy=lazy_since is not None, frees_slot=frees_slot
+            )
             if wake.kind == "recheck" and seq is not None:
                 fresh = await self.store.get_checkpoint(self.run_id, seq)
                 if fresh is not None:
@@ -267,12 +274,13 @@ class Execution:
         accept: tuple[CheckpointStatus, ...] = _COMPLETED,
         *,
         lazy: bool = False,
+        frees_slot: bool = False,
     ) -> Wake:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Wake] = loop.create_future()
         self._park_ids += 1
         key = self._park_ids
-        parked = _Parked(seq, deadline, future, lazy=lazy)
+        parked = _Parked(seq, deadline, future, lazy=lazy, frees_slot=frees_slot)
         if deadline is not None:
             delay = max(0.0, (deadline - self.now()) / 1000.0)
             parked.timer = loop.call_later(delay, _resolve, future, Wake("timer"))
@@ -280,6 +288,7 @@ class Execution:
         if seq is not None:
             self._parked_at.setdefault(seq, set()).add(key)
         self.host.resident.note_parked(self)
+        self._report_idle()
         try:
             if lazy:
                 # Nothing is written now (module docstring); a run already written
@@ -308,6 +317,7 @@ class Execution:
                 self._cancel_deferred_suspend()
             if parked.timer is not None:
                 parked.timer.cancel()
+            self._report_idle()
         if not self.parked:
             writing = self._suspend_task
             if writing is not None and not writing.done():
@@ -417,7 +427,7 @@ class Execution:
     async def park_for_fan(self) -> bool:
         """Park the body until `poke()` (True) or a re-check wake (False: something was
         written elsewhere; re-read the store)."""
-        wake = await self._park(None, None)
+        wake = await self._park(None, None, frees_slot=True)  # a wave of child runs
         return wake.kind == "delivered"
 
     async def wait_for_slot(self, seq: int, retry_at: int) -> None:
@@ -453,11 +463,23 @@ class Execution:
     def step_began(self) -> None:
         self.active_steps += 1
         self._steps_idle.clear()
+        self._report_idle()
 
     def step_ended(self) -> None:
         self.active_steps -= 1
         if self.active_steps == 0:
             self._steps_idle.set()
+        self._report_idle()
+
+    def _report_idle(self) -> None:
+        """Tell the resident set whether the body now only waits for things outside it (it
+        then holds no slot under `max_concurrent_runs`)."""
+        idle = (
+            bool(self.parked)
+            and self.active_steps == 0
+            and all(p.frees_slot for p in self.parked.values())
+        )
+        self.host.resident.note_idle(self.run_id, idle)
 
     async def close(self) -> None:
         """End the turn: wait for steps still executing in sibling branches of a gather,

@@ -84,9 +84,11 @@ class EngineOptions:
     # ------------------------------------------------------------ capacity
     max_concurrent_runs: int = 1_000
     """Runs this engine drives at once: it picks up pending runs only while fewer execute
-    here. A run whose body is parked in a wait (a signal, a timer, a child) holds no slot —
-    `max_resident_runs` bounds those — and one woken from its wait carries on even when the
-    slots are full."""
+    here. A run whose body waits only for something outside it (a signal, an event, a
+    timer, a child run) holds no slot — `max_resident_runs` bounds those — and one woken
+    from such a wait carries on even when the slots are full. A run waiting on its own
+    step (in flight elsewhere, waiting for a flow-control slot, between retries) holds its
+    slot."""
 
     claim_batch: int = 16
     """Runs leased per pick-up statement when claiming from the backlog."""

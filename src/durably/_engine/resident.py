@@ -23,18 +23,26 @@ class ResidentSet:
     later wake replays it — so a fleet of long waits cannot exhaust the process.
     """
 
-    def __init__(self, cap: int, *, on_park: Callable[[], None] = lambda: None):
+    def __init__(self, cap: int, *, on_idle: Callable[[], None] = lambda: None):
         self.cap = cap
         self._parked: dict[str, Parkable] = {}
-        # A run that parks leaves room under `max_concurrent_runs` (a parked body is not
-        # counted there): told so, the worker picks up pending work at once.
-        self._on_park = on_park
+        # The runs whose bodies wait only for things outside them (a signal, a timer, a
+        # child): they hold no slot under `max_concurrent_runs`. A live view is handed to
+        # the dispatcher, which subtracts its size from its load.
+        self.idle_runs: set[str] = set()
+        # A run that turns idle leaves room: told so, the worker picks up pending work at once.
+        self._on_idle = on_idle
+
+    def note_idle(self, run_id: str, idle: bool) -> None:
+        if not idle:
+            self.idle_runs.discard(run_id)
+        elif run_id not in self.idle_runs:
+            self.idle_runs.add(run_id)
+            self._on_idle()
 
     def note_parked(self, execution: Parkable) -> None:
-        newly = self._parked.pop(execution.run_id, None) is None
+        self._parked.pop(execution.run_id, None)
         self._parked[execution.run_id] = execution
-        if newly:
-            self._on_park()
         while len(self._parked) > self.cap:
             oldest = next(iter(self._parked))
             self._parked.pop(oldest).evict()

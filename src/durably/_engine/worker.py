@@ -125,9 +125,9 @@ class Worker:
             else None
         )
 
-        self._resident = ResidentSet(options.max_resident_runs, on_park=self._after_turn)
+        self._resident = ResidentSet(options.max_resident_runs, on_idle=self._after_turn)
         dispatcher = self._dispatcher = Dispatcher(
-            store, drive_runs=drive_runs, parked=self._resident
+            store, drive_runs=drive_runs, parked=self._resident.idle_runs
         )
         self._transport = InProcessTransport(lambda: self.executor)
         self._plane = ControlPlane(
