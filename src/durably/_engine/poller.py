@@ -69,6 +69,10 @@ class Poller:
         # during a pass makes that pass go round once more rather than wait its turn.
         self._picking = False
         self._pick_again = False
+        # Room promised to claims in flight: two claims of the local backlog (every caller
+        # makes one) would otherwise count the same free room, and the second would lease
+        # runs only to give them back.
+        self._reserved = 0
 
     @property
     def backlogged(self) -> bool:
@@ -80,7 +84,7 @@ class Poller:
         self._local_backlog.append(run_id)
 
     def _room(self) -> int:
-        return self._options.max_concurrent_runs - self._dispatcher.load
+        return self._options.max_concurrent_runs - self._dispatcher.load - self._reserved
 
     async def pickup(self) -> None:
         """The pick-up half of a pass: pending runs, then due timers."""
@@ -157,9 +161,13 @@ class Poller:
                 break
             self._backlogged = False
             now = self._clock()
-            runs = await self._store.claim_pending_runs(
-                self._instance_id, now + self._options.lease_ms, now, batch, self._namespace
-            )
+            self._reserved += batch
+            try:
+                runs = await self._store.claim_pending_runs(
+                    self._instance_id, now + self._options.lease_ms, now, batch, self._namespace
+                )
+            finally:
+                self._reserved -= batch
             surplus = await self._dispatch_claimed(runs)
             claimed += len(runs) - len(surplus)
             if surplus:
@@ -185,9 +193,13 @@ class Poller:
                 break
             ids = [backlog.popleft() for _ in range(min(room, len(backlog), 1000))]
             now = self._clock()
-            runs = await self._store.claim_runs(
-                ids, self._instance_id, now + self._options.lease_ms, now
-            )
+            self._reserved += len(ids)
+            try:
+                runs = await self._store.claim_runs(
+                    ids, self._instance_id, now + self._options.lease_ms, now
+                )
+            finally:
+                self._reserved -= len(ids)
             surplus = await self._dispatch_claimed(runs)
             claimed += len(runs) - len(surplus)
             if surplus:
