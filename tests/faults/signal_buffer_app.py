@@ -162,16 +162,21 @@ async def events(store: str, mode: str, name: str) -> None:
         print("PUBLISHED", flush=True)
         return
     install_event_hook(name, sys.argv[5])
+    await _drive(store, wait_event_twice, name, sys.argv[4])
+
+
+async def _drive(store: str, workflow: Any, arg: str, run_id: str) -> None:
+    """Start (or take back) run `run_id` of `workflow` and drive runs until killed."""
     engine = durably.Engine(
         store=store,
-        workflows=[wait_event_twice],
+        workflows=[workflow],
         instance_id=os.environ.get("SIGBUF_INSTANCE") or None,
         lease_ms=1500,
         timer_poll_ms=50,
         reconcile_ms=1000,
     )
     async with engine:
-        await engine.start(wait_event_twice, name, run_id=sys.argv[4])
+        await engine.start(workflow, arg, run_id=run_id)
         print("STARTED", flush=True)
         await asyncio.sleep(3600)
 
@@ -187,18 +192,7 @@ async def main() -> None:
             await client.signal(token, sys.argv[4])
         print("SENT", flush=True)
         return
-    engine = durably.Engine(
-        store=store,
-        workflows=[wait_twice],
-        instance_id=os.environ.get("SIGBUF_INSTANCE") or None,
-        lease_ms=1500,
-        timer_poll_ms=50,
-        reconcile_ms=1000,
-    )
-    async with engine:
-        await engine.start(wait_twice, token, run_id=sys.argv[4])
-        print("STARTED", flush=True)
-        await asyncio.sleep(3600)
+    await _drive(store, wait_twice, token, sys.argv[4])
 
 
 if __name__ == "__main__":
