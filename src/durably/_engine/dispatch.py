@@ -44,12 +44,13 @@ class TurnRunner(Protocol):
 class Dispatcher:
     """The runs executing or about to execute here, and this process's background tasks."""
 
-    def __init__(self, store: StateStore, *, drive_runs: bool, parked: Sized = ()):
+    def __init__(self, store: StateStore, *, drive_runs: bool, idle: Sized = ()):
         self._store = store
         self._drive_runs = drive_runs
-        # The executions whose bodies are parked in a wait (the resident set): they hold no
-        # room under `max_concurrent_runs`.
-        self._parked = parked
+        # The executions whose bodies wait only for something outside them (a signal, a
+        # timer, a child: `ResidentSet.idle_runs`): they hold no room under
+        # `max_concurrent_runs`.
+        self._idle_runs = idle
         self._executions: dict[str, Execution] = {}
         self._dispatching: set[str] = set()
         # How many of the two above hold each run (1 or 2): a run being dispatched whose turn
@@ -118,11 +119,11 @@ class Dispatcher:
 
     @property
     def load(self) -> int:
-        """Turns executing or being dispatched here, less those whose bodies are parked in a
-        wait (what `max_concurrent_runs` caps). A parked body costs memory only, which
-        `max_resident_runs` bounds; counting it here would let runs waiting for a signal or
-        a timer stop this engine from taking any new work."""
-        return max(len(self._held) - len(self._parked), 0)
+        """Turns executing or being dispatched here, less those whose bodies wait only for
+        something outside them (what `max_concurrent_runs` caps). Such a body costs memory
+        only, which `max_resident_runs` bounds; counting it here would let runs waiting for
+        a signal or a timer stop this engine from taking any new work."""
+        return max(len(self._held) - len(self._idle_runs), 0)
 
     @property
     def busy(self) -> bool:
