@@ -461,6 +461,15 @@ class Execution:
                 parked.future.set_exception(RunEvicted())
 
     def step_began(self) -> None:
+        """A step of the body starts executing, or writing its row: the turn's `close` waits
+        until `step_ended`. Call `step_ended` only once the step's row is written, so the
+        next turn of the run reads it instead of running the step a second time.
+
+        Raises `RunEvicted` once the turn has ended: a branch of a gather still running after
+        its sibling suspended the turn (classic mode) must not start a step the next turn
+        will start too."""
+        if self.closed:
+            raise RunEvicted()
         self.active_steps += 1
         self._steps_idle.clear()
         self._report_idle()

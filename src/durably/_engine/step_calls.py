@@ -115,33 +115,42 @@ async def run_step(
         attempt = max(1, cp.attempts)  # a dispatch that never settled: run it again
     while True:
         async with ex.host.flow.slot(ex, seq, queue):  # (waits to be admitted)
+            ex.step_began()
             started = ex.now()
             ex.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
-            ex.step_began()
             try:
                 output, error = await ex.host.transport.execute(
                     ex, step, name, json_input, in_codec, timeout_ms
                 )
-            finally:
+            except BaseException:
                 ex.step_ended()
+                raise
         finished = ex.now()
-        if error is None:
-            done = ex.step_row(
-                seq,
-                name,
-                "remote",
-                "completed",
-                json_input,
-                attempt,
-                started,
-                finished,
-                output=output,
-                parallel_group=parallel_group,
-            )
+        final = error is not None and (error.retryable is False or attempt >= policy.max_attempts)
+        wake_at = None if error is None or final else finished + policy.delay_ms(attempt)
+        row = ex.step_row(
+            seq,
+            name,
+            "remote",
+            "completed" if error is None else "failed",
+            json_input,
+            attempt,
+            started,
+            finished,
+            output=output if error is None else None,
+            error=error,
+            wake_at=wake_at,
+            parallel_group=parallel_group,
+        )
+        try:
             # A completed step-fan member's row is never read again by a resident body
             # (its output goes straight to the fan): not keeping it holds a fan's memory
             # (and the garbage collector's work) to the members in flight.
-            await ex.save(done, remember=parallel_group is None or not ex.resident)
+            keep = error is not None or parallel_group is None or not ex.resident
+            await ex.save(row, remember=keep)
+        finally:
+            ex.step_ended()  # only now: see `Execution.step_began`
+        if error is None:
             ex.emit(
                 "step.completed",
                 seq=seq,
@@ -154,22 +163,6 @@ async def run_step(
             await ex.resuspend_if_idle()
             ex.after_live_checkpoint()
             return out_codec.from_json(output)
-        final = error.retryable is False or attempt >= policy.max_attempts
-        wake_at = None if final else finished + policy.delay_ms(attempt)
-        failed = ex.step_row(
-            seq,
-            name,
-            "remote",
-            "failed",
-            json_input,
-            attempt,
-            started,
-            finished,
-            error=error,
-            wake_at=wake_at,
-            parallel_group=parallel_group,
-        )
-        await ex.save(failed)
         ex.emit(
             "step.failed",
             seq=seq,
@@ -252,36 +245,57 @@ async def _run_remote(
             )
         if queue is not None:
             await ex.host.flow.acquire(ex, seq, queue)
-        now = ex.now()
-        pending = ex.step_row(
-            seq,
-            name,
-            "remote",
-            "pending",
-            json_input,
-            attempt,
-            now,
-            now,
-            parallel_group=parallel_group,
-        )
-        pending = replace(pending, worker_group=remote.token_for(ex.run, name))
-        rechecks = ex.rechecks
-        await ex.save(pending)
-        ex.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
+        # From the pending row to the dispatch the step is "executing" for the turn: a turn
+        # that ends meanwhile waits for the row, and a branch that outlived its turn stops
+        # here (`Execution.step_began`), so no two turns ever dispatch the same attempt.
+        rechecks = ex.rechecks  # a re-check wake from here on is not lost (see ex.wait)
+        ex.step_began()
         try:
-            await remote.dispatch(ex.run, seq, name, json_input, attempt)
-        except Exception as exc:
-            log.warning("run %s: step %s could not be dispatched: %s", ex.run_id, name, exc)
-            pending = await _fail_pending(
-                ex,
-                pending,
-                StepError(
-                    message=f"remote step dispatch failed: {exc}",
-                    code="dispatch_failed",
-                    retryable=True,
-                ),
-            )
-        cp = pending
+            cp = await _dispatch(ex, remote, seq, name, json_input, attempt, parallel_group)
+        finally:
+            ex.step_ended()
+
+
+async def _dispatch(
+    ex: Execution,
+    remote: RemoteDispatch,
+    seq: int,
+    name: str,
+    json_input: JSONValue,
+    attempt: int,
+    parallel_group: str | None,
+) -> StepCheckpoint:
+    """Write an attempt's `pending` row and send its task: the row, or the row failed
+    (retryable) when no transport took the task."""
+    now = ex.now()
+    pending = ex.step_row(
+        seq,
+        name,
+        "remote",
+        "pending",
+        json_input,
+        attempt,
+        now,
+        now,
+        parallel_group=parallel_group,
+    )
+    pending = replace(pending, worker_group=remote.token_for(ex.run, name))
+    await ex.save(pending)
+    ex.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
+    try:
+        await remote.dispatch(ex.run, seq, name, json_input, attempt)
+    except Exception as exc:
+        log.warning("run %s: step %s could not be dispatched: %s", ex.run_id, name, exc)
+        return await _fail_pending(
+            ex,
+            pending,
+            StepError(
+                message=f"remote step dispatch failed: {exc}",
+                code="dispatch_failed",
+                retryable=True,
+            ),
+        )
+    return pending
 
 
 async def _fail_pending(ex: Execution, cp: StepCheckpoint, error: StepError) -> StepCheckpoint:
@@ -344,20 +358,67 @@ async def run_local(
         # Replay of a recorded failure: raise what the live path raised (a requeue
         # resets `attempts` to 0, and then the step runs again).
         raise StepFailedError(cp.error or StepError(message=f"step {name} failed"))
-    started = ex.now()
-    ex.emit("step.started", seq=seq, name=name, kind="local")
-    if track_start:
-        await ex.save(ex.step_row(seq, name, "local", "running", None, 1, started, started))
+    ex.step_began()  # ended once the result row is written: see `Execution.step_began`
+    try:
+        started = ex.now()
+        ex.emit("step.started", seq=seq, name=name, kind="local")
+        if track_start:
+            await ex.save(ex.step_row(seq, name, "local", "running", None, 1, started, started))
+        output, attempt, events = await _attempt_local(
+            ex, seq, name, fn, pass_logger=pass_logger, policy=policy, codec=codec, started=started
+        )
+        finished = ex.now()
+        await ex.save(
+            ex.step_row(
+                seq,
+                name,
+                "local",
+                "completed",
+                None,
+                attempt,
+                started,
+                finished,
+                output=output,
+                events=events,
+            )
+        )
+    finally:
+        ex.step_ended()
+    ex.emit(
+        "step.completed",
+        seq=seq,
+        name=name,
+        kind="local",
+        output=output,
+        duration_ms=float(finished - started),
+    )
+    ex.after_live_checkpoint()
+    return codec.from_json(output)
+
+
+async def _attempt_local(
+    ex: Execution,
+    seq: int,
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    pass_logger: bool,
+    policy: RetryPolicy,
+    codec: ValueCodec,
+    started: int,
+) -> tuple[JSONValue, int, tuple[StepEvent, ...]]:
+    """Run a local step's function until it succeeds (its output, the attempt that did, and
+    that attempt's log), retrying in memory by `policy`; the last allowed failure is written
+    as the step's `failed` row and raised as `StepFailedError`."""
     attempt = 1
     while True:
         logger = StepLogger(ex.host.clock)
         token = STEP_SCOPE.set((ex, name))
-        ex.step_began()
         try:
             result = fn(logger) if pass_logger else fn()
             if isinstance(result, Awaitable):
                 result = await result
-            output = codec.to_json(result)
+            return codec.to_json(result), attempt, tuple(logger.events)
         except Exception as exc:
             finished = ex.now()
             error = error_of(exc)
@@ -389,32 +450,5 @@ async def run_local(
             if delay:
                 await asyncio.sleep(delay / 1000.0)  # local retry backoff: not durable
             attempt += 1
-            continue
         finally:
-            ex.step_ended()
             STEP_SCOPE.reset(token)
-        finished = ex.now()
-        await ex.save(
-            ex.step_row(
-                seq,
-                name,
-                "local",
-                "completed",
-                None,
-                attempt,
-                started,
-                finished,
-                output=output,
-                events=tuple(logger.events),
-            )
-        )
-        ex.emit(
-            "step.completed",
-            seq=seq,
-            name=name,
-            kind="local",
-            output=output,
-            duration_ms=float(finished - started),
-        )
-        ex.after_live_checkpoint()
-        return codec.from_json(output)
