@@ -14,6 +14,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 import durably
 from durably import Engine, WorkflowCtx
 from durably._core.models import StepCheckpoint
@@ -94,51 +96,31 @@ async def test_a_remote_step_is_dispatched_once_when_its_sibling_ends_the_turn(u
     assert ran == {"a": 1, "b": 1}
 
 
-async def test_an_in_process_step_runs_once_when_its_sibling_ends_the_turn(uid: str) -> None:
-    """Branch `a` ran its step and is writing the result when branch `b`'s signal wait ends
-    the turn; the signal then starts the next turn. Before the fix that turn found no row
-    for `a` and ran it again."""
-    store = _HeldRowStore(f"{uid}:a", "completed")
+@pytest.mark.parametrize("kind", ["step", "local_step"])
+async def test_an_in_process_step_runs_once_when_its_sibling_ends_the_turn(
+    uid: str, kind: str
+) -> None:
+    """Branch `a` ran its step (`ctx.step` in-process, or `ctx.local_step`) and is writing
+    the result when branch `b`'s signal wait ends the turn; the signal then starts the next
+    turn. Before the fix that turn found no row for `a` and ran it again."""
+    name = f"{uid}:a"
+    store = _HeldRowStore(name, "completed")
     ran = {"a": 0}
 
-    @durably.step(f"{uid}:a")
-    async def a() -> str:
+    async def body() -> str:
         ran["a"] += 1
         await asyncio.sleep(0.05)  # still running when `b` ends the turn
         return "a"
 
-    @durably.workflow(f"{uid}.wf")
-    async def wf(ctx: WorkflowCtx) -> list[Any]:
-        return list(await asyncio.gather(ctx.step(a), ctx.wait_for_signal(f"{uid}.go")))
+    a = durably.step(name)(body)
 
-    async with Engine(store=store, workflows=[wf], always_replay=True, **FAST_TUNING) as engine:
-        handle = await engine.start(wf, run_id=f"{uid}-r")
-
-        async def signal() -> None:
-            await engine.signal(f"{uid}.go", "go")
-
-        await _go_on_while_held(store, signal)
-        assert ran["a"] == 1  # no next turn ran `a` again while its result was held
-        store.let_go.set()
-        assert await handle.result(timeout=RESULT_TIMEOUT) == ["a", "go"]
-    assert ran == {"a": 1}
-
-
-async def test_a_local_step_runs_once_when_its_sibling_ends_the_turn(uid: str) -> None:
-    """As above, for `ctx.local_step`."""
-    store = _HeldRowStore(f"{uid}.a", "completed")
-    ran = {"a": 0}
-
-    async def a(log: Any) -> str:
-        ran["a"] += 1
-        await asyncio.sleep(0.05)
-        return "a"
+    async def local(log: Any) -> str:
+        return await body()
 
     @durably.workflow(f"{uid}.wf")
     async def wf(ctx: WorkflowCtx) -> list[Any]:
-        return list(
-            await asyncio.gather(ctx.local_step(f"{uid}.a", a), ctx.wait_for_signal(f"{uid}.go"))
-        )
+        call = ctx.step(a) if kind == "step" else ctx.local_step(name, local)
+        return list(await asyncio.gather(call, ctx.wait_for_signal(f"{uid}.go")))
 
     async with Engine(store=store, workflows=[wf], always_replay=True, **FAST_TUNING) as engine:
         handle = await engine.start(wf, run_id=f"{uid}-r")
