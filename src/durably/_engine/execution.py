@@ -352,7 +352,11 @@ class Execution:
         `wakeAt` is overwritten by it). A failed write ends the parked waits with the error,
         as it would have ended an eager park (a run settled elsewhere, a store that failed)."""
         try:
-            await self.mark_suspended()
+            if not await self.mark_suspended():
+                # Not written (a step of the body is executing or writing its row): no
+                # `wakeAt` was overwritten, so there is nothing to re-read. The next wait to
+                # park defers the write again.
+                return
             seqs = {p.seq for p in self.parked.values() if p.lazy and p.seq is not None}
             if len(seqs) > 8:
                 # A fan's members: one listing instead of a read per member.
@@ -376,21 +380,24 @@ class Execution:
             if not isinstance(exc, Exception | _ControlFlow):
                 raise
 
-    async def mark_suspended(self) -> None:
-        """Record a resident wait durably: status `suspended` and the earliest wake time."""
+    async def mark_suspended(self) -> bool:
+        """Record a resident wait durably: status `suspended` and the earliest wake time.
+        False when nothing was to be written: the body is not only waiting (a step of it is
+        executing or writing its row, or nothing is parked) or the run was cancelled."""
         if self.active_steps or not self.parked or self.cancelled:
-            return
+            return False
         self._cancel_deferred_suspend()
         deadlines = [p.deadline for p in self.parked.values() if p.deadline is not None]
         wake_at = min(deadlines) if deadlines else self.host.fallback_wake_at()
         if self.store_status == "suspended" and self.run.wake_at == wake_at:
-            return
+            return True
         self.store_status = "suspended"
         self.run = replace(self.run, status="suspended", wake_at=wake_at)
         await self._write_status({"status": "suspended", "wake_at": wake_at})
         self.emit("run.suspended", namespace=self.run.namespace)
         # `suspended` settles `wait_for_run` in other processes too
         self.host.wakes.announce_soon("settled", self.run_id)
+        return True
 
     async def mark_running(self) -> None:
         if self.cancelled:
