@@ -167,17 +167,17 @@ async def test_a_rate_limited_queue_spreads_the_steps_over_windows(
         return len(done)
 
     async with engines(queues=[Queue("rated", rate=(3, 0.5), retry=0.05)]) as engine:
+        began = time.monotonic()
         assert await engine.execute(wf, run_id=f"{uid}-r", timeout=RESULT_TIMEOUT) == 9
-        cps = await engine.list_checkpoints(f"{uid}-r")
-    # Three per window of 500 ms: the last three cannot be admitted before the third
-    # window, which begins at least 500 ms after the first admission. The count per window
-    # is the conformance suite's. Measured on the steps' stored `started_at` (stamped as
-    # each is admitted, in whole ms): a body may start a little after its admission, so the
-    # bodies' own clock could show a shorter span on a loaded machine.
+    # Three per aligned window of 500 ms: the last three cannot be admitted before the third
+    # window. The first admission comes after `began`, in a window that started less than
+    # 500 ms before `began`, so the third window starts more than 500 ms after `began`, and
+    # every body starts after its admission. (Not measured from the first body: in classic
+    # mode a step admitted in one window may run in a later turn, which asks again and is
+    # told the slot is already its own, so the first body can start late.) The count per
+    # window is the conformance suite's.
     assert len(stamps) == 9
-    admitted = sorted(cp.started_at for cp in cps if cp.name == call.name)
-    assert len(admitted) == 9
-    assert (admitted[-1] - admitted[0]).total_seconds() >= 0.499
+    assert max(stamps) - began >= 0.499  # (admissions are stamped in whole ms)
 
 
 async def test_a_cancelled_run_gives_its_slot_back(engines: EngineFactory, uid: str) -> None:
