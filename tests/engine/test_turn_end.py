@@ -133,3 +133,46 @@ async def test_an_in_process_step_runs_once_when_its_sibling_ends_the_turn(
         store.let_go.set()
         assert await handle.result(timeout=RESULT_TIMEOUT) == ["a", "go"]
     assert ran == {"a": 1}
+
+
+async def test_a_wait_left_parked_by_a_finished_body_holds_nothing(uid: str) -> None:
+    """A resident body whose gather failed in one branch leaves the other branch parked on
+    its signal wait. The turn's end wakes that wait, so the finished run is no longer
+    counted as a resident run waiting for a signal. Before the fix it stayed counted, and
+    its phantom idle slot let two runs execute at once under `max_concurrent_runs=1`."""
+    gate = asyncio.Event()
+    running = [0, 0]  # now, most at once
+
+    @durably.step(f"{uid}:fail")
+    async def fail() -> None:
+        raise durably.FatalError("no")
+
+    @durably.workflow(f"{uid}.left")
+    async def left(ctx: WorkflowCtx) -> None:
+        await asyncio.gather(ctx.step(fail), ctx.wait_for_signal(f"{uid}.never"))
+
+    @durably.workflow(f"{uid}.job")
+    async def job(ctx: WorkflowCtx) -> None:
+        running[0] += 1
+        running[1] = max(running)
+        await gate.wait()
+        running[0] -= 1
+
+    async with Engine(
+        store=InMemoryStateStore(), workflows=[left, job], max_concurrent_runs=1, **FAST_TUNING
+    ) as engine:
+        failed = await engine.start(left, run_id=f"{uid}-left")
+        with pytest.raises(durably.RunFailedError):
+            await failed.result(timeout=RESULT_TIMEOUT)
+        handles = [await engine.start(job, run_id=f"{uid}-{i}") for i in range(2)]
+
+        async def one_runs() -> bool:
+            return running[0] >= 1
+
+        await wait_until(one_runs)
+        await asyncio.sleep(0.3)  # room for a second one, were the cap miscounted
+        assert running[1] == 1
+        gate.set()
+        for handle in handles:
+            await handle.result(timeout=RESULT_TIMEOUT)
+    assert running[1] == 1

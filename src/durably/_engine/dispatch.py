@@ -48,7 +48,7 @@ class Dispatcher:
         self._store = store
         self._drive_runs = drive_runs
         # The executions whose bodies wait only for something outside them (a signal, a
-        # timer, a child: `ResidentSet.idle_runs`): they hold no room under
+        # timer, a child: `ResidentSet.idle`): they hold no room under
         # `max_concurrent_runs`.
         self._idle_runs = idle
         self._executions: dict[str, Execution] = {}

@@ -463,9 +463,16 @@ class Execution:
             deadlines = [p.deadline for p in self.parked.values() if p.deadline is not None]
             self.evicted_wake_at = min(deadlines) if deadlines else None
             self.waiting_seqs.update(p.seq for p in self.parked.values() if p.seq is not None)
+        self._end_parked_waits()
+
+    def _end_parked_waits(self) -> None:
+        """Wake every parked wait with `RunEvicted` and take this execution out of the
+        resident set's counts now (each wait's own clean-up comes a loop turn later)."""
         for parked in list(self.parked.values()):
             if not parked.future.done():
                 parked.future.set_exception(RunEvicted())
+        self.host.resident.note_unparked(self)
+        self.host.resident.note_idle(self, False)
 
     def step_began(self) -> None:
         """A step of the body starts executing, or writing its row: the turn's `close` waits
@@ -495,12 +502,17 @@ class Execution:
             and self.active_steps == 0
             and all(p.frees_slot for p in self.parked.values())
         )
-        self.host.resident.note_idle(self.run_id, idle)
+        self.host.resident.note_idle(self, idle)
 
     async def close(self) -> None:
         """End the turn: wait for steps still executing in sibling branches of a gather,
-        so their checkpoints land before the run is settled or handed to a new turn."""
+        so their checkpoints land before the run is settled or handed to a new turn.
+
+        A wait still parked now belongs to a branch the body left behind (its gather failed
+        or returned on another branch): it is woken with `RunEvicted`, or the finished run
+        would stay in the resident set, counted as a run waiting for a signal."""
         self.closed = True
+        self._end_parked_waits()
         await self._steps_idle.wait()
 
     @property

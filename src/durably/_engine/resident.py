@@ -26,18 +26,20 @@ class ResidentSet:
     def __init__(self, cap: int, *, on_idle: Callable[[], None] = lambda: None):
         self.cap = cap
         self._parked: dict[str, Parkable] = {}
-        # The runs whose bodies wait only for things outside them (a signal, a timer, a
-        # child): they hold no slot under `max_concurrent_runs`. A live view is handed to
-        # the dispatcher, which subtracts its size from its load.
-        self.idle_runs: set[str] = set()
+        # The executions whose bodies wait only for things outside them (a signal, a timer,
+        # a child): they hold no slot under `max_concurrent_runs`. A live view is handed to
+        # the dispatcher, which subtracts its size from its load. Kept by execution, not by
+        # run id, like `_parked` below: the late clean-up of an ended turn must not touch
+        # the next turn of the same run.
+        self.idle: set[Parkable] = set()
         # A run that turns idle leaves room: told so, the worker picks up pending work at once.
         self._on_idle = on_idle
 
-    def note_idle(self, run_id: str, idle: bool) -> None:
+    def note_idle(self, execution: Parkable, idle: bool) -> None:
         if not idle:
-            self.idle_runs.discard(run_id)
-        elif run_id not in self.idle_runs:
-            self.idle_runs.add(run_id)
+            self.idle.discard(execution)
+        elif execution not in self.idle:
+            self.idle.add(execution)
             self._on_idle()
 
     def note_parked(self, execution: Parkable) -> None:
@@ -48,7 +50,8 @@ class ResidentSet:
             self._parked.pop(oldest).evict()
 
     def note_unparked(self, execution: Parkable) -> None:
-        self._parked.pop(execution.run_id, None)
+        if self._parked.get(execution.run_id) is execution:
+            del self._parked[execution.run_id]
 
     def __len__(self) -> int:
         return len(self._parked)

@@ -127,7 +127,7 @@ class Worker:
 
         self._resident = ResidentSet(options.max_resident_runs, on_idle=self._after_turn)
         dispatcher = self._dispatcher = Dispatcher(
-            store, drive_runs=drive_runs, idle=self._resident.idle_runs
+            store, drive_runs=drive_runs, idle=self._resident.idle
         )
         self._transport = InProcessTransport(lambda: self.executor)
         self._plane = ControlPlane(
