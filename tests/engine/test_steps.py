@@ -565,7 +565,9 @@ async def test_cancel_while_a_step_runs(engine_factory: EngineFactory, uid: str)
 async def test_cancel_during_retry_backoff(engine_factory: EngineFactory, uid: str):
     calls: list[int] = []
 
-    @durably.step(f"{uid}.down", retries=5, backoff_ms="300ms")
+    # A backoff long enough for the cancel to land first on a loaded machine: the test is
+    # that no retry runs once the run is cancelled, not how fast a cancel is.
+    @durably.step(f"{uid}.down", retries=5, backoff_ms="1s")
     def down(x: int) -> int:
         calls.append(x)
         raise RuntimeError("down")
@@ -578,7 +580,8 @@ async def test_cancel_during_retry_backoff(engine_factory: EngineFactory, uid: s
         handle = await engine.start(wf)
         waiting = await wait_suspended(engine, handle.run_id)
         await engine.cancel(handle.run_id)
-        await asyncio.sleep(0.5)  # past the retry deadline
+        assert waiting.wake_at is not None
+        await asyncio.sleep(max(0.0, waiting.wake_at / 1000 - time.time()) + 0.3)  # past it
         row = await engine.get_run(handle.run_id)
         cps = await engine.list_checkpoints(handle.run_id)
 
