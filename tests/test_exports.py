@@ -40,6 +40,8 @@ EXPECTED_EXPORTS = [
     "NonDeterminismError",
     "OnErrorInput",
     "OnErrorRoute",
+    "PayloadRejectedError",
+    "PayloadTooLargeError",
     "Queue",
     "Rejected",
     "RemoteStepError",

@@ -5,6 +5,7 @@ default) so a run survives crashes and restarts and resumes where it stopped.
 """
 
 from durably._core.admission import Queue
+from durably._core.bounds import PayloadRejectedError, PayloadTooLargeError
 from durably._core.buffered_signals import BufferedSignalInfo
 from durably._core.durations import parse_duration
 from durably._core.errors import (
@@ -114,6 +115,8 @@ __all__ = [
     "NonDeterminismError",
     "OnErrorInput",
     "OnErrorRoute",
+    "PayloadRejectedError",
+    "PayloadTooLargeError",
     "Queue",
     "Rejected",
     "RemoteStepError",

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
 from durably._core.buffered_signals import (
     DEFAULT_SIGNAL_BUFFER_PER_NAMESPACE,
     DEFAULT_SIGNAL_BUFFER_PER_TOKEN,
@@ -126,6 +127,14 @@ class EngineOptions:
     """Tries of each local compensation (saga undo) before it is reported failed; 1 means
     one try, no retry."""
 
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    """Largest JSON value (bytes, encoded) accepted from outside the engine's own code: a
+    remote step's result or event, a remote workflow's decision or step event, a signal's
+    payload, a tenant's start-run input. A bigger one is refused at the boundary with
+    `PayloadTooLargeError` (an API call), or fails the step attempt / is dropped and logged
+    once (a wire message), and nothing of it is stored. Default 4 MiB; pass references to
+    bigger data (a URL, an object-store key) instead of the data itself."""
+
     # ------------------------------------------------------------ behaviour
     track_step_start: bool = True
     """Record when each step starts (a `started` checkpoint), so the dashboard and the read
@@ -186,6 +195,7 @@ _MINIMUM: Final[dict[str, int]] = {
     "fold_fans_over": 1,
     "event_scan_limit": 1,
     "compensation_retries": 1,
+    "max_payload_bytes": 1024,
     "signal_buffer_per_token": 1,
     "signal_buffer_per_namespace": 1,
 }
