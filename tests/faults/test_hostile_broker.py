@@ -523,3 +523,108 @@ async def test_a_hostile_redis_writer_cannot_plant_steal_stall_or_loop(
         )
     lines = durably_log_lines(caplog.records)
     assert len(lines) <= bad.sent, (len(lines), bad.sent, [r.getMessage()[:200] for r in lines])
+
+
+# ------------------------------------------------------------------ SQL transport rows
+
+
+def hostile_rows(rng: random.Random, victims: list[str], now: int) -> list[tuple[Any, ...]]:
+    """Result rows a hostile writer inserts into `<prefix>_transport_results`: (step_id,
+    run_id, seq, status, output, error, started_at, created_at), oldest first so the drain
+    meets them before any real result."""
+    rows: list[tuple[Any, ...]] = []
+    for i in range(60):
+        run_id = rng.choice([*victims, f"nope-{i}"])
+        seq = rng.choice([2, 3, 9])
+        step_id = f"{run_id}:{seq}"
+        output = rng.choice(
+            [
+                "NaN",
+                "Infinity",
+                "[" * 200_000 + "]" * 200_000,
+                '"\\ud800"',
+                json.dumps("x" * (LIMIT + 1)),
+                "not json",
+                json.dumps("planted"),
+            ]
+        )
+        status = rng.choice(["completed", "completed", "failed", "weird"])
+        error = rng.choice([None, "not json", json.dumps({"message": "forged"}), "[" * 100_000])
+        started_at = rng.choice([now, now * 1_000_000, -1, None])
+        if rng.random() < 0.2:
+            step_id = f"{run_id}:{seq + 1}"  # disagrees with run_id/seq
+        rows.append((step_id, run_id, seq, status, output, error, started_at, i + 1))
+    return rows
+
+
+async def test_hostile_sql_result_rows_neither_plant_nor_block_the_drain(
+    pg_url: str,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from durably._transport.sql import SqlTransport
+    from tests.pg_support import PG_URL, connect
+    from tests.remote.sql_support import create_tables, drop_tables
+
+    caplog.set_level(logging.INFO)
+    CALLS.clear()
+    tag = f"fs{uuid.uuid4().hex[:6]}"
+    prefix = f"t{uuid.uuid4().hex[:12]}"
+    add, _gpu, child, _ordinary = workload(tag)
+
+    @durably.workflow(f"{tag}.sql")
+    async def sql_ordinary(ctx: WorkflowCtx, n: int) -> list[Any]:
+        a = await ctx.step(add, {"run": ctx.run_id, "k": 0, "v": n})
+        b = await ctx.step(add, {"run": ctx.run_id, "k": 1, "v": a})
+        go = await ctx.wait_for_signal(f"{tag}-go:{n}")
+        return [a, b, go]
+
+    victims = [f"{tag}-{n}" for n in range(RUNS)]
+    rows = hostile_rows(random.Random(SEED), victims, int(time.time() * 1000))
+    await create_tables(prefix)
+    db = await connect()
+    try:
+        insert = (
+            f'INSERT INTO "{prefix}_transport_results" (step_id, run_id, seq, status, output, '
+            "error, started_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+            "ON CONFLICT (step_id) DO NOTHING"
+        )
+        await db.executemany(insert, rows[:30])
+        engine = durably.Engine(
+            pg_url,
+            transport=SqlTransport(PG_URL, prefix=prefix, poll_ms=50, pool_size=2),
+            workflows=[sql_ordinary, child],
+            steps=[add],
+            max_payload_bytes=LIMIT,
+            always_replay=True,
+            timer_poll_ms=50,
+        )
+        async with engine:
+            handles = [await engine.start(sql_ordinary, n, run_id=victims[n]) for n in range(RUNS)]
+            await db.executemany(insert, rows[30:])
+
+            async def all_waiting() -> bool:
+                runs = [await engine.get_run(v) for v in victims]
+                return all(r is not None and r.status == "suspended" for r in runs)
+
+            await wait_for(all_waiting, 120, "every ordinary run waiting for its signal")
+            for n in range(RUNS):
+                await engine.signal(f"{tag}-go:{n}", f"go-{n}")
+            outputs = [await h.result(timeout=120) for h in handles]
+            assert outputs == [[n + 1, n + 2, f"go-{n}"] for n in range(RUNS)]
+            for victim in victims:
+                assert CALLS[(victim, 0)] == 1 and CALLS[(victim, 1)] == 1, dict(CALLS)
+                for cp in await engine.list_checkpoints(victim):
+                    text = json.dumps(cp.output, default=str) if cp.output is not None else ""
+                    assert "planted" not in text, cp
+                    assert cp.error is None or "forged" not in cp.error.message, cp
+
+            async def drained() -> bool:
+                left = await db.fetchval(f'SELECT count(*) FROM "{prefix}_transport_results"')
+                return bool(left == 0)
+
+            await wait_for(drained, 30, "every hostile row removed from the results table")
+    finally:
+        await db.close()
+        await drop_tables(prefix)
+    lines = durably_log_lines(caplog.records)
+    assert len(lines) <= len(rows), (len(lines), [r.getMessage()[:200] for r in lines])
