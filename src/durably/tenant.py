@@ -40,6 +40,7 @@ from durably._core.errors import DurablyError
 from durably._core.ids import given_run_id
 from durably._core.models import RunResult, WorkflowRun
 from durably._engine.client import plain_input
+from durably._engine.control import check_run_text
 from durably._engine.events import EngineEvent
 from durably._engine.gateway_wire import (
     TenantChannel,
@@ -158,9 +159,16 @@ class TenantGateway:
         search_attributes: dict[str, str | int | float | bool] | None = None,
     ) -> str:
         """Ask the control plane to start `workflow` (by name, with a JSON input) in this
-        tenant's namespace; the run id. Returns once the broker holds the request."""
+        tenant's namespace; the run id. Returns once the broker holds the request. A NUL or
+        a lone surrogate in the name, a tag or a search attribute is refused here with
+        `PayloadRejectedError`. A run id already taken (by another tenant's run, or a run of
+        another workflow) is refused by the control plane, which logs it: the start does not
+        happen, and reading the run answers `cross-tenant` or shows the other workflow."""
         if not isinstance(workflow, str) or not workflow:
             raise TypeError(f"workflow must be a workflow name, not {workflow!r}")
+        # The control plane drops a start whose text a store cannot hold (logged there, with
+        # no reply): refusing it here tells the caller instead of losing the start silently.
+        check_run_text(workflow, tags, search_attributes)
         rid = given_run_id(run_id) or str(uuid.uuid4())
         message: dict[str, Any] = {
             "tenant": self.tenant,

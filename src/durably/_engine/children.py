@@ -193,6 +193,24 @@ async def create_children(
     return existed
 
 
+def adoptable(
+    existing: WorkflowRun | None, workflow: Workflow[Any, Any] | str, parent: WorkflowRun
+) -> bool:
+    """Whether a run found under a child's id (`ctx.child(..., id=…)`) is that child: of the
+    same workflow, in the parent's namespace. Anything else must not be adopted (its output
+    would reach this parent: another tenant's run, under an id this workflow chose); the
+    child's start is attempted instead and refused as a run id conflict, which fails the
+    parent's wait with that reason."""
+    if existing is None:
+        return False
+    name = workflow.name if isinstance(workflow, Workflow) else workflow
+    return existing.workflow == name and _same_namespace(existing, parent)
+
+
+def _same_namespace(run: WorkflowRun, parent: WorkflowRun) -> bool:
+    return (run.namespace or "default") == (parent.namespace or "default")
+
+
 def check_continuation_id(run_id: str) -> None:
     """`ctx.continue_as_new` of run `run_id`: refuse now when the id of the next run
     (`<id>~<n>`) would break the id rule. The run is completed before its continuation is
@@ -381,6 +399,8 @@ async def recover_completions(ex: Any, members: dict[str, int]) -> list[StepChec
             run = await store.get_run(child_id)
             if run is not None and run.status in _PARENT_TERMINAL:
                 finished.append(run)
+    # A run of another namespace under a member's id is never this parent's child.
+    finished = [run for run in finished if _same_namespace(run, ex.run)]
     payloads: list[tuple[str, JSONValue]] = []
     for run in finished:
         completion = completion_of_run(run)

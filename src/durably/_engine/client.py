@@ -300,7 +300,10 @@ class Client(ReadApi, BufferedSignalsApi):
         on_duplicate: OnDuplicate = "return",
     ) -> RunHandle[Any]:
         """Create a `pending` run and return its handle at once; idempotent by `run_id`
-        (the same workflow returns the existing run, another is `RunIdConflictError`).
+        (a run of the same workflow in the same namespace is returned as it is; a run of
+        another workflow, or of another namespace, under that id is `RunIdConflictError`).
+        A NUL or a lone surrogate in the workflow name, a tag or a search attribute is
+        refused with `PayloadRejectedError` (a `ValueError`) before anything is written.
 
         `dedup_id`: while a live run of the workflow (in this namespace) was started with
         the same dedup id, a start returns that run's handle (`on_duplicate="return"`) or

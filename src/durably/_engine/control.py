@@ -13,7 +13,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from durably._core.errors import RunIdConflictError, SerializationError
+from durably._core.bounds import PayloadRejectedError, check_json_value, check_text
+from durably._core.errors import SerializationError
 from durably._core.ids import given_run_id
 from durably._core.models import (
     LIVE_RUN_STATUSES,
@@ -26,7 +27,13 @@ from durably._core.models import (
 )
 from durably._core.quota import SINGLETON_ADMITTED_TAG, ConcurrencyQuota
 from durably._engine import signals
-from durably._engine.quotas import OnDuplicate, check_start_options, refuse, start_gate
+from durably._engine.quotas import (
+    OnDuplicate,
+    check_existing_run,
+    check_start_options,
+    refuse,
+    start_gate,
+)
 from durably._engine.signal_api import SignalBufferPolicy
 from durably._engine.vocab import check_priority, may_have_parent
 
@@ -43,6 +50,31 @@ __all__ = ["UNPINNED_VERSION", "ControlPlane", "LocalRuns"]
 UNPINNED_VERSION = ""
 
 Announce = Callable[[str, str], Awaitable[None]]
+
+
+def check_run_text(
+    workflow: str,
+    tags: Sequence[str] | None,
+    search_attributes: dict[str, str | int | float | bool] | None,
+) -> None:
+    """Refuse, before anything is written, a start whose workflow name, tags or search
+    attributes a store cannot hold: a NUL (PostgreSQL's text refuses it, SQLite and the memory
+    store keep it), a lone surrogate, a number that is not finite. Refused here, the same
+    start fails the same way on every store, with a `PayloadRejectedError` naming the value,
+    instead of a driver error on one store only."""
+    check_text("workflow name", workflow)
+    for tag in tags or ():
+        if not isinstance(tag, str):
+            raise PayloadRejectedError("run tag", f"{type(tag).__name__} is not a string")
+        check_text("run tag", tag)
+    for key, value in (search_attributes or {}).items():
+        if not isinstance(key, str):
+            raise PayloadRejectedError("search attribute name", f"{key!r} is not a string")
+        check_text("search attribute name", key)
+        if isinstance(value, str):
+            check_text(f"search attribute {key!r}", value)
+        else:
+            check_json_value(f"search attribute {key!r}", value)
 
 
 class LocalRuns(Protocol):
@@ -126,14 +158,16 @@ class ControlPlane:
         dedup_id: str | None = None,
         on_duplicate: OnDuplicate = "return",
     ) -> str:
-        """Insert a `pending` run (idempotent by `run_id`: the same workflow returns the
-        existing id, another workflow is a `RunIdConflictError`), then have it driven.
+        """Insert a `pending` run (idempotent by `run_id`: a run of the same workflow in the
+        same namespace is returned as it is; another workflow, or a run of another namespace,
+        is a `RunIdConflictError`), then have it driven.
         `priority`: pending runs are picked up higher first, then oldest (None counts as 0).
         The workflow's quota and singleton options (`registered`, else the registration
         here) and the start's own `concurrency`/`dedup_id` are checked with the insert
         (`quotas.py`); a refused start creates nothing."""
         check_priority(priority, f"start of {workflow}")  # nothing is created when refused
         check_start_options(concurrency, dedup_id, on_duplicate)
+        check_run_text(workflow, tags, search_attributes)
         rid = given_run_id(run_id) or str(uuid.uuid4())  # every start, derived ids included
         ns = namespace or self.namespace or "default"
         prepared = await start_gate(
@@ -164,6 +198,8 @@ class ControlPlane:
         if prepared.gate is not None:
             outcome = await self.store.create_run_gated(run, prepared.gate)
             given = refuse(outcome, prepared, name=workflow, run_id=rid, on_duplicate=on_duplicate)
+            if outcome.verdict == "exists":
+                await self._check_existing(rid, workflow, ns)
             if outcome.verdict != "created":
                 return given  # the existing run (by id), or the live holder of the dedup id
             await self._created(rid)
@@ -177,11 +213,16 @@ class ControlPlane:
             existing = await self.store.get_run(rid)
             if existing is None:
                 raise
-            if existing.workflow != workflow:
-                raise RunIdConflictError(rid, existing.workflow, workflow) from None
+            check_existing_run(existing, name=workflow, namespace=ns)
             return rid
         await self._created(rid)
         return rid
+
+    async def _check_existing(self, rid: str, workflow: str, namespace: str) -> None:
+        """The run holding `rid` must be this start's (same workflow, same namespace)."""
+        existing = await self.store.get_run(rid)
+        if existing is not None:
+            check_existing_run(existing, name=workflow, namespace=namespace)
 
     async def _created(self, rid: str) -> None:
         if self.local is not None:

@@ -526,7 +526,7 @@ class WorkflowCtx:
             # A replay: the child may have finished while its announcement was lost.
             for recovered in await children.recover_completions(ex, {child_id: seq}):
                 return _unwrap(child_id, recovered.output, codec)
-        if cp is None and await store.get_run(child_id) is None:
+        if cp is None and not children.adoptable(await store.get_run(child_id), workflow, ex.run):
             child_priority = priority if priority is not None else ex.run.priority
             self._host.start_child_soon(workflow, input, child_id, ex.run, version, child_priority)
         done = await ex.wait(seq, None, frees_slot=True)
@@ -563,7 +563,7 @@ class WorkflowCtx:
         if cp is not None and cp.status == "completed":
             return str(cp.output)
         child_id = given_run_id(child_id, what="child run id") or f"{ex.run_id}.child.{seq}"
-        if await self._ex.store.get_run(child_id) is None:
+        if not children.adoptable(await self._ex.store.get_run(child_id), workflow, ex.run):
             child_priority = priority if priority is not None else ex.run.priority
             self._host.start_child_soon(workflow, input, child_id, ex.run, version, child_priority)
         await ex.save(ex.instant(seq, f"spawn:{child_id}", "local", output=child_id))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
 from durably._core.handshake import (
     LEGACY_V1_PROTOCOL,
     SdkInfo,
@@ -52,6 +53,7 @@ class FleetLink:
         capabilities: Sequence[str],
         tenant_token_secret: str | bytes | None,
         step_threads: int,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ):
         self._transports = transports
         self._instance_id = instance_id
@@ -64,6 +66,7 @@ class FleetLink:
             else tenant_token_secret
         )
         self._step_threads = step_threads
+        self._max_payload_bytes = max_payload_bytes
         self._started_at = int(time.time() * 1000)
         self.remote = RemoteSteps(
             transports, control_plane=control_plane_descriptor(instance_id, namespace)
@@ -100,7 +103,9 @@ class FleetLink:
             plane,
             watchers,
             channel,
-            settings=GatewaySettings(secret=self._secret),
+            settings=GatewaySettings(
+                secret=self._secret, max_payload_bytes=self._max_payload_bytes
+            ),
             subscribe=subscribe,
         )
         await self._gateway.start()

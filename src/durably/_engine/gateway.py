@@ -7,9 +7,10 @@ is the security boundary between tenants, so every rule below holds whatever a t
 
 - A start-run message starts the workflow by name in the namespace named by the tenant,
   idempotent by its run id (a redelivered message finds its run). A message that can never be
-  used (malformed, too large, an input the workflow refuses, a run id of another workflow) is
-  logged with its ids and dropped; a store failure is raised to the transport, which retries
-  it and acknowledges the message only once the run exists.
+  used (malformed, too large, text a store cannot hold, an input the workflow refuses, a run id
+  held by another workflow or another namespace, values the store refuses as data) is logged
+  with its ids and dropped; a failure to reach the store is raised to the transport, which
+  retries it and acknowledges the message only once the run exists.
 - A run request is answered with exactly one reply. `listRuns` and `runFacets` only ever see
   the tenant's namespace (the namespace the request names is discarded), `workerHealth` only
   the groups serving the tenant (`…@<tenant>`), `waitingFor` only the tenant's runs. Every
@@ -36,6 +37,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from durably._core.bounds import PayloadRejectedError
 from durably._core.errors import (
     DurablyError,
     InputValidationError,
@@ -86,6 +88,7 @@ _UNUSABLE_START = (
     GatewayMessageError,
     InputValidationError,
     InvalidRunIdError,
+    PayloadRejectedError,
     RunIdConflictError,
     SerializationError,
     WorkflowNotFoundError,
@@ -240,16 +243,31 @@ class Gateway:
                 namespace=message.tenant,
             )
         except _UNUSABLE_START as exc:
-            log.warning(
-                "dropped start-run job %s (tenant %.60r, workflow %.80r, run %.80r): %s",
-                job_id,
-                data.get("tenant"),
-                data.get("workflow"),
-                run_id,
-                exc,
-            )
+            self._drop_start(data, job_id, run_id, exc)
+            return
+        except Exception as exc:
+            if not _is_data_error(exc):
+                raise  # the store is unreachable or failing: the transport retries
+            # Decision: the store refused the message's VALUES (PostgreSQL's "invalid byte
+            # sequence", "unsupported Unicode escape sequence", a number out of range): every
+            # redelivery would be refused the same way, so it is dropped like a malformed
+            # message instead of being retried and re-queued forever. Only a failure to
+            # reach or use the store (the connection, a timeout) is retried.
+            self._drop_start(data, job_id, run_id, exc)
             return
         log.debug("start-run job %s: run %s in %s", job_id, handle.run_id, message.tenant)
+
+    def _drop_start(
+        self, data: dict[str, Any], job_id: str, run_id: object, exc: BaseException
+    ) -> None:
+        log.warning(
+            "dropped start-run job %s (tenant %.60r, workflow %.80r, run %.80r): %s",
+            job_id,
+            data.get("tenant"),
+            data.get("workflow"),
+            run_id,
+            _first_line(exc),
+        )
 
     # ================================================================== run requests
 
@@ -419,6 +437,28 @@ class Gateway:
             while len(self._namespaces) > _NAMESPACE_MEMO:
                 self._namespaces.popitem(last=False)
         return namespace
+
+
+def _is_data_error(exc: BaseException) -> bool:
+    """Whether a store failure is the database refusing the data itself (the DB-API's
+    `DataError` family: asyncpg's `DataError` subclasses, SQLAlchemy's `DataError`,
+    sqlite3's), found anywhere in the exception's chain. Told apart by class name so the
+    gateway needs no driver: every DB-API driver names that family `DataError`."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(cls.__name__ == "DataError" for cls in type(current).__mro__):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    # A driver's error text carries the statement and its parameters on later lines: the
+    # log keeps the reason, not a copy of the whole message.
+    text = str(exc).strip()
+    return text.splitlines()[0][:500] if text else type(exc).__name__
 
 
 def _namespace(run: WorkflowRun) -> str:

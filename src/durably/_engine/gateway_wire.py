@@ -30,6 +30,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from durably._core.bounds import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    PayloadRejectedError,
+    PayloadTooLargeError,
+    check_json_value,
+    check_size,
+    check_text,
+)
 from durably._core.errors import InvalidRunIdError
 from durably._core.ids import validate_run_id
 from durably._core.jsonshape import iso_ms
@@ -109,6 +117,8 @@ class GatewaySettings:
       tenant token and the tenant is taken from it; start-run messages too, unless
       `allow_unsigned_start_runs` (durable-worker's `Worker.start_run` cannot sign).
     - `max_message_bytes`: a message larger than this (as compact JSON) is refused.
+    - `max_payload_bytes`: a start-run's input larger than this (as compact JSON) is refused
+      (the engine's `max_payload_bytes`; an engine's gateway is given its engine's value).
     - `max_list_limit` / `default_list_limit`: a run list asks for at most this many runs
       (a larger `limit` is lowered to it) / this many when it gives none.
     - `max_run_ids`: how many ids one `waitingFor` may name.
@@ -119,6 +129,7 @@ class GatewaySettings:
     secret: bytes | None = field(default=None, repr=False)
     allow_unsigned_start_runs: bool = False
     max_message_bytes: int = 256 * 1024
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     max_list_limit: int = 200
     default_list_limit: int = 50
     max_run_ids: int = 500
@@ -132,6 +143,7 @@ class GatewaySettings:
             object.__setattr__(self, "secret", secret_bytes(secret))
         for name in (
             "max_message_bytes",
+            "max_payload_bytes",
             "max_list_limit",
             "default_list_limit",
             "max_run_ids",
@@ -245,7 +257,7 @@ def _tenant_of(
     return tenant
 
 
-def _size(data: Mapping[str, Any]) -> int:
+def _size(data: Any) -> int:
     try:
         return len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
     except (TypeError, ValueError):
@@ -296,6 +308,24 @@ def parse_start_run(data: Mapping[str, Any], settings: GatewaySettings, *, now_m
             )
     tags, stripped = _tags(data.get("tags"))
     attributes = _search_attributes(data.get("searchAttributes"))
+    # Text and values a store cannot hold (a NUL in a tag, which PostgreSQL refuses; a lone
+    # surrogate; a non-finite number) are refused here, once, rather than found by a store
+    # write that would fail the same way on every redelivery.
+    try:
+        check_text("workflow", workflow)
+        for tag in tags or ():
+            check_text("tag", tag)
+        for key, item in (attributes or {}).items():
+            check_text("searchAttributes key", key)
+            if isinstance(item, str):
+                check_text(f"searchAttributes[{key[:40]!r}]", item)
+            else:
+                check_json_value(f"searchAttributes[{key[:40]!r}]", item)
+        check_json_value("input", data.get("input"))
+        check_size("input", _size(data.get("input")), settings.max_payload_bytes)
+    except PayloadRejectedError as exc:
+        code = "too-large" if isinstance(exc, PayloadTooLargeError) else "bad-request"
+        raise GatewayMessageError(str(exc), code) from None
     return StartRun(
         tenant=tenant,
         workflow=workflow,

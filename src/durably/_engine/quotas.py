@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from durably._core.errors import (
     ConcurrencyLimitError,
     DuplicateRunError,
+    DurablyError,
     RunIdConflictError,
     SingletonQueueFullError,
 )
-from durably._core.models import JSONValue
+from durably._core.models import JSONValue, WorkflowRun
 from durably._core.quota import (
     ConcurrencyQuota,
     StartGate,
@@ -38,7 +39,15 @@ from durably._core.quota import (
 if TYPE_CHECKING:
     from durably._engine.registry import Workflow
 
-__all__ = ["OnDuplicate", "PreparedStart", "check_start_options", "refuse", "start_gate"]
+__all__ = [
+    "OnDuplicate",
+    "PreparedStart",
+    "RunIdInOtherNamespaceError",
+    "check_existing_run",
+    "check_start_options",
+    "refuse",
+    "start_gate",
+]
 
 OnDuplicate = Literal["return", "raise"]
 
@@ -164,6 +173,35 @@ async def start_gate(
     )
 
 
+class RunIdInOtherNamespaceError(RunIdConflictError):
+    """A start asked for a run id another namespace's run already holds.
+
+    Run ids are unique across namespaces, so such an id can never be this start's run:
+    returning the existing run would hand the caller another tenant's run (its output, its
+    signals), and doing nothing would tell it the start succeeded. The message names neither
+    the other namespace nor its workflow: both belong to someone else."""
+
+    def __init__(self, run_id: str, requested_workflow: str):
+        DurablyError.__init__(
+            self,
+            f"run id {run_id!r} is already taken by a run in another namespace; "
+            f"it cannot be used to start {requested_workflow!r} here",
+        )
+        self.run_id = run_id
+        self.existing_workflow = ""
+        self.requested_workflow = requested_workflow
+
+
+def check_existing_run(existing: WorkflowRun, *, name: str, namespace: str) -> None:
+    """A start found a run holding its id: it is that start's run (an idempotent start)
+    only when it is of the same workflow in the same namespace; otherwise the start is
+    refused with a `RunIdConflictError`."""
+    if (existing.namespace or "default") != namespace:
+        raise RunIdInOtherNamespaceError(existing.id, name)
+    if existing.workflow != name:
+        raise RunIdConflictError(existing.id, existing.workflow, name)
+
+
 def refuse(
     outcome: StartOutcome,
     prepared: PreparedStart,
@@ -172,7 +210,9 @@ def refuse(
     run_id: str,
     on_duplicate: OnDuplicate,
 ) -> str:
-    """The id a start returns for the store's answer, or the error that refuses it."""
+    """The id a start returns for the store's answer, or the error that refuses it. An
+    `exists` of the same workflow is returned as it is: the caller checks that run's
+    namespace (`check_existing_run`), which the store's answer does not carry."""
     verdict = outcome.verdict
     if verdict == "created":
         return run_id

@@ -120,6 +120,7 @@ class Worker:
                 capabilities=capabilities,
                 tenant_token_secret=tenant_token_secret,
                 step_threads=options.step_threads,
+                max_payload_bytes=options.max_payload_bytes,
             )
             if transports is not None
             else None
