@@ -198,3 +198,37 @@ async def test_an_outage_keeps_every_row_until_the_store_is_back(prefix: str, db
         ]
     finally:
         await t.close()
+
+
+async def test_a_task_row_too_deep_or_not_json_fails_its_step_on_a_durably_server(
+    prefix: str, db: Any
+) -> None:
+    """A task row whose `input` would exhaust the parser's recursion (or holds NaN) gets a
+    failed, non-retryable result; the good task behind it runs."""
+    t = transport(prefix)
+    sink = RecordingSink()
+    await t.start(sink)
+
+    async def handler(task: Any) -> StepResult:
+        return StepResult(task.run_id, task.seq, task.step_id, "completed", task.input)
+
+    insert = (
+        f'INSERT INTO "{prefix}_transport_tasks" (step_id, run_id, seq, name, grp, input, '
+        "attempt, status, created_at) VALUES ($1, $2, $3, 's', 'tok', $4, 1, 'pending', $5)"
+    )
+    oldest = now_ms() - 60_000
+    await db.execute(insert, "run-t:0", "run-t", 0, "[" * 200_000, oldest)
+    await db.execute(insert, "run-t:1", "run-t", 1, '{"v": NaN}', oldest + 1)
+    await db.execute(insert, "run-t:2", "run-t", 2, '{"v": 2}', oldest + 2)
+    server = await t.step_server(["tok"], handler, concurrency=1)
+    try:
+        results = await sink.wait_for(3, timeout=TIMEOUT)
+        by_step = {r.step_id: r for r in results}
+        assert by_step["run-t:2"].output == {"v": 2}
+        for step_id in ("run-t:0", "run-t:1"):
+            error = by_step[step_id].error
+            assert by_step[step_id].status == "failed" and error is not None
+            assert error.retryable is False and error.message.startswith("malformed step task")
+    finally:
+        await server.drain(1)
+        await t.close()
