@@ -588,6 +588,16 @@ def test_nobody_offering_the_capability_blocks_naming_what_is_missing() -> None:
     assert diagnostics["workers"] == [descriptor_to_wire(w) for w in workers]
 
 
+def test_stored_diagnostics_list_a_bounded_number_of_workers() -> None:
+    # The diagnostics are stored with the run; anyone can publish descriptors on a token.
+    workers = [worker(f"w{i}") for i in range(40)]
+    plan = plan_dispatch(["gpu"], workers, CP, "orders")
+    assert isinstance(plan, DispatchBlocked)
+    diagnostics = plan.to_json()["diagnostics"]
+    assert diagnostics["liveWorkers"] == 40
+    assert diagnostics["workers"] == [descriptor_to_wire(w) for w in workers[:16]]
+
+
 def test_capable_workers_on_another_protocol_block_as_protocol_incompatible() -> None:
     v2 = worker("v2", capabilities=["saga"], protocol={"version": 2, "range": [2, 3]})
     incapable = worker("old", capabilities=[])
@@ -898,7 +908,7 @@ raw_descriptors = st.fixed_dictionaries(
         "registrations": st.lists(registration_st, max_size=4),
         "partition": names,
         "namespace": names,
-        "startedAt": st.integers(0, 2**53),
+        "startedAt": st.integers(0, 2**53 - 1),  # beyond: refused (not exact in JS)
     },
 ).map(lambda raw: json.loads(json.dumps(raw)))
 
