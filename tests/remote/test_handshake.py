@@ -398,7 +398,11 @@ def test_a_registration_without_routes_keeps_the_hash_it_had_before_routes_exist
 
 
 def test_a_lone_surrogate_is_hashed_as_its_json_escape_instead_of_failing() -> None:
-    d = normalize_descriptor('{"instanceId": "a\\ud800", "runtime": "node"}')
+    # Read off the wire such a descriptor is refused (its strings reach stored diagnostics,
+    # which a lone surrogate makes unwritable); one built here still hashes as JS does.
+    with pytest.raises(WireFormatError, match="lone surrogate"):
+        normalize_descriptor('{"instanceId": "a\\ud800", "runtime": "node"}')
+    d = WorkerDescriptor(instance_id="a\ud800", runtime="node")
     assert d.instance_id == "a\ud800"
     assert '"instanceId":"a\\ud800"' in canonical_descriptor_json(d)
     assert re.fullmatch(r"[0-9a-f]{16}", descriptor_hash(d))
@@ -582,6 +586,16 @@ def test_nobody_offering_the_capability_blocks_naming_what_is_missing() -> None:
     assert diagnostics["missingCapabilities"] == ["search-attr-v2", "x"]
     assert diagnostics["controlPlane"] == descriptor_to_wire(CP)
     assert diagnostics["workers"] == [descriptor_to_wire(w) for w in workers]
+
+
+def test_stored_diagnostics_list_a_bounded_number_of_workers() -> None:
+    # The diagnostics are stored with the run; anyone can publish descriptors on a token.
+    workers = [worker(f"w{i}") for i in range(40)]
+    plan = plan_dispatch(["gpu"], workers, CP, "orders")
+    assert isinstance(plan, DispatchBlocked)
+    diagnostics = plan.to_json()["diagnostics"]
+    assert diagnostics["liveWorkers"] == 40
+    assert diagnostics["workers"] == [descriptor_to_wire(w) for w in workers[:16]]
 
 
 def test_capable_workers_on_another_protocol_block_as_protocol_incompatible() -> None:
@@ -894,7 +908,7 @@ raw_descriptors = st.fixed_dictionaries(
         "registrations": st.lists(registration_st, max_size=4),
         "partition": names,
         "namespace": names,
-        "startedAt": st.integers(0, 2**53),
+        "startedAt": st.integers(0, 2**53 - 1),  # beyond: refused (not exact in JS)
     },
 ).map(lambda raw: json.loads(json.dumps(raw)))
 

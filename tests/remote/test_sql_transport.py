@@ -199,12 +199,18 @@ async def test_malformed_result_rows_are_dropped_and_good_ones_delivered(
     try:
         await t.start(sink)
         await eventually(lambda: _no_rows(db, prefix, "results"))
-        await sink.wait_for(2)
-        assert [len(batch) for batch in sink.batches] == [2]
-        ok, failed = sink.results
-        assert (ok.step_id, ok.output) == ("run-5:1", {"ok": True})
-        assert failed.step_id == "run-5:6"
-        assert failed.error == StepError(message="no", retryable=False)
+        # A row naming its step consistently fails that step's attempt instead (the run must
+        # not wait for a result that never comes); run-5:4 names no step: only deleted.
+        await sink.wait_for(5)
+        by_step = {result.step_id: result for result in sink.results}
+        assert sorted(by_step) == ["run-5:1", "run-5:2", "run-5:3", "run-5:5", "run-5:6"]
+        assert by_step["run-5:1"].output == {"ok": True}
+        assert by_step["run-5:6"].error == StepError(message="no", retryable=False)
+        for step_id in ("run-5:2", "run-5:3", "run-5:5"):
+            stand_in = by_step[step_id]
+            assert stand_in.status == "failed" and stand_in.error is not None
+            assert (stand_in.error.code, stand_in.error.retryable) == ("malformed_result", False)
+            assert stand_in.error.message.startswith("malformed step result row")
         logged = "\n".join(record.getMessage() for record in caplog.records)
         for step_id in ("run-5:2", "run-5:3", "run-5:4", "run-5:5"):
             assert f"malformed result row for step '{step_id}'" in logged

@@ -21,6 +21,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn, TypeGuard
 
+from durably._core.bounds import (
+    MAX_WIRE_INT,
+    PayloadRejectedError,
+    check_json_value,
+    loads_untrusted,
+)
 from durably._core.wire import WireFormatError
 
 __all__ = [
@@ -28,6 +34,8 @@ __all__ = [
     "DESCRIPTOR_KIND",
     "LEGACY_V1_CAPABILITIES",
     "LEGACY_V1_PROTOCOL",
+    "MAX_DESCRIPTOR_BYTES",
+    "MAX_HEARTBEAT_BYTES",
     "UNKNOWN_SDK",
     "HeartbeatValue",
     "OnErrorRouteWire",
@@ -44,12 +52,21 @@ __all__ = [
     "is_legacy_descriptor",
     "normalize_descriptor",
     "parse_heartbeat_value",
+    "read_heartbeat_value",
     "route_set_json",
     "routes_to_json",
 ]
 
 # The kind named in a WireFormatError for a descriptor that cannot be read.
 DESCRIPTOR_KIND = "worker descriptor"
+
+MAX_DESCRIPTOR_BYTES = 256 * 1024
+"""The largest descriptor value read (bytes of JSON). A real one is a few KiB even with
+hundreds of workflows; a bigger value is skipped unread (and a transport does not fetch it)."""
+
+MAX_HEARTBEAT_BYTES = 64 * 1024
+"""The largest liveness value read (bytes): a timestamp, a status object and a hash are well
+under a KiB. A bigger value is not parsed: the key then counts as a beat without a value."""
 
 # The only protocol major that exists. The band is carried at all so that a future breaking
 # protocol is detected at the handshake instead of corrupting runs.
@@ -181,24 +198,33 @@ def _fail(problem: str, instance_id: str | None) -> NoReturn:
 
 
 def _as_object(raw: object) -> Mapping[str, Any]:
+    # Text is parsed with the shared bounds (at most MAX_DESCRIPTOR_BYTES, 128 levels, no
+    # NaN, no lone surrogate: a descriptor's strings end up in stored `run.blocked`
+    # diagnostics, which a lone surrogate would make unwritable); an object already parsed is
+    # checked the same way, so no caller's value can exhaust the recursion of a later encode.
     if isinstance(raw, (bytes, bytearray)):
+        if len(raw) > MAX_DESCRIPTOR_BYTES:
+            _fail(f"{len(raw)} bytes, over the limit of {MAX_DESCRIPTOR_BYTES}", None)
         try:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError:
             _fail("not UTF-8 text", None)
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError as exc:
-            _fail(f"not JSON ({exc})", None)
+    try:
+        if isinstance(raw, str):
+            raw = loads_untrusted(raw, what=DESCRIPTOR_KIND, max_bytes=MAX_DESCRIPTOR_BYTES)
+        elif isinstance(raw, Mapping):
+            check_json_value(DESCRIPTOR_KIND, dict(raw))
+    except PayloadRejectedError as exc:
+        _fail(exc.problem, None)
     if not isinstance(raw, Mapping):
         _fail("not a JSON object", None)
     return raw
 
 
 def _is_int(value: object) -> TypeGuard[int]:
-    # bool is an int in Python but never a number on the wire.
-    return isinstance(value, int) and not isinstance(value, bool)
+    # bool is an int in Python but never a number on the wire; nor is one beyond what a
+    # JavaScript worker can represent (a 1e300 written as an integer).
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_WIRE_INT
 
 
 def _or_empty(value: object) -> object:
@@ -311,7 +337,7 @@ def normalize_descriptor(raw: object) -> WorkerDescriptor:
     if started_at is None:
         started_at = 0
     elif not _is_int(started_at) or started_at < 0:
-        _fail("`startedAt` must be a non-negative integer", instance_id)
+        _fail("`startedAt` must be a non-negative integer (at most 2**53 - 1)", instance_id)
 
     return WorkerDescriptor(
         instance_id=instance_id,
@@ -523,7 +549,8 @@ def _beat_ms(value: object) -> int:
     if value <= 0:
         return 0
     ms = value * 1000 if value < _EPOCH_MS_THRESHOLD else value
-    return int(ms)
+    # A time no worker can mean (beyond 2**53 ms, some 285,000 years) reads as unknown.
+    return int(ms) if ms <= MAX_WIRE_INT else 0
 
 
 def parse_heartbeat_value(raw: str | bytes | None) -> HeartbeatValue:
@@ -531,30 +558,40 @@ def parse_heartbeat_value(raw: str | bytes | None) -> HeartbeatValue:
     older workers wrote a bare number, and some wrote seconds instead of milliseconds (any time
     below 1e12 is seconds). Nothing here raises: the key's existence already says the worker is
     alive, so an unreadable value only loses the beat time (0) and the extras."""
+    return read_heartbeat_value(raw)[0]
+
+
+def read_heartbeat_value(raw: str | bytes | None) -> tuple[HeartbeatValue, str | None]:
+    """`parse_heartbeat_value`, and why the value could not be read (None when it could, or
+    when it is absent). Never raises: a value over `MAX_HEARTBEAT_BYTES`, nested deeper than
+    128 levels, holding NaN or a lone surrogate, or not JSON reads as no value."""
     empty = HeartbeatValue(0, None, None)
     if raw is None:
-        return empty
+        return empty, None
+    if len(raw) > MAX_HEARTBEAT_BYTES:
+        return empty, f"{len(raw)} bytes, over the {MAX_HEARTBEAT_BYTES} a liveness value may hold"
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError:
-            return empty
+            return empty, "not UTF-8 text"
     text = raw.strip()
     if not text.startswith("{"):
-        return (
-            HeartbeatValue(_beat_ms(float(text)), None, None) if _NUMBER.fullmatch(text) else empty
-        )
+        if _NUMBER.fullmatch(text):
+            return HeartbeatValue(_beat_ms(float(text)), None, None), None
+        return empty, "neither a JSON object nor a number"
     try:
-        data = json.loads(text)
-    except ValueError:
-        return empty
+        data = loads_untrusted(text, what="liveness value", max_bytes=MAX_HEARTBEAT_BYTES)
+    except PayloadRejectedError as exc:
+        return empty, exc.problem
     if not isinstance(data, dict):
-        return empty
+        return empty, "not a JSON object"
     status = data.get("status")
     descriptor = data.get("descriptorHash")
-    return HeartbeatValue(
+    value = HeartbeatValue(
         _beat_ms(data.get("ts")),
         # A lifecycle word ("up") is not an execution status; only the object form is.
         status if isinstance(status, dict) else None,
         descriptor if isinstance(descriptor, str) and descriptor else None,
     )
+    return value, None

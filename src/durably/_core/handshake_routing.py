@@ -188,6 +188,10 @@ def can_route(requires: Iterable[str], worker: WorkerDescriptor) -> bool:
 # ------------------------------------------------------------------ dispatch planning
 
 
+MAX_DIAGNOSED_WORKERS = 16
+"""At most this many live workers' descriptors are written into stored diagnostics."""
+
+
 @dataclass(frozen=True, slots=True)
 class DispatchDiagnostics:
     """Why nobody could run a piece of work, stored with the `run.blocked` event: the code, the
@@ -218,7 +222,9 @@ class DispatchDiagnostics:
         if self.worker_ranges is not None:
             out["workerRanges"] = [_range_json(band) for band in self.worker_ranges]
         out["controlPlane"] = descriptor_to_wire(self.control_plane)
-        out["workers"] = [descriptor_to_wire(w) for w in self.workers]
+        # The first MAX_DIAGNOSED_WORKERS only (`liveWorkers` keeps the count): the
+        # diagnostics are stored with the run, and the descriptors are anyone's to publish.
+        out["workers"] = [descriptor_to_wire(w) for w in self.workers[:MAX_DIAGNOSED_WORKERS]]
         return out
 
 

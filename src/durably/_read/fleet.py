@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from durably._core.bounds import MAX_WIRE_INT
 from durably._core.handshake import (
     AnnouncedWorkflow,
     HeartbeatSighting,
@@ -121,7 +122,8 @@ def _count(value: object) -> int | None:
         return None
     if isinstance(value, float) and not value.is_integer():
         return None
-    return int(value)
+    # Beyond 2**53 no worker means a count (a 1e300 would be shown as a 301-digit number).
+    return int(value) if abs(value) <= MAX_WIRE_INT else None
 
 
 def _measure(value: object) -> float | None:

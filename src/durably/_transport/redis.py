@@ -30,7 +30,13 @@ from urllib.parse import urlsplit
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from durably._core.handshake import WorkerDescriptor, parse_heartbeat_value
+from durably._core.bounds import PayloadRejectedError, loads_untrusted
+from durably._core.handshake import (
+    MAX_DESCRIPTOR_BYTES,
+    MAX_HEARTBEAT_BYTES,
+    WorkerDescriptor,
+    read_heartbeat_value,
+)
 from durably._core.wire import RemoteTask, effective_prefix, to_broker_priority
 from durably._transport.protocol import (
     ResultSink,
@@ -48,10 +54,10 @@ from durably._transport.redis_plain import (
     RedisNames,
     RunBeat,
     WorkerBeat,
+    WorkerKeyReader,
     open_subscription,
     parse_control_message,
     parse_run_beat,
-    scan_keys,
 )
 from durably._transport.redis_results import ResultConsumer, ResultIntake
 from durably._transport.redis_server import RedisStepServer
@@ -134,6 +140,7 @@ class RedisTransport:
         self._liveness_interval = liveness_interval_s
         self._ping_interval = ping_interval_s
         self._producer = Producer(url)
+        self._keys = WorkerKeyReader(url)
         self._consumer: ResultConsumer | None = None
         self._servers: list[RedisStepServer] = []
         self._subscriptions: list[ChannelSubscription] = []
@@ -232,6 +239,7 @@ class RedisTransport:
         for subscription in subscriptions:
             await subscription.close()
         await self._producer.close()
+        await self._keys.close()
 
     # -------------------------------------------------------------- steps
 
@@ -355,20 +363,24 @@ class RedisTransport:
 
     async def read_worker_heartbeats(self, token: str | None = None) -> list[WorkerBeat]:
         """The liveness keys of `token`'s workers (every token's when None). A key present is a
-        live worker; its value says when it last beat and how it is doing."""
+        live worker; its value says when it last beat and how it is doing. A value that cannot
+        be read (too big, too deep, not JSON, …) is logged once per key and reads as a beat
+        without a value: the key's presence alone still says the worker is alive."""
         pattern = self.names.worker_heartbeat_pattern(token)
         try:
-            client = self._redis()
-            keys = await scan_keys(client, pattern)
-            values: list[str | None] = await client.mget(keys) if keys else []
+            found = await self._keys.read(pattern, MAX_HEARTBEAT_BYTES)
         except (RedisError, OSError) as exc:
             raise self._unavailable("read worker heartbeats", exc) from exc
         beats: list[WorkerBeat] = []
-        for key, value in zip(keys, values, strict=True):
+        for key, value in found:
             where = self.names.split_worker_key(key, "heartbeat")
             if where is None:
                 continue
-            beat = parse_heartbeat_value(value)
+            beat, problem = read_heartbeat_value(value)
+            if problem is not None:
+                self._keys.report(key, problem)
+            elif value is not None:
+                self._keys.readable(key)
             beats.append(
                 WorkerBeat(where[0], where[1], beat.last_beat_ms, beat.status, beat.descriptor_hash)
             )
@@ -380,32 +392,38 @@ class RedisTransport:
 
     async def read_worker_descriptors(self, token: str | None = None) -> list[dict[str, Any]]:
         """The descriptors workers publish (raw JSON objects), of `token` or of every token
-        (then one per instance id). Values that are not JSON objects are skipped."""
+        (then one per instance id). A value that is not a JSON object within the bounds
+        (`MAX_DESCRIPTOR_BYTES`, 128 levels, finite numbers, no lone surrogate) is skipped,
+        logged once per key: one garbled worker must not hide the others."""
         pattern = self.names.worker_descriptor_pattern(token)
         try:
-            client = self._redis()
-            keys = sorted(await scan_keys(client, pattern))
-            values: list[str | None] = await client.mget(keys) if keys else []
+            found = sorted(await self._keys.read(pattern, MAX_DESCRIPTOR_BYTES))
         except (RedisError, OSError) as exc:
             raise self._unavailable("read worker descriptors", exc) from exc
-        found: list[dict[str, Any]] = []
+        descriptors: list[dict[str, Any]] = []
         seen: set[str] = set()
-        for key, value in zip(keys, values, strict=True):
+        for key, value in found:
+            if value is None:
+                continue  # gone meanwhile, or reported by the reader
             try:
-                descriptor = json.loads(value) if value is not None else None
-            except ValueError:
-                descriptor = None
-            if not isinstance(descriptor, dict):
-                log.debug("skipped a garbled worker descriptor at %s", key)
+                descriptor = loads_untrusted(
+                    value, what="worker descriptor", max_bytes=MAX_DESCRIPTOR_BYTES
+                )
+            except PayloadRejectedError as exc:
+                self._keys.report(key, exc.problem)
                 continue
+            if not isinstance(descriptor, dict):
+                self._keys.report(key, "not a JSON object")
+                continue
+            self._keys.readable(key)
             if token is None:
                 instance = descriptor.get("instanceId")
                 if isinstance(instance, str):
                     if instance in seen:
                         continue
                     seen.add(instance)
-            found.append(descriptor)
-        return found
+            descriptors.append(descriptor)
+        return descriptors
 
 
 if TYPE_CHECKING:

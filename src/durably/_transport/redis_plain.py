@@ -12,6 +12,12 @@ folded in) and carry no `bull:` prefix of their own, exactly as `durable-worker`
 Everything read here is untrusted (other SDKs, older versions, a person with `redis-cli`): the
 parsers return None for what they cannot read and never raise. Liveness values are read by the
 handshake's `parse_heartbeat_value`, which also knows the older forms (bare numbers, seconds).
+
+The liveness and descriptor keys are read as bytes (`WorkerKeyReader`), on a client of their
+own: one value that is not UTF-8 would otherwise make the decoding client fail the whole read.
+A value's length is asked first and a value over its bound (`MAX_DESCRIPTOR_BYTES`,
+`MAX_HEARTBEAT_BYTES`) is never fetched; a key of another type, a name that is not UTF-8 or
+longer than `MAX_WORKER_KEY_CHARS`, is skipped. Each such key is logged once, not per read.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
+from redis.exceptions import ResponseError
 
 from durably._transport.redis_bullmq import redis_client
 
@@ -39,6 +46,7 @@ __all__ = [
     "RedisNames",
     "RunBeat",
     "WorkerBeat",
+    "WorkerKeyReader",
     "liveness_value",
     "parse_control_message",
     "parse_run_beat",
@@ -103,6 +111,92 @@ class RedisNames:
         if not sep or not token or not instance_id:
             return None
         return token, instance_id
+
+
+MAX_WORKER_KEY_CHARS = 1024
+"""The longest liveness or descriptor key name read: a token and an instance id are short; a
+longer name is skipped (it would be carried into every answer that lists workers)."""
+
+# Keys remembered as already reported: bounded, as the keys are anyone's to create.
+_REPORTED_MAX = 10_000
+
+
+class WorkerKeyReader:
+    """Reads liveness and descriptor keys as bytes, bounded (see the module docstring). The
+    client is made on first use and closed by `close`."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._client: Redis | None = None
+        self._reported: dict[str, None] = {}
+
+    def _redis(self) -> Redis:
+        if self._client is None:
+            self._client = Redis.from_url(
+                self._url, decode_responses=False, socket_connect_timeout=2.0, socket_timeout=10.0
+            )
+        return self._client
+
+    def report(self, key: str, problem: str) -> None:
+        """Log an unreadable key once (again only after it was read fine in between)."""
+        if key in self._reported:
+            return
+        if len(self._reported) >= _REPORTED_MAX:
+            self._reported.pop(next(iter(self._reported)))
+        self._reported[key] = None
+        log.warning("skipped the unreadable worker key %.300s: %s", key, problem)
+
+    def readable(self, key: str) -> None:
+        self._reported.pop(key, None)
+
+    async def read(self, pattern: str, limit: int) -> list[tuple[str, bytes | None]]:
+        """(key, value) of every key matching `pattern` whose name can be read. The value is
+        None for a key gone meanwhile, of another type, or over `limit` bytes (then also
+        reported). Redis errors propagate (the caller names the outage)."""
+        client = self._redis()
+        keys: list[str] = []
+        async for raw_key in client.scan_iter(match=pattern, count=100):
+            key = _key_text(raw_key)
+            if key is None:
+                self.report(repr(raw_key[:200]), "its name is not UTF-8")
+            elif len(key) > MAX_WORKER_KEY_CHARS:
+                self.report(key, f"its name is over {MAX_WORKER_KEY_CHARS} characters")
+            else:
+                keys.append(key)
+        if not keys:
+            return []
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.strlen(key)
+        lengths = await pipe.execute(raise_on_error=False)
+        wanted: list[str] = []
+        for key, length in zip(keys, lengths, strict=True):
+            if isinstance(length, ResponseError):
+                self.report(key, "not a string value")
+            elif isinstance(length, int) and length > limit:
+                self.report(key, f"its value is {length} bytes, over {limit}")
+            elif isinstance(length, int) and length > 0:
+                wanted.append(key)
+        values = await client.mget(wanted) if wanted else []
+        got = dict(zip(wanted, values, strict=True))
+        return [(key, got.get(key)) for key in keys]
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+
+def _key_text(raw: object) -> str | None:
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, bytes):
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return None
 
 
 async def scan_keys(client: Redis, pattern: str) -> list[str]:

@@ -7,11 +7,14 @@ Steps only (`features`): the SDK's runner handles step rows and nothing else.
 
 - `dispatch` inserts the task (`grp` = routing token, `input` = JSON text, `status` 'pending')
   with `ON CONFLICT (step_id) DO NOTHING`; priority, trace context and pool id have no column.
-- The result drain claims the oldest rows whose lease is free or expired (`FOR UPDATE SKIP
-  LOCKED`, stamped with our id and the claim time, one statement), hands the parsed ones to
-  `ResultSink.step_results` and deletes them after it returned, only while they still carry
-  our stamp. A malformed row is logged with its step id and deleted, settling nothing. When
-  the sink raises, the claim is released and the next poll delivers the rows again.
+- The result drain (`sql_drain`) claims the oldest rows whose lease is free or expired
+  (`FOR UPDATE SKIP LOCKED`, stamped with our id and the claim time, one statement), hands
+  them to `ResultSink.step_results` and deletes them after it returned, only while they still
+  carry our stamp. Every column is checked first (size, depth, numbers, timestamps): a row
+  that fails is logged once and fails its step's attempt (`malformed_result`) or, naming no
+  step, is deleted. A batch the sink refuses is delivered again row by row, so one
+  unstorable row never holds back the others; only an outage keeps the claimed rows for the
+  next poll.
 - `step_server` (durably's own workers): the same claim on `grp` equal to one of its tokens,
   at most `concurrency` handlers at once; the result insert (`DO NOTHING`) and the task delete
   (of the attempt that ran only) share one transaction. The claims of running steps are renewed
@@ -40,6 +43,9 @@ triggers): every `poll_ms`, only after a poll found nothing. 250 ms, half the SD
 bounds the added latency when notifications are lost at four cheap queries a second per
 poller. `notify=False` skips the triggers (each notifying commit takes a database-wide lock).
 
+`max_payload_bytes` (default 4 MiB, as the engine's option of that name) bounds each JSON
+column read from a row: a task's `input`, a result's `output` and `error`.
+
 Failures raise `TransportUnavailableError` naming host:port and what failed. The URL takes the
 SQL store's options (`?schema=`, `connect_timeout`, `application_name`, …).
 """
@@ -57,6 +63,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
 from durably._core.handshake import WorkerDescriptor
 from durably._core.models import StepError
 from durably._core.wire import (
@@ -77,12 +84,13 @@ from durably._transport.protocol import (
     TurnChannel,
     WorkerDirectory,
 )
+from durably._transport.sql_drain import ResultDrain
 from durably._transport.sql_tables import (
+    MAX_ID,
     Statements,
     channel,
     dumps,
     now_ms,
-    result_of_row,
     result_params,
     task_of_row,
 )
@@ -104,7 +112,7 @@ DEFAULT_POOL_SIZE = 4
 DEFAULT_REPLACE_WAIT_MS = 2_000
 
 #: Ids are varchar(191) in the shared DDL; a longer one would fail inside PostgreSQL.
-_MAX_ID = 191
+_MAX_ID = MAX_ID
 #: Reconnect delays of the listener (seconds; the last repeats) and its health check.
 _LISTEN_RETRY_S = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
 _LISTEN_HEALTH_S = 10.0
@@ -133,6 +141,7 @@ class SqlTransport:
         notify: bool = True,
         auto_create: bool = True,
         instance_id: str | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ):
         if asyncpg is None:
             raise ModuleNotFoundError(
@@ -141,6 +150,8 @@ class SqlTransport:
         for name, value in (("poll_ms", poll_ms), ("lease_ms", lease_ms)):
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
+        if max_payload_bytes < 1:
+            raise ValueError(f"max_payload_bytes must be positive, got {max_payload_bytes}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         parsed = sa.engine.make_url(url)
@@ -160,6 +171,7 @@ class SqlTransport:
         self._batch_size = batch_size
         self._replace_wait_s = replace_wait_ms / 1000
         self._notify = notify
+        self._max_payload_bytes = max_payload_bytes
         self._auto_create = auto_create
         self.instance_id = instance_id or f"durably-{uuid.uuid4().hex[:8]}"
         self._pool: Any = None
@@ -393,7 +405,8 @@ class SqlTransport:
             return
         await self._ready()
         self._ensure_listener()
-        self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(sink))
+        drain = ResultDrain(self, sink, self._max_payload_bytes)
+        self._drainer = asyncio.get_running_loop().create_task(drain.loop())
 
     async def close(self) -> None:
         if self._closing:
@@ -460,74 +473,6 @@ class SqlTransport:
                 await conn.execute(self._sql.delete_task, task.step_id)
             await conn.fetchval(self._sql.insert_task, *self._task_args(task, payload))
         return True
-
-    async def _drain_loop(self, sink: ResultSink) -> None:
-        failures = 0
-        while not self._closing:
-            self._results_wake.clear()
-            try:
-                claimed = await self._drain_once(sink)
-                failures = 0
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                failures += 1
-                delay = min(self._poll_s * 2 ** (failures - 1), _MAX_BACKOFF_S)
-                log.warning("SQL transport: result drain failed (%s); retry in %.2fs", exc, delay)
-                await asyncio.sleep(delay)
-                continue
-            if claimed == 0:
-                with suppress(TimeoutError):
-                    await asyncio.wait_for(self._results_wake.wait(), self._poll_s)
-
-    async def _drain_once(self, sink: ResultSink) -> int:
-        """Claim, parse, deliver, acknowledge one batch; the number of rows claimed."""
-        sql, me = self._sql, self.instance_id
-        stamp = now_ms()
-        async with self._conn("claiming step results") as conn:
-            rows = await conn.fetch(
-                sql.claim_results, stamp - self._lease_ms, self._batch_size, me, stamp
-            )
-        if not rows:
-            return 0
-        rows = sorted(rows, key=lambda row: (row["created_at"], row["step_id"]))
-        results: list[StepResult] = []
-        bad: list[str] = []
-        for row in rows:
-            try:
-                results.append(result_of_row(row))
-            except Exception as exc:  # any parse failure: this row, never the drain
-                bad.append(row["step_id"])
-                log.error(
-                    "SQL transport: dropping malformed result row for step %r: %s (row: %.500s)",
-                    row["step_id"],
-                    exc,
-                    dict(row),
-                )
-        if bad:
-            try:
-                async with self._conn("deleting malformed step results") as conn:
-                    await conn.execute(sql.ack_results, bad, me, stamp)
-            except TransportUnavailableError as exc:  # they come again after the lease
-                log.warning("SQL transport: %s", exc)
-        if not results:
-            return len(rows)
-        good = [result.step_id for result in results]
-        try:
-            await sink.step_results(results)
-        except BaseException:
-            # Kept for the next poll instead of waiting out the lease.
-            with suppress(Exception):
-                async with self._conn("releasing step results") as conn:
-                    await conn.execute(sql.release_results, good, me, stamp)
-            raise
-        try:
-            async with self._conn("acknowledging step results") as conn:
-                await conn.execute(sql.ack_results, good, me, stamp)
-        except TransportUnavailableError as exc:
-            # Applied already: the rows come again after the lease, duplicates are harmless.
-            log.warning("SQL transport: %s", exc)
-        return len(rows)
 
     # ---------------------------------------------------------------- serving side
 
@@ -642,7 +587,7 @@ class _SqlStepServer:
     async def _run(self, row: Any) -> None:
         step_id = row["step_id"]
         try:
-            task = task_of_row(row)
+            task = task_of_row(row, max_bytes=self._t._max_payload_bytes)
         except WireFormatError as exc:
             await self._reject(row, exc)
             return

@@ -11,6 +11,13 @@ import re
 import time
 from typing import Any
 
+from durably._core.bounds import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    PayloadRejectedError,
+    check_wire_int,
+    loads_untrusted,
+)
+from durably._core.models import StepError
 from durably._core.wire import (
     RemoteTask,
     StepResult,
@@ -18,6 +25,7 @@ from durably._core.wire import (
     error_to_wire,
     parse_remote_task,
     parse_step_result,
+    step_id_of,
 )
 
 #: The longest prefix whose derived names (`<prefix>_transport_results_notify`) fit
@@ -25,13 +33,26 @@ from durably._core.wire import (
 _MAX_PREFIX = 38
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]+$")
 
+#: Ids are varchar(191) in the shared DDL.
+MAX_ID = 191
+#: The latest `started_at` a result row may carry: 9999-12-31T23:59:59.999Z in epoch ms, the
+#: last instant a datetime holds. A time in micro- or nanoseconds is far beyond it (a worker's
+#: unit bug), and settling it would fail on every try.
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+#: The code of the failed attempt that stands in for a result row no sink can use.
+MALFORMED_RESULT = "malformed_result"
+
 __all__ = [
+    "MALFORMED_RESULT",
+    "MAX_ID",
+    "MAX_TIMESTAMP_MS",
     "Statements",
     "channel",
     "dumps",
     "now_ms",
     "result_of_row",
     "result_params",
+    "stand_in_for",
     "task_of_row",
 ]
 
@@ -159,33 +180,60 @@ class Statements:
 # ------------------------------------------------------------------ rows
 
 
-def task_of_row(row: Any) -> RemoteTask:
-    """The task a row describes — the envelope the SDK builds — or WireFormatError."""
+def task_of_row(row: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> RemoteTask:
+    """The task a row describes — the envelope the SDK builds — or WireFormatError (also for
+    an `input` too big, too deep or holding a number that is not JSON)."""
     raw_input = row["input"]
     try:
-        value = None if raw_input is None else json.loads(raw_input)
-    except ValueError as exc:
-        raise WireFormatError("step task", f"`input` is not JSON ({exc})", row["step_id"]) from None
+        value = (
+            None
+            if raw_input is None
+            else loads_untrusted(raw_input, what="`input`", max_bytes=max_bytes)
+        )
+    except PayloadRejectedError as exc:
+        raise WireFormatError("step task", str(exc), row["step_id"]) from None
     ids = {"runId": row["run_id"], "seq": row["seq"], "stepId": row["step_id"]}
     routing = {"name": row["name"], "group": row["grp"], "attempt": row["attempt"]}
     return parse_remote_task({**ids, **routing, "input": value})
 
 
-def result_of_row(row: Any) -> StepResult:
-    """The result a row describes, or WireFormatError (JSON columns decoded, NULL = absent)."""
-    data: dict[str, Any] = {"runId": row["run_id"], "seq": row["seq"], "stepId": row["step_id"]}
+def result_of_row(row: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> StepResult:
+    """The result a row describes, or WireFormatError. Every column is checked here, at the
+    boundary, so that what reaches the sink can be stored: `output` and `error` are JSON of at
+    most `max_bytes` each, without NaN/Infinity, nested at most 128 levels and without lone
+    surrogates (`loads_untrusted`); `started_at` is an epoch-ms time a datetime can hold.
+    NULL reads as absent."""
+    step_id = row["step_id"]
+    data: dict[str, Any] = {"runId": row["run_id"], "seq": row["seq"], "stepId": step_id}
     data["status"] = row["status"]
-    for column in ("output", "error"):
-        if row[column] is not None:
-            try:
-                data[column] = json.loads(row[column])
-            except ValueError as exc:
-                raise WireFormatError(
-                    "step result", f"`{column}` is not JSON ({exc})", row["step_id"]
-                ) from None
-    if row["started_at"] is not None:
-        data["startedAt"] = row["started_at"]
+    try:
+        for column in ("output", "error"):
+            if row[column] is not None:
+                data[column] = loads_untrusted(row[column], what=f"`{column}`", max_bytes=max_bytes)
+        started_at = row["started_at"]
+        if started_at is not None:
+            if started_at < 0:
+                raise PayloadRejectedError("`started_at`", f"{started_at} is negative")
+            what = "`started_at` (epoch milliseconds)"
+            data["startedAt"] = check_wire_int(what, started_at, maximum=MAX_TIMESTAMP_MS)
+    except PayloadRejectedError as exc:
+        raise WireFormatError("step result", str(exc), step_id) from None
     return parse_step_result(data)
+
+
+def stand_in_for(row: Any, problem: str) -> StepResult | None:
+    """The failed, non-retryable attempt that settles the step of a result row that cannot be
+    used, or None when the row does not name a step consistently (`step_id` = `run_id:seq`),
+    so that it can only be removed. Re-running the step would most likely write the same
+    row again, hence not retryable; the step's own code (onError, a catch) decides what
+    follows, and the run does not wait for a result that never comes."""
+    step_id, run_id, seq = row["step_id"], row["run_id"], row["seq"]
+    if not isinstance(run_id, str) or not run_id or not isinstance(seq, int) or seq < 0:
+        return None
+    if not isinstance(step_id, str) or len(step_id) > MAX_ID or step_id != step_id_of(run_id, seq):
+        return None
+    error = StepError(message=problem, code=MALFORMED_RESULT, retryable=False)
+    return StepResult(run_id, seq, step_id, "failed", error=error)
 
 
 def result_params(result: StepResult) -> list[Any]:
