@@ -554,3 +554,62 @@ async def test_unstorable_messages_are_dropped_once_and_never_block_the_rest(
             return await status_of(engine, "rw-3") == "completed"
 
         await until(done)
+
+
+# ------------------------------------------------------------------ the rules, one by one
+
+
+@pytest.mark.parametrize(
+    ("group", "namespace", "route_group", "allowed"),
+    [
+        ("default", "default", None, True),
+        ("acme", "default", None, False),  # a tenant's partition
+        ("wf-split", "default", "wf-split", True),  # the registered split worker's group
+        ("other", "default", "wf-split", False),
+        ("acme", "acme", None, True),
+        ("eu@acme", "acme", None, True),
+        ("globex", "acme", None, False),
+        ("default", "acme", None, False),  # the default namespace's bare queue
+        ("acme@globex", "acme", None, False),
+        ("wf-split", "acme", "wf-split", False),  # would leave `@acme`
+    ],
+)
+def test_a_calls_group_stays_inside_its_runs_namespace(
+    group: str, namespace: str, route_group: str | None, allowed: bool
+) -> None:
+    from durably._engine.remote_turns_routing import call_group_refusal
+
+    assert (call_group_refusal(group, namespace, route_group) is None) is allowed
+
+
+def test_a_turn_message_that_cannot_be_stored_is_refused_with_its_ids() -> None:
+    from durably._core.wire import WireFormatError
+    from durably._core.wire_turns import (
+        parse_run_heartbeat,
+        parse_workflow_decision,
+        parse_workflow_step_event,
+    )
+
+    tid = "r:wf:0123abcd"
+    decision = {"taskId": tid, "runId": "r", "status": "continue", "commands": []}
+    for raw in (
+        json.dumps({**decision, "output": float("nan")}),
+        "[" * 200_000,
+        {**decision, "commands": [{"kind": "sleep", "seq": 0, "ms": 10**300}]},
+        {**decision, "commands": [{"kind": "waitSignal", "seq": 2**53, "signal": "s"}]},
+    ):
+        with pytest.raises(WireFormatError):
+            parse_workflow_decision(raw)
+    with pytest.raises(WireFormatError, match="max_payload_bytes"):
+        parse_workflow_decision({**decision, "x": "y" * 2000}, max_bytes=1000)
+    event = {"runId": "r", "seq": 0, "name": "n", "phase": "running", "startedAt": 1}
+    assert parse_workflow_step_event(event).run_id == "r"
+    for bad in (
+        {**event, "startedAt": 253_402_300_800_000},
+        {**event, "taskId": "other:wf:1"},
+        {**event, "runId": "r\x00"},
+    ):
+        with pytest.raises(WireFormatError):
+            parse_workflow_step_event(bad)
+    with pytest.raises(WireFormatError, match="'r'"):
+        parse_run_heartbeat({"runId": "r", "seq": 1e20, "group": "g"})

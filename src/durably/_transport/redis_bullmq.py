@@ -311,8 +311,12 @@ class _OneFetchWorker(_Worker):  # type: ignore[misc]
             # processor, re-delivered by every stall check forever; it is handed over without
             # data instead, so the processor drops it (once) and it is acknowledged.
             log.warning("job %s on %s has unreadable data (%s)", job_id, self.name, exc)
-            cleared = {**job_data, "data": "null", "opts": "{}"}
-            return super().nextJobFromJobData(cleared, job_id, limit_until, delay_until, token)
+            cleared = {**job_data, "data": "null"}
+            try:
+                return super().nextJobFromJobData(cleared, job_id, limit_until, delay_until, token)
+            except (RecursionError, ValueError):  # its options too
+                cleared["opts"] = "{}"
+                return super().nextJobFromJobData(cleared, job_id, limit_until, delay_until, token)
 
     def __init__(self, name: str, processor: Any, opts: dict[str, Any]):
         super().__init__(name, processor, opts)

@@ -130,7 +130,7 @@ class RedisTurns:
                 return
             data = dict(job.data)
             requeues = data.pop(_REQUEUE_KEY, 0)
-            if isinstance(requeues, bool) or not isinstance(requeues, int):
+            if isinstance(requeues, bool) or not isinstance(requeues, int) or requeues < 0:
                 requeues = _MAX_REQUEUES  # forged: never requeue it
             pause = 0.05
             for attempt in range(1, _SINK_ATTEMPTS + 1):
