@@ -226,7 +226,7 @@ async def test_a_step_event_cannot_plant_a_checkpoint_in_a_run_without_an_outsta
         assert ran == [21]  # the handler really ran
         drops = logged(caplog, "dropped workflow step event local-1:")
         assert len(drops) == 2
-        assert "no turn outstanding" in drops[0]
+        assert "no turn is outstanding" in drops[0]
 
 
 async def test_a_step_event_only_records_a_local_step_of_the_outstanding_turn(

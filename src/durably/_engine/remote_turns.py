@@ -47,9 +47,8 @@ from durably._core.models import (
     StepCheckpoint,
     StepError,
     WorkflowRun,
-    utc_from_ms,
 )
-from durably._core.wire import WireFormatError, step_id_of
+from durably._core.wire import WireFormatError
 from durably._core.wire_turns import (
     HistoryEvent,
     WorkflowDecision,
@@ -64,6 +63,7 @@ from durably._engine.children import completion_of_run
 from durably._engine.events import EngineEvent
 from durably._engine.registry import OnErrorRoute, Workflow
 from durably._engine.remote_turns_apply import (
+    LATE_STEP_EVENT,
     Applied,
     CommandRefusedError,
     StepDispatch,
@@ -71,6 +71,8 @@ from durably._engine.remote_turns_apply import (
     child_run_id,
     history_of,
     step_event,
+    step_event_refusal,
+    step_event_row,
     vet_commands,
 )
 from durably._engine.remote_turns_routing import (
@@ -697,9 +699,13 @@ class RemoteTurns:
                     problem = f"it names turn {event.task_id}, the run waits for another"
                 else:
                     current = await store.get_checkpoint(run_id, event.seq)
-                    problem = _position_refusal(current, event)
+                    problem = step_event_refusal(current, event)
             if problem is not None:
-                log.warning(
+                # A worker's own event can lose the race with its turn's decision (they travel
+                # on two queues): that is routine, so said quietly; anything else is not.
+                late = problem.startswith(LATE_STEP_EVENT)
+                log.log(
+                    logging.INFO if late else logging.WARNING,
                     "dropped workflow step event %s:%d (%s, %s): %s",
                     run_id,
                     event.seq,
@@ -709,7 +715,7 @@ class RemoteTurns:
                 )
                 continue
             assert run is not None
-            cp = _step_row(event, self._clock())
+            cp = step_event_row(event, self._clock())
             await store.save_checkpoint(cp)
             self._host.events.emit(step_event(run, cp, "local"))
 
@@ -724,7 +730,7 @@ class RemoteTurns:
         if not self._in_namespace(run):
             return "the run is outside this engine's namespace"
         if run.status not in _AWAITING or run.awaiting_decision_task_id is None:
-            return f"the run ({run.status}) has no turn outstanding"
+            return f"{LATE_STEP_EVENT[0]} ({run.status})"
         if await self.route(run) is None:
             return "the run is not a remote workflow run"
         return None
@@ -771,41 +777,3 @@ class RemoteTurns:
         patch: RunPatch = {"wake_at": wake, "locked_by": None, "locked_until": None}
         if not await update_if_status(self._host, run_id, patch, _AWAITING):
             await release_quietly(self._host, run_id)
-
-
-def _position_refusal(current: StepCheckpoint | None, event: WorkflowStepEvent) -> str | None:
-    """Why `event` may not be written over `current`, the row at its position, else None: a
-    worker streams only its own local steps, so only an empty position or a local step still
-    running is its to record (never a dispatched call, a sleep, a signal or child, never a
-    settled outcome); a `running` only where nothing is yet."""
-    if current is None:
-        return None
-    if current.kind != "local":
-        return f"seq {event.seq} holds a {current.kind} row ({current.name!r})"
-    if current.status in _SETTLED:
-        return f"seq {event.seq} is already settled ({current.status})"
-    if event.phase == "running":
-        return f"seq {event.seq} is already recorded ({current.status})"
-    return None
-
-
-def _step_row(event: WorkflowStepEvent, now_ms: int) -> StepCheckpoint:
-    started = utc_from_ms(event.started_at)
-    running = event.phase == "running"
-    finished = started if running else utc_from_ms(event.finished_at or now_ms)
-    return StepCheckpoint(
-        run_id=event.run_id,
-        seq=event.seq,
-        name=event.name,
-        kind="local",
-        step_id=step_id_of(event.run_id, event.seq),
-        status=event.phase,
-        output=event.output if event.phase == "completed" else None,
-        error=event.error,
-        attempts=1,
-        events=event.events or None,
-        parallel_group=event.parallel_group,
-        enqueued_at=started,
-        started_at=started,
-        finished_at=finished,
-    )

@@ -34,6 +34,9 @@ position; a `call` whose `group` is outside the run's namespace (`call_group_ref
 write below uses the id of the run the decision's task was issued for, never an id the
 decision names.
 
+`step_event_refusal` and `step_event_row` are the same rules for a live step event: only an
+empty position or a local step still running is a worker's to record.
+
 Every position a command waits on is returned in `Applied.watch`: a row there that is already
 settled when the turn is over means something happened after the history was read, and the run
 needs another turn at once (the caller checks after it released the lease).
@@ -71,6 +74,7 @@ from durably._core.wire_turns import (
     StartChildCommand,
     WaitSignalCommand,
     WorkflowCommand,
+    WorkflowStepEvent,
 )
 from durably._engine.events import EngineEvent
 from durably._engine.remote_turns_routing import call_group_refusal
@@ -82,6 +86,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("durably")
 
 __all__ = [
+    "LATE_STEP_EVENT",
     "Applied",
     "CommandRefusedError",
     "EventSink",
@@ -90,10 +95,14 @@ __all__ = [
     "child_run_id",
     "history_of",
     "step_event",
+    "step_event_refusal",
+    "step_event_row",
     "vet_commands",
 ]
 
 _SETTLED = ("completed", "failed")
+LATE_STEP_EVENT = ("no turn is outstanding", "the position is already settled")
+"""How a step event that came after its turn's decision is refused (a reason starts so)."""
 _CHILD_ROW = "signal:child:"
 # Above this many positions to look at, one listing of the run's rows is cheaper than a
 # read per position.
@@ -555,4 +564,45 @@ def _refused(cp: StepCheckpoint, exc: BaseException, now_ms: int) -> StepCheckpo
         enqueued_at=cp.enqueued_at,
         started_at=cp.started_at,
         finished_at=utc_from_ms(now_ms),
+    )
+
+
+# ------------------------------------------------------------------ step events
+
+
+def step_event_refusal(current: StepCheckpoint | None, event: WorkflowStepEvent) -> str | None:
+    """Why `event` may not be written over `current`, the row at its position, else None: a
+    worker streams only its own local steps, so only an empty position or a local step still
+    running is its to record (never a dispatched call, a sleep, a signal or child, never a
+    settled outcome); a `running` only where nothing is yet."""
+    if current is None:
+        return None
+    if current.kind != "local":
+        return f"seq {event.seq} holds a {current.kind} row ({current.name!r})"
+    if current.status in _SETTLED:
+        return f"{LATE_STEP_EVENT[1]} (seq {event.seq}, {current.status})"
+    if event.phase == "running":
+        return f"seq {event.seq} is already recorded ({current.status})"
+    return None
+
+
+def step_event_row(event: WorkflowStepEvent, now_ms: int) -> StepCheckpoint:
+    started = utc_from_ms(event.started_at)
+    running = event.phase == "running"
+    finished = started if running else utc_from_ms(event.finished_at or now_ms)
+    return StepCheckpoint(
+        run_id=event.run_id,
+        seq=event.seq,
+        name=event.name,
+        kind="local",
+        step_id=step_id_of(event.run_id, event.seq),
+        status=event.phase,
+        output=event.output if event.phase == "completed" else None,
+        error=event.error,
+        attempts=1,
+        events=event.events or None,
+        parallel_group=event.parallel_group,
+        enqueued_at=started,
+        started_at=started,
+        finished_at=finished,
     )
