@@ -21,16 +21,34 @@ Everything read from the wire is untrusted: `parse_*` accept only the right shap
 the offending key. A decision that asks for a command kind this engine does not implement raises
 `UnsupportedCommandError` (a `WireFormatError`), so a caller that drops malformed decisions also
 drops it, before anything of that decision was applied.
+
+Bounds (`_core/bounds.py`): a message must also be storable. Anywhere in it a `NaN` or
+`Infinity`, a lone surrogate, a nesting deeper than `MAX_JSON_DEPTH` or a non-JSON value is
+refused, as is a message whose JSON is over `max_bytes` (the engine's `max_payload_bytes`).
+Integers are at most 2**53 - 1, times (`startedAt`, `finishedAt`, an event's `at`) at most the
+last millisecond of year 9999 (the latest instant a timestamp column and a Python datetime
+both hold), a sleep at most `MAX_SLEEP_MS`; names, ids and tokens are text without NUL and at
+most `MAX_NAME_CHARS` long. Each refusal is a `WireFormatError` naming the message and the key.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from durably._core.bounds import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    PayloadRejectedError,
+    check_json_value,
+    check_size,
+    check_text,
+    check_wire_int,
+    loads_untrusted,
+)
 from durably._core.models import HANDOFF_SEQ_BASE, JSONValue, StepError, StepEvent
 from durably._core.wire import WireFormatError, WireReader, error_to_wire
 
@@ -38,6 +56,9 @@ __all__ = [
     "DECISION_KIND",
     "DECISION_STATUSES",
     "HEARTBEAT_KIND",
+    "MAX_NAME_CHARS",
+    "MAX_SLEEP_MS",
+    "MAX_TIME_MS",
     "STEP_EVENT_KIND",
     "TASK_KIND",
     "CallCommand",
@@ -68,6 +89,16 @@ TASK_KIND = "workflow task"
 DECISION_KIND = "workflow decision"
 STEP_EVENT_KIND = "workflow step event"
 HEARTBEAT_KIND = "run heartbeat"
+
+MAX_TIME_MS = 253_402_300_799_999
+"""The last millisecond of year 9999: the latest time a wire timestamp may name."""
+
+MAX_SLEEP_MS = 1000 * 365 * 24 * 3600 * 1000
+"""The longest `sleep` a decision may ask for (a thousand years), so a deadline always stays
+a time the store and the clock can represent."""
+
+MAX_NAME_CHARS = 1024
+"""The longest name, id, token or group a turn message may carry."""
 
 HistoryKind = Literal["step", "call", "timer", "signal", "child"]
 DecisionStatus = Literal["continue", "completed", "failed", "cancelled"]
@@ -332,6 +363,8 @@ class WorkflowStepEvent:
     error: StepError | None = None
     events: tuple[StepEvent, ...] | None = None
     parallel_group: str | None = None
+    task_id: str | None = None
+    """The turn the step ran in, when the worker says (durable-worker does not)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -351,6 +384,8 @@ class WorkflowStepEvent:
             out["events"] = [event.to_json() for event in self.events]
         if self.parallel_group is not None:
             out["parallelGroup"] = self.parallel_group
+        if self.task_id is not None:
+            out["taskId"] = self.task_id
         return out
 
 
@@ -375,7 +410,73 @@ class RunHeartbeat:
 
 
 class _Reader(WireReader):
-    """A turn message's reader: positions must stay below the engine's handoff range."""
+    """A turn message's reader: bounded (module docstring), and positions stay below the
+    engine's handoff range."""
+
+    def __init__(self, kind: str, raw: object, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES):
+        if isinstance(raw, (bytes, bytearray, str)):
+            try:
+                raw = loads_untrusted(raw, what=kind, max_bytes=max_bytes)
+            except PayloadRejectedError as exc:
+                raise WireFormatError(kind, exc.problem) from None
+        super().__init__(kind, raw)
+        # Named as early as possible, so a refusal of the whole message says which it was.
+        for key in ("taskId", "runId"):
+            value = self.data.get(key)
+            if isinstance(value, str) and value and len(value) <= MAX_NAME_CHARS:
+                self.ident = value.encode("utf-8", "backslashreplace").decode("utf-8")
+                break
+        try:
+            check_json_value(kind, self.data)
+            # Measured as sent: compact JSON in UTF-8 (no lone surrogate is left to encode).
+            text = json.dumps(self.data, ensure_ascii=False, separators=(",", ":"))
+            check_size(kind, len(text.encode("utf-8")), max_bytes)
+        except PayloadRejectedError as exc:
+            raise self.fail(exc.problem) from None
+
+    def string(self, data: Mapping[str, Any], key: str, where: str = "") -> str:
+        return self._text(super().string(data, key, where), key, where)
+
+    def optional_string(self, data: Mapping[str, Any], key: str, where: str = "") -> str | None:
+        value = super().optional_string(data, key, where)
+        return None if value is None else self._text(value, key, where)
+
+    def _text(self, value: str, key: str, where: str) -> str:
+        try:
+            return check_text(f"`{where}{key}`", value, max_len=MAX_NAME_CHARS)
+        except PayloadRejectedError as exc:
+            raise self.fail(f"`{where}{key}` {exc.problem}") from None
+
+    def integer(self, data: Mapping[str, Any], key: str, where: str = "") -> int:
+        return self._bounded(super().integer(data, key, where), key, where)
+
+    def time_ms(self, data: Mapping[str, Any], key: str, where: str = "") -> int:
+        return self._bounded(self.integer(data, key, where), key, where, MAX_TIME_MS)
+
+    def optional_time_ms(self, data: Mapping[str, Any], key: str, where: str = "") -> int | None:
+        return None if data.get(key) is None else self.time_ms(data, key, where)
+
+    def _bounded(self, value: int, key: str, where: str, maximum: int | None = None) -> int:
+        try:
+            if maximum is None:
+                return check_wire_int(f"`{where}{key}`", value)
+            return check_wire_int(f"`{where}{key}`", value, maximum=maximum)
+        except PayloadRejectedError as exc:
+            raise self.fail(f"`{where}{key}` is out of range: {exc.problem}") from None
+
+    def events(self, value: object, where: str) -> tuple[StepEvent, ...]:
+        if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+            raise self.fail(f"`{where}events` must be a list of objects")
+        out: list[StepEvent] = []
+        for i, item in enumerate(value):
+            try:
+                event = StepEvent.from_json(item)
+            except (ValueError, TypeError) as exc:
+                raise self.fail(f"`{where}events[{i}]` is not a step event ({exc})") from None
+            if not 0 <= event.at <= MAX_TIME_MS:
+                raise self.fail(f"`{where}events[{i}].at` is out of range ({event.at})")
+            out.append(event)
+        return tuple(out)
 
     def seq(self, data: Mapping[str, Any], where: str = "") -> int:
         seq = self.integer(data, "seq", where)
@@ -454,15 +555,14 @@ def _history_event(r: _Reader, raw: object, index: int) -> HistoryEvent:
     )
 
 
-def parse_workflow_decision(raw: object) -> WorkflowDecision:
-    """A WorkflowDecision from its JSON (object, or JSON text). Raises `UnsupportedCommandError`
-    for a command kind the engine does not implement, `WireFormatError` for anything else."""
-    r = _Reader(DECISION_KIND, raw)
+def parse_workflow_decision(
+    raw: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+) -> WorkflowDecision:
+    """A WorkflowDecision from its JSON (object, or JSON text), at most `max_bytes` of it.
+    Raises `UnsupportedCommandError` for a command kind the engine does not implement,
+    `WireFormatError` for anything else."""
+    r = _Reader(DECISION_KIND, raw, max_bytes)
     data = r.data
-    for key in ("taskId", "runId"):
-        if isinstance(data.get(key), str) and data[key]:
-            r.ident = data[key]
-            break
     task_id = r.string(data, "taskId")
     run_id = r.string(data, "runId")
     r.ident = task_id
@@ -511,8 +611,8 @@ def _command(r: _Reader, raw: object, index: int) -> WorkflowCommand:
             name=r.string(raw, "name", where),
             output=raw.get("output") if error is None else None,
             error=r.error(error, where) if error is not None else None,
-            started_at=r.optional_integer(raw, "startedAt", where),
-            finished_at=r.optional_integer(raw, "finishedAt", where),
+            started_at=r.optional_time_ms(raw, "startedAt", where),
+            finished_at=r.optional_time_ms(raw, "finishedAt", where),
             events=r.events(events, where) if events is not None else (),
             parallel_group=r.optional_string(raw, "parallelGroup", where),
         )
@@ -541,17 +641,26 @@ def _duration_ms(r: _Reader, raw: Mapping[str, Any], where: str) -> int:
         or value < 0
     ):
         raise r.fail(f"`{where}ms` must be a non-negative number")
+    if value > MAX_SLEEP_MS:
+        raise r.fail(f"`{where}ms` is over the longest sleep, {MAX_SLEEP_MS} ms")
     return math.ceil(value)
 
 
-def parse_workflow_step_event(raw: object) -> WorkflowStepEvent:
-    """A WorkflowStepEvent from its JSON (object, or JSON text)."""
-    r = _Reader(STEP_EVENT_KIND, raw)
+def parse_workflow_step_event(
+    raw: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+) -> WorkflowStepEvent:
+    """A WorkflowStepEvent from its JSON (object, or JSON text), at most `max_bytes` of it.
+    `taskId` is optional (durable-worker sends none); when present it must name a turn of
+    `runId`, and the engine then only takes the event for exactly that turn."""
+    r = _Reader(STEP_EVENT_KIND, raw, max_bytes)
     data = r.data
     run_id = r.string(data, "runId")
     r.ident = run_id
     seq = r.seq(data)
     r.ident = f"{run_id}:{seq}"
+    task_id = r.optional_string(data, "taskId")
+    if task_id is not None and not is_turn_task_of(task_id, run_id):
+        raise r.fail("`taskId` is not `<runId>:wf:<suffix>`")
     phase = data.get("phase")
     if phase not in STEP_PHASES:
         raise r.fail(f"`phase` must be one of {', '.join(STEP_PHASES)}")
@@ -564,18 +673,19 @@ def parse_workflow_step_event(raw: object) -> WorkflowStepEvent:
         seq=seq,
         name=r.string(data, "name"),
         phase=phase,
-        started_at=r.integer(data, "startedAt"),
-        finished_at=r.optional_integer(data, "finishedAt"),
+        started_at=r.time_ms(data, "startedAt"),
+        finished_at=r.optional_time_ms(data, "finishedAt"),
         output=data.get("output") if phase == "completed" else None,
         error=r.error(error, "") if error is not None and phase == "failed" else None,
         events=r.events(events, "") if events is not None else None,
         parallel_group=r.optional_string(data, "parallelGroup"),
+        task_id=task_id,
     )
 
 
-def parse_run_heartbeat(raw: object) -> RunHeartbeat:
-    """A RunHeartbeat from its JSON (object, or JSON text)."""
-    r = _Reader(HEARTBEAT_KIND, raw)
+def parse_run_heartbeat(raw: object, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> RunHeartbeat:
+    """A RunHeartbeat from its JSON (object, or JSON text), at most `max_bytes` of it."""
+    r = _Reader(HEARTBEAT_KIND, raw, max_bytes)
     data = r.data
     run_id = r.string(data, "runId")
     r.ident = run_id

@@ -37,6 +37,7 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
 from durably._core.errors import WorkflowNotFoundError
 from durably._core.models import (
     TERMINAL_RUN_STATUSES,
@@ -46,9 +47,8 @@ from durably._core.models import (
     StepCheckpoint,
     StepError,
     WorkflowRun,
-    utc_from_ms,
 )
-from durably._core.wire import WireFormatError, step_id_of
+from durably._core.wire import WireFormatError
 from durably._core.wire_turns import (
     HistoryEvent,
     WorkflowDecision,
@@ -63,12 +63,17 @@ from durably._engine.children import completion_of_run
 from durably._engine.events import EngineEvent
 from durably._engine.registry import OnErrorRoute, Workflow
 from durably._engine.remote_turns_apply import (
+    LATE_STEP_EVENT,
     Applied,
+    CommandRefusedError,
     StepDispatch,
     apply_commands,
     child_run_id,
     history_of,
     step_event,
+    step_event_refusal,
+    step_event_row,
+    vet_commands,
 )
 from durably._engine.remote_turns_routing import (
     MAX_ANCESTORS,
@@ -148,7 +153,8 @@ class RemoteTurns:
     registered child starts (`start_registered`), background tasks (`spawn`), the clock and
     the reconcile wake, and this engine's lease identity and namespace. `silence_ms` is how
     long a turn may go without a decision or a beat before it is issued again (None: the
-    reconcile wake serves as that window).
+    reconcile wake serves as that window). `max_payload_bytes` bounds every decision, step
+    event and run heartbeat read from the channel.
     """
 
     def __init__(
@@ -170,6 +176,7 @@ class RemoteTurns:
         namespace: str | None,
         lease_ms: int,
         silence_ms: int | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ):
         self._host = host
         self._store = host.store
@@ -188,6 +195,7 @@ class RemoteTurns:
         self._namespace = namespace
         self._lease_ms = lease_ms
         self._silence_ms = silence_ms
+        self._max_bytes = max_payload_bytes
 
     async def start(self) -> None:
         """Start consuming decisions, step events and run heartbeats from the channel."""
@@ -414,7 +422,7 @@ class RemoteTurns:
         by_run: dict[str, list[WorkflowDecision]] = {}
         for raw in decisions:
             try:
-                decision = parse_workflow_decision(raw)
+                decision = parse_workflow_decision(raw, max_bytes=self._max_bytes)
             except WireFormatError as exc:
                 log.error("dropped a remote workflow decision: %s", exc)
                 continue
@@ -447,6 +455,24 @@ class RemoteTurns:
         if not self._awaits(leased, decision):
             await release_quietly(self._host, leased.id)
             return False
+        try:
+            rows = await vet_commands(
+                store, leased, decision.commands, await self._route_group(leased)
+            )
+        except CommandRefusedError as exc:
+            # Nothing of it was written and the marker stays: the run waits for its liveness
+            # wake (a new turn), as for a malformed decision.
+            log.error(
+                "dropped remote workflow decision %s of run %s: %s",
+                decision.task_id,
+                decision.run_id,
+                exc,
+            )
+            await release_quietly(self._host, leased.id)
+            return False
+        except BaseException:
+            await release_quietly(self._host, leased.id)
+            raise
         # The marker goes first: a duplicate arriving from now on is dropped. The reconcile
         # wake (instead of none) re-drives the run should this process fail before the end.
         cleared: RunPatch = {"awaiting_decision_task_id": None, "wake_at": self._fallback_wake_at()}
@@ -454,7 +480,7 @@ class RemoteTurns:
             await release_quietly(self._host, leased.id)
             return False
         try:
-            await self._settle_decision(leased, decision)
+            await self._settle_decision(leased, decision, rows)
         except Exception as exc:
             log.error(
                 "run %s: applying decision %s failed (%s); the run gets a new turn at its "
@@ -481,10 +507,21 @@ class RemoteTurns:
             return False
         return self._in_namespace(run)
 
-    async def _settle_decision(self, run: WorkflowRun, decision: WorkflowDecision) -> None:
+    async def _route_group(self, run: WorkflowRun) -> str | None:
+        """The group this engine registered `run`'s remote workflow with (or the ancestor's it
+        inherits from), else None: the one partition besides the run's namespace its calls
+        may name (`call_group_refusal`)."""
+        registered = self._registration(run.workflow, run.workflow_version or None)
+        if registered is None:
+            registered = await self._remote_ancestor(await self._parent(run))
+        return registered.group if isinstance(registered, RemoteWorkflow) else None
+
+    async def _settle_decision(
+        self, run: WorkflowRun, decision: WorkflowDecision, rows: dict[int, StepCheckpoint]
+    ) -> None:
         host = self._host
         applied = await apply_commands(
-            self._store, host.events, self._steps, run, decision.commands, self._clock()
+            self._store, host.events, self._steps, run, decision.commands, self._clock(), rows
         )
         if decision.status == "continue":
             wake = applied.wake_at if applied.wake_at is not None else self._fallback_wake_at()
@@ -630,13 +667,14 @@ class RemoteTurns:
     # ================================================================== step events
 
     async def step_events(self, events: Sequence[dict[str, object]]) -> None:
-        """Record the local steps workers report while a turn replays (malformed ones are
-        logged and dropped). A row the turn's decision already settled is never touched: a
-        late `running` must not hide a recorded outcome from the next history."""
+        """Record the local steps workers report while a turn replays. Unusable ones are
+        logged once with their ids and dropped (`_refusal` says which are usable). A row the
+        turn's decision already settled is never touched: a late `running` must not hide a
+        recorded outcome from the next history."""
         by_run: dict[str, list[WorkflowStepEvent]] = {}
         for raw in events:
             try:
-                event = parse_workflow_step_event(raw)
+                event = parse_workflow_step_event(raw, max_bytes=self._max_bytes)
             except WireFormatError as exc:
                 log.warning("dropped a workflow step event: %s", exc)
                 continue
@@ -652,20 +690,50 @@ class RemoteTurns:
     async def _record_events(self, run_id: str, batch: list[WorkflowStepEvent]) -> None:
         store = self._store
         run = await store.get_run(run_id)
-        if run is None or run.is_terminal or not self._in_namespace(run):
-            return
+        refusal = await self._run_refusal(run)
         for event in batch:
-            current = await store.get_checkpoint(run_id, event.seq)
-            if event.phase == "running":
-                # Only where nothing is yet, and only while a turn is outstanding: once the
-                # decision recorded the step, a late `running` would hide it.
-                if current is not None or run.awaiting_decision_task_id is None:
-                    continue
-            elif current is not None and current.status in _SETTLED:
+            problem = refusal
+            if problem is None:
+                assert run is not None
+                if event.task_id is not None and event.task_id != run.awaiting_decision_task_id:
+                    problem = f"it names turn {event.task_id}, the run waits for another"
+                else:
+                    current = await store.get_checkpoint(run_id, event.seq)
+                    problem = step_event_refusal(current, event)
+            if problem is not None:
+                # A worker's own event can lose the race with its turn's decision (they travel
+                # on two queues): that is routine, so said quietly; anything else is not.
+                late = problem.startswith(LATE_STEP_EVENT)
+                log.log(
+                    logging.INFO if late else logging.WARNING,
+                    "dropped workflow step event %s:%d (%s, %s): %s",
+                    run_id,
+                    event.seq,
+                    event.name,
+                    event.phase,
+                    problem,
+                )
                 continue
-            cp = _step_row(event, self._clock())
+            assert run is not None
+            cp = step_event_row(event, self._clock())
             await store.save_checkpoint(cp)
             self._host.events.emit(step_event(run, cp, "local"))
+
+    async def _run_refusal(self, run: WorkflowRun | None) -> str | None:
+        """Why no step event may touch `run`, else None. A step event is only the live view
+        of a turn being replayed: it may only reach a remote-workflow run of this engine's
+        namespace that waits for a decision right now (anyone who can write to the broker can
+        send one, so a run that issued no turn must never take one: a forged `completed` row
+        would be replayed as the step's outcome, its handler never run)."""
+        if run is None:
+            return "no such run"
+        if not self._in_namespace(run):
+            return "the run is outside this engine's namespace"
+        if run.status not in _AWAITING or run.awaiting_decision_task_id is None:
+            return f"{LATE_STEP_EVENT[0]} ({run.status})"
+        if await self.route(run) is None:
+            return "the run is not a remote workflow run"
+        return None
 
     # ================================================================== run heartbeats
 
@@ -675,9 +743,9 @@ class RemoteTurns:
         run_ids: list[str] = []
         for raw in beats:
             try:
-                beat = parse_run_heartbeat(raw)
+                beat = parse_run_heartbeat(raw, max_bytes=self._max_bytes)
             except WireFormatError as exc:
-                log.debug("dropped a run heartbeat: %s", exc)
+                log.warning("dropped a run heartbeat: %s", exc)
                 continue
             if beat.step_id is None:
                 run_ids.append(beat.run_id)
@@ -709,25 +777,3 @@ class RemoteTurns:
         patch: RunPatch = {"wake_at": wake, "locked_by": None, "locked_until": None}
         if not await update_if_status(self._host, run_id, patch, _AWAITING):
             await release_quietly(self._host, run_id)
-
-
-def _step_row(event: WorkflowStepEvent, now_ms: int) -> StepCheckpoint:
-    started = utc_from_ms(event.started_at)
-    running = event.phase == "running"
-    finished = started if running else utc_from_ms(event.finished_at or now_ms)
-    return StepCheckpoint(
-        run_id=event.run_id,
-        seq=event.seq,
-        name=event.name,
-        kind="local",
-        step_id=step_id_of(event.run_id, event.seq),
-        status=event.phase,
-        output=event.output if event.phase == "completed" else None,
-        error=event.error,
-        attempts=1,
-        events=event.events or None,
-        parallel_group=event.parallel_group,
-        enqueued_at=started,
-        started_at=started,
-        finished_at=finished,
-    )

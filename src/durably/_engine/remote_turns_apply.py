@@ -24,6 +24,19 @@ a worker.
   the child is started after the turn if it does not exist yet; a child that already finished
   has its completion sent again (its first announcement may have been lost).
 
+Before any of that, `vet_commands` looks at every command against the rows at its position
+and refuses the whole decision (nothing written) when one addresses what is not the run's
+own: a `waitSignal` on an engine-owned token (`child:`, `bp:`, `update:`, `event:`, timers,
+every prefix `_core/tokens.py` reserves: `Engine.signal` refuses senders the same rule) or on
+another run's webhook token; a command at a position holding a row of another kind (a
+`recordStep` over a dispatched call, a child's row or a signal); two commands at one
+position; a `call` whose `group` is outside the run's namespace (`call_group_refusal`). Every
+write below uses the id of the run the decision's task was issued for, never an id the
+decision names.
+
+`step_event_refusal` and `step_event_row` are the same rules for a live step event: only an
+empty position or a local step still running is a worker's to record.
+
 Every position a command waits on is returned in `Applied.watch`: a row there that is already
 settled when the turn is over means something happened after the history was read, and the run
 needs another turn at once (the caller checks after it released the lease).
@@ -50,6 +63,7 @@ from durably._core.models import (
     ms_from_utc,
     utc_from_ms,
 )
+from durably._core.tokens import reserved_token_kind
 from durably._core.wire import RemoteTask, sanitize_queue_token, step_id_of, tenant_group
 from durably._core.wire_turns import (
     CallCommand,
@@ -60,8 +74,10 @@ from durably._core.wire_turns import (
     StartChildCommand,
     WaitSignalCommand,
     WorkflowCommand,
+    WorkflowStepEvent,
 )
 from durably._engine.events import EngineEvent
+from durably._engine.remote_turns_routing import call_group_refusal
 from durably._engine.vocab import parent_tag
 
 if TYPE_CHECKING:
@@ -70,16 +86,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("durably")
 
 __all__ = [
+    "LATE_STEP_EVENT",
     "Applied",
+    "CommandRefusedError",
     "EventSink",
     "StepDispatch",
     "apply_commands",
     "child_run_id",
     "history_of",
     "step_event",
+    "step_event_refusal",
+    "step_event_row",
+    "vet_commands",
 ]
 
 _SETTLED = ("completed", "failed")
+LATE_STEP_EVENT = ("no turn is outstanding", "the position is already settled")
+"""How a step event that came after its turn's decision is refused (a reason starts so)."""
 _CHILD_ROW = "signal:child:"
 # Above this many positions to look at, one listing of the run's rows is cheaper than a
 # read per position.
@@ -175,6 +198,69 @@ class Applied:
     """Children that already finished while their parent still waits: (seq, child run)."""
 
 
+class CommandRefusedError(ValueError):
+    """A decision's command addresses what is not its run's own (module docstring)."""
+
+
+async def vet_commands(
+    store: StateStore,
+    run: WorkflowRun,
+    commands: Sequence[WorkflowCommand],
+    route_group: str | None,
+) -> dict[int, StepCheckpoint]:
+    """The rows at the commands' positions, once every command is the run's own to apply;
+    raises `CommandRefusedError` naming the first that is not. `route_group` is the group
+    this engine registered the run's remote workflow with, if any (`call_group_refusal`)."""
+    seen: set[int] = set()
+    for command in commands:
+        if command.seq in seen:
+            raise CommandRefusedError(f"two commands at seq {command.seq}")
+        seen.add(command.seq)
+        if isinstance(command, WaitSignalCommand):
+            problem = _foreign_token(command.signal, run.id)
+            if problem is not None:
+                raise CommandRefusedError(
+                    f"waitSignal at seq {command.seq} names {command.signal!r}: {problem}"
+                )
+        elif isinstance(command, CallCommand):
+            problem = call_group_refusal(command.group, run.namespace, route_group)
+            if problem is not None:
+                raise CommandRefusedError(f"call at seq {command.seq}: {problem}")
+    rows = await _rows_at(store, run.id, [c.seq for c in commands])
+    for command in commands:
+        existing = rows.get(command.seq)
+        if existing is not None and not _same_kind(existing, command, run.id):
+            raise CommandRefusedError(
+                f"{command.kind} at seq {command.seq} would overwrite the {existing.kind} row "
+                f"{existing.name!r} there"
+            )
+    return rows
+
+
+def _foreign_token(token: str, run_id: str) -> str | None:
+    kind = reserved_token_kind(token)
+    if kind is not None:
+        return f"the engine owns it (a {kind})"
+    # A webhook token (`wh:<runId>:<seq>`) is delivered from outside, to that run only.
+    if token.startswith("wh:") and not token.startswith(f"wh:{run_id}:"):
+        return "another run's webhook token"
+    return None
+
+
+def _same_kind(cp: StepCheckpoint, command: WorkflowCommand, run_id: str) -> bool:
+    """Whether the row at a command's position is the one that command itself leaves there
+    (a re-driven turn re-emits every operation not yet in its history)."""
+    if isinstance(command, RecordStepCommand):
+        return cp.kind == "local"
+    if isinstance(command, CallCommand):
+        return cp.kind == "remote"
+    if isinstance(command, SleepCommand):
+        return cp.kind == "sleep"
+    if isinstance(command, WaitSignalCommand):
+        return cp.kind == "signal" and cp.name == f"signal:{command.signal}"
+    return cp.kind == "signal" and cp.name == f"{_CHILD_ROW}{child_run_id(run_id, command.seq)}"
+
+
 async def apply_commands(
     store: StateStore,
     events: EventSink,
@@ -182,13 +268,16 @@ async def apply_commands(
     run: WorkflowRun,
     commands: Sequence[WorkflowCommand],
     now_ms: int,
+    rows: dict[int, StepCheckpoint] | None = None,
 ) -> Applied:
-    """Write one decision's commands for `run` (whose lease the caller holds)."""
+    """Write one decision's commands for `run` (whose lease the caller holds); `rows` are
+    the rows at their positions when the caller already read them (`vet_commands`)."""
     applied = Applied()
     if not commands:
         return applied
     at = utc_from_ms(now_ms)
-    rows = await _rows_at(store, run.id, [c.seq for c in commands])
+    if rows is None:
+        rows = await _rows_at(store, run.id, [c.seq for c in commands])
     calls: list[CallCommand] = []
     waits: list[ChildWait] = []
     children: list[StartChildCommand] = []
@@ -475,4 +564,45 @@ def _refused(cp: StepCheckpoint, exc: BaseException, now_ms: int) -> StepCheckpo
         enqueued_at=cp.enqueued_at,
         started_at=cp.started_at,
         finished_at=utc_from_ms(now_ms),
+    )
+
+
+# ------------------------------------------------------------------ step events
+
+
+def step_event_refusal(current: StepCheckpoint | None, event: WorkflowStepEvent) -> str | None:
+    """Why `event` may not be written over `current`, the row at its position, else None: a
+    worker streams only its own local steps, so only an empty position or a local step still
+    running is its to record (never a dispatched call, a sleep, a signal or child, never a
+    settled outcome); a `running` only where nothing is yet."""
+    if current is None:
+        return None
+    if current.kind != "local":
+        return f"seq {event.seq} holds a {current.kind} row ({current.name!r})"
+    if current.status in _SETTLED:
+        return f"{LATE_STEP_EVENT[1]} (seq {event.seq}, {current.status})"
+    if event.phase == "running":
+        return f"seq {event.seq} is already recorded ({current.status})"
+    return None
+
+
+def step_event_row(event: WorkflowStepEvent, now_ms: int) -> StepCheckpoint:
+    started = utc_from_ms(event.started_at)
+    running = event.phase == "running"
+    finished = started if running else utc_from_ms(event.finished_at or now_ms)
+    return StepCheckpoint(
+        run_id=event.run_id,
+        seq=event.seq,
+        name=event.name,
+        kind="local",
+        step_id=step_id_of(event.run_id, event.seq),
+        status=event.phase,
+        output=event.output if event.phase == "completed" else None,
+        error=event.error,
+        attempts=1,
+        events=event.events or None,
+        parallel_group=event.parallel_group,
+        enqueued_at=started,
+        started_at=started,
+        finished_at=finished,
     )

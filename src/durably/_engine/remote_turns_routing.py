@@ -48,6 +48,7 @@ __all__ = [
     "TurnRoute",
     "WorkerDirectory",
     "as_routes",
+    "call_group_refusal",
     "convention_token",
     "parent_of",
     "remote_workflow",
@@ -134,6 +135,37 @@ def remote_workflow(
 def convention_token(workflow: str, namespace: str | None) -> str:
     """The token a workflow without a registration is served on by convention."""
     return tenant_group(sanitize_queue_token(workflow), namespace)
+
+
+def call_group_refusal(group: str, namespace: str | None, route_group: str | None) -> str | None:
+    """Why a `call` of a run in `namespace` may not name the partition `group`, else None.
+
+    A call's step task goes to `tenant_group(sanitize(step name), group)`, so whoever writes a
+    decision picks the queue. Decision: a call stays inside its run's namespace.
+
+    - A run in a named namespace N: `group` is N (the unified worker's partition, `<step>@N`)
+      or ends with `@N` (a partition within N, `<step>@<g>@N`); so every token it can reach
+      ends with `@N`. `"default"` is refused too: that is the default namespace's queue.
+    - A run in the default namespace: `group` is `"default"` (the bare `<step>` queue), or the
+      group this engine registered the run's remote workflow with (`remote_workflow(...,
+      group=G)`: its split `WorkflowWorker(group=G)` sends G, so `<step>@G`); any other group
+      could name another namespace's partition and is refused.
+    """
+    if namespace in (None, "", "default"):
+        if group == "default":
+            return None
+        if route_group is not None and sanitize_queue_token(group) == sanitize_queue_token(
+            route_group
+        ):
+            return None
+        return (
+            f"group {group!r} is not a partition of the default namespace (only 'default'"
+            + (f" or the workflow's group {route_group!r}" if route_group else "")
+            + ")"
+        )
+    if group == namespace or group.endswith(f"@{namespace}"):
+        return None
+    return f"group {group!r} is outside the run's namespace {namespace!r} (use {namespace!r})"
 
 
 def parent_of(run: WorkflowRun) -> str | None:

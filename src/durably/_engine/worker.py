@@ -233,6 +233,7 @@ class Worker:
                     instance_id=self._instance_id,
                     namespace=self._namespace,
                     lease_ms=self._options.lease_ms,
+                    max_payload_bytes=self._options.max_payload_bytes,
                 )
         return None
 

@@ -293,6 +293,31 @@ class _OneFetchWorker(_Worker):  # type: ignore[misc]
     # Most completions one pipeline carries.
     max_batch = 200
 
+    def nextJobFromJobData(
+        self,
+        job_data: Any = None,
+        job_id: Any = None,
+        limit_until: int = 0,
+        delay_until: int = 0,
+        token: Any = None,
+    ) -> Any:
+        try:
+            return super().nextJobFromJobData(job_data, job_id, limit_until, delay_until, token)
+        except (RecursionError, ValueError) as exc:
+            if not isinstance(job_data, dict):
+                raise
+            # A job whose stored JSON Python cannot read (written by hand: nested deeper than
+            # the parser recurses, not JSON at all). Failing here would leave it active with no
+            # processor, re-delivered by every stall check forever; it is handed over without
+            # data instead, so the processor drops it (once) and it is acknowledged.
+            log.warning("job %s on %s has unreadable data (%s)", job_id, self.name, exc)
+            cleared = {**job_data, "data": "null"}
+            try:
+                return super().nextJobFromJobData(cleared, job_id, limit_until, delay_until, token)
+            except (RecursionError, ValueError):  # its options too
+                cleared["opts"] = "{}"
+                return super().nextJobFromJobData(cleared, job_id, limit_until, delay_until, token)
+
     def __init__(self, name: str, processor: Any, opts: dict[str, Any]):
         super().__init__(name, processor, opts)
         # Completions waiting for the pipeline, and the task sending them (`_move_to_completed`).

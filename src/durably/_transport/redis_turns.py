@@ -8,8 +8,12 @@
   `P-step-events` (job `stepEvent`); each job is handed to the engine's `TurnSink` and
   acknowledged only after the sink returned. Producers add them with one attempt and
   `removeOnFail`, so a job whose processor raised would be lost: a sink failure is retried
-  with a growing pause, and a job that still fails is put back on its queue delayed (never
-  dropped). A decision the engine cannot use (stale, malformed) is the sink's to drop.
+  with a growing pause, and a job that still fails is put back on its queue delayed, up to
+  `_MAX_REQUEUES` times (a few minutes of store outage); after that it is logged with its id
+  and dropped, so a message that can never be applied is not retried forever. Losing one
+  costs no durable fact: a decision's run is issued a new turn at its liveness wake, a step
+  event is only the live view. A decision the engine cannot use (stale, malformed) is the
+  sink's to drop.
 - Run heartbeats arrive on the `P-heartbeat` pub/sub channel and are handed over as they come
   (a lost beat costs nothing: the next one comes within seconds, and the liveness wake covers
   a silence).
@@ -39,6 +43,9 @@ TURN_JOB_OPTS = {"removeOnComplete": True, "removeOnFail": True}
 _REPLY_JOB_OPTS = {"removeOnComplete": True, "removeOnFail": True}
 _SINK_ATTEMPTS = 5
 _REQUEUE_DELAY_MS = 2_000
+_MAX_REQUEUES = 30
+# How often a job was put back, carried in its data (the sink never sees it).
+_REQUEUE_KEY = "durablyRequeues"
 _UNLIMITED_STALLS = 1_000_000_000
 
 
@@ -121,10 +128,14 @@ class RedisTurns:
             if job.name != job_name or not isinstance(job.data, dict):
                 log.warning("dropped job %s on %s: not a %s", job.id, queue, job_name)
                 return
+            data = dict(job.data)
+            requeues = data.pop(_REQUEUE_KEY, 0)
+            if isinstance(requeues, bool) or not isinstance(requeues, int) or requeues < 0:
+                requeues = _MAX_REQUEUES  # forged: never requeue it
             pause = 0.05
             for attempt in range(1, _SINK_ATTEMPTS + 1):
                 try:
-                    await apply([job.data])
+                    await apply([data])
                     return
                 except Exception as exc:
                     log.warning(
@@ -132,9 +143,18 @@ class RedisTurns:
                     )
                     await asyncio.sleep(pause)
                     pause = min(2.0, pause * 2)
+            if requeues >= _MAX_REQUEUES:
+                log.error(
+                    "dropped %s job %s on %s: still failing after %d requeues",
+                    job_name,
+                    job.id,
+                    queue,
+                    requeues,
+                )
+                return
             # Still failing: put it back, delayed, before acknowledging this delivery.
             opts = {**_REPLY_JOB_OPTS, "delay": _REQUEUE_DELAY_MS}
-            await self._queue(queue).add(job_name, job.data, opts)
+            await self._queue(queue).add(job_name, {**data, _REQUEUE_KEY: requeues + 1}, opts)
 
         return process
 
