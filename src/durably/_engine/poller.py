@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from durably._core.models import RunQuery, StepError, WorkflowRun, replace
-from durably._engine import operator, signals
+from durably._engine import operator, signals, unserved
 from durably._engine.events import EngineEvent
 from durably._engine.settle import SettleHost, settle_terminal, update_if_status
 
@@ -111,6 +111,7 @@ class Poller:
         await self.run_pending()
         await self.recover_incomplete()
         await self.resume_due_timers()
+        await self.rescue_unserved()
         await self.sweep_timeouts()
         # at most once a minute
         await signals.sweep_expired_signals(self._store, self._signal_buffer, self._clock)
@@ -343,6 +344,42 @@ class Poller:
             if run.locked_until is not None and run.locked_until > self._clock():
                 continue  # resident on another instance; its own poller wakes it
             dispatcher.dispatch(run.id)
+            count += 1
+        return count
+
+    async def rescue_unserved(self) -> int:
+        """Take, at once, the runs another engine (or this one, before a workflow was
+        registered here) parked as unserved that this engine serves, instead of leaving them
+        to their back-off: in a fleet where engine A serves W1 and engine B serves W2, A
+        parks the W2 runs it happens to claim, and B must not wait A's back-off (up to five
+        minutes) for them. One read per poll, bounded, through the (workflow, status) index;
+        capability-blocked runs of the same workflows are listed too and skipped here (the
+        due-timer poll re-checks those)."""
+        dispatcher = self._dispatcher
+        if dispatcher.draining or not dispatcher.drive_runs:
+            return 0
+        workflows = self._workflows()
+        names = sorted({wf.name for wf in workflows})
+        if not names:
+            return 0
+        listed = await self._store.list_runs(
+            RunQuery(
+                workflows=names,
+                statuses=["blocked"],
+                namespace=self._namespace,
+                limit=self._options.pending_batch,
+            )
+        )
+        count = 0
+        now = self._clock()
+        for run in listed:
+            if not unserved.is_parked(run) or not unserved.serves(workflows, run):
+                continue
+            if dispatcher.holds(run.id):
+                continue
+            if run.locked_until is not None and run.locked_until > now:
+                continue  # being re-checked elsewhere right now
+            dispatcher.dispatch(run.id)  # run_one leases it; the driver unparks it
             count += 1
         return count
 
