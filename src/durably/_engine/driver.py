@@ -132,12 +132,14 @@ class TurnDriver:
 
     async def drive(self, run: WorkflowRun) -> None:
         """Execute one turn of a run whose lease this instance holds."""
+        parked_checks = 0
         if unserved.is_parked(run):
             # Parked because no worker served it: still nobody here → parked again, with a
             # longer back-off; else back to the status it was parked from, and on.
             if not await self._served(run):
                 await self._park_unserved(run)
                 return
+            parked_checks = unserved.check_count(run)
             unparked = await unserved.unpark(self._settle, run)
             if unparked is None:
                 return
@@ -151,8 +153,10 @@ class TurnDriver:
         ):
             # Nobody here serves it (drive_if_remote found no remote route either): parked
             # with a back-off, out of the pending backlog. Releasing it instead made it the
-            # next claim's first run again, forever, and jammed the runs behind it.
-            await self._park_unserved(run)
+            # next claim's first run again, forever, and jammed the runs behind it. (A run
+            # just unparked keeps its count: it is not logged as new when the route its
+            # worker seemed to offer is not there after all.)
+            await self._park_unserved(run, parked_checks)
             return
         try:
             prepared = await self._prepare_turn(run)
@@ -196,10 +200,12 @@ class TurnDriver:
             log.debug("run %s: could not tell who serves it (%s)", run.id, exc)
             return False
 
-    async def _park_unserved(self, run: WorkflowRun) -> None:
+    async def _park_unserved(self, run: WorkflowRun, parked_before: int | None = None) -> None:
         self._dispatcher.take_fresh(run.id)  # its first turn is not now
         try:
-            await unserved.park(self._settle, run, self._clock())
+            await unserved.park(
+                self._settle, run, self._clock(), parked_before=parked_before or None
+            )
         except Exception as exc:
             log.warning("run %s: could not park it (%s); it will be retried", run.id, exc)
             await release_quietly(self._settle, run.id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from durably._core.models import RunQuery, StepError, WorkflowRun, replace
@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
+
+# At most this many workflow names asked of the workers' liveness per poll, when parked runs
+# are looked at for convention routing: each may be a round trip to the transport.
+_CONVENTION_CHECKS = 20
 
 
 class Poller:
@@ -73,6 +77,14 @@ class Poller:
         # makes one) would otherwise count the same free room, and the second would lease
         # runs only to give them back.
         self._reserved = 0
+        # With workflow workers: whether a live worker serves a workflow name by convention
+        # (a closed set of registered names is then not all this engine can serve).
+        self._by_convention: Callable[[str, str | None], Awaitable[bool]] | None = None
+
+    def serve_by_convention(self, serves: Callable[[str, str | None], Awaitable[bool]]) -> None:
+        """Connected by the worker when it routes workflows to remote workers by convention:
+        parked runs such a worker serves are then taken at the next poll as well."""
+        self._by_convention = serves
 
     @property
     def backlogged(self) -> bool:
@@ -360,11 +372,14 @@ class Poller:
             return 0
         workflows = self._workflows()
         names = sorted({wf.name for wf in workflows})
-        if not names:
+        by_convention = self._by_convention
+        if not names and by_convention is None:
             return 0
         listed = await self._store.list_runs(
             RunQuery(
-                workflows=names,
+                # The set of names this engine can serve is open with convention routing:
+                # every blocked run is a candidate then (through the status index).
+                workflows=names if by_convention is None else None,
                 statuses=["blocked"],
                 namespace=self._namespace,
                 limit=self._options.pending_batch,
@@ -372,9 +387,24 @@ class Poller:
         )
         count = 0
         now = self._clock()
+        remote: dict[tuple[str, str | None], bool] = {}
         for run in listed:
-            if not unserved.is_parked(run) or not unserved.serves(workflows, run):
+            if not unserved.is_parked(run):
                 continue
+            if not unserved.serves(workflows, run):
+                if by_convention is None:
+                    continue
+                key = (run.workflow, run.namespace)
+                if key not in remote:
+                    if len(remote) >= _CONVENTION_CHECKS:
+                        continue  # the rest waits for the next poll, or its back-off
+                    try:
+                        remote[key] = await by_convention(*key)
+                    except Exception as exc:
+                        log.debug("could not tell who serves %s (%s)", run.workflow, exc)
+                        remote[key] = False
+                if not remote[key]:
+                    continue
             if dispatcher.holds(run.id):
                 continue
             if run.locked_until is not None and run.locked_until > now:

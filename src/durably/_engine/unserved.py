@@ -57,7 +57,7 @@ def _details(run: WorkflowRun) -> dict[str, Any]:
     return details if isinstance(details, dict) else {}
 
 
-def _checks(run: WorkflowRun) -> int:
+def check_count(run: WorkflowRun) -> int:
     """How often the run was parked already (0 when it is not parked). The count is read
     from the row, which anyone with store access can write: a value that is not a positive
     integer counts as one park, and the count stops growing at 1,000 (long past the cap)."""
@@ -94,12 +94,15 @@ def serves(workflows: list[Workflow[Any, Any]], run: WorkflowRun) -> bool:
     )
 
 
-async def park(host: SettleHost, run: WorkflowRun, now_ms: int) -> bool:
+async def park(
+    host: SettleHost, run: WorkflowRun, now_ms: int, *, parked_before: int | None = None
+) -> bool:
     """Park a leased run no worker here serves: `blocked`, the reason as its error, due again
     after the back-off, the lease released — one conditional write. Logged (and
-    `run.blocked` emitted) the first time only. False when the run changed meanwhile (its
-    lease is then given back)."""
-    checks = _checks(run) + 1
+    `run.blocked` emitted) the first time only. `parked_before` is how often it was parked
+    before when the row no longer says (it was unparked a moment ago). False when the run changed
+    meanwhile (its lease is then given back)."""
+    checks = (check_count(run) if parked_before is None else parked_before) + 1
     error = StepError(
         message=reason(run),
         code=UNSERVED_CODE,
