@@ -80,6 +80,10 @@ class Poller:
         # With workflow workers: whether a live worker serves a workflow name by convention
         # (a closed set of registered names is then not all this engine can serve).
         self._by_convention: Callable[[str, str | None], Awaitable[bool]] | None = None
+        # Parked runs due for a re-check, taken one at a time by one task (_queue_recheck).
+        self._recheck_queue: deque[str] = deque()
+        self._rechecking: set[str] = set()
+        self._recheck_task: asyncio.Task[None] | None = None
 
     def serve_by_convention(self, serves: Callable[[str, str | None], Awaitable[bool]]) -> None:
         """Connected by the worker when it routes workflows to remote workers by convention:
@@ -355,9 +359,56 @@ class Poller:
                 continue
             if run.locked_until is not None and run.locked_until > self._clock():
                 continue  # resident on another instance; its own poller wakes it
+            if unserved.is_parked(run) and not unserved.serves(self._workflows(), run):
+                self._queue_recheck(run.id)
+                continue
             dispatcher.dispatch(run.id)
             count += 1
         return count
+
+    def _queue_recheck(self, run_id: str) -> None:
+        """A parked run whose back-off ran out, of a workflow not registered here: re-checked
+        by ONE background task, one run at a time. Runs parked together come due together,
+        and a turn task for each (a lease and a write apiece) would take every store
+        connection at once and keep the pick-up of real runs waiting behind them."""
+        if run_id in self._rechecking:
+            return
+        self._rechecking.add(run_id)
+        self._recheck_queue.append(run_id)
+        if self._recheck_task is None or self._recheck_task.done():
+            self._recheck_task = self._dispatcher.spawn(self._recheck_parked())
+
+    async def _recheck_parked(self) -> None:
+        dispatcher = self._dispatcher
+        while self._recheck_queue and not dispatcher.draining:
+            run_id = self._recheck_queue.popleft()
+            try:
+                if not dispatcher.holds(run_id):
+                    await self._recheck_one(run_id)
+            except Exception as exc:
+                log.debug("could not re-check parked run %s (%s)", run_id, exc)
+            finally:
+                self._rechecking.discard(run_id)
+        self._recheck_queue.clear()
+        self._rechecking.clear()
+
+    async def _recheck_one(self, run_id: str) -> None:
+        now = self._clock()
+        leased = await self._store.claim_run(
+            run_id, self._instance_id, now + self._options.lease_ms, now
+        )
+        if leased is None:
+            return  # someone else has it (a worker that serves it, or another re-check)
+        if (
+            unserved.is_parked(leased)
+            and self._by_convention is None
+            and not unserved.serves(self._workflows(), leased)
+        ):
+            await unserved.park(self._settle, leased, now)  # still nobody: the next back-off
+            return
+        # Changed meanwhile, or a remote worker may serve it: the driver decides, as for any
+        # leased run (it runs it, or parks it again).
+        self._dispatcher.dispatch(run_id, claimed=leased)
 
     async def rescue_unserved(self) -> int:
         """Take, at once, the runs another engine (or this one, before a workflow was
