@@ -22,7 +22,9 @@ import pytest
 import durably
 from durably import Client, Engine, WorkflowCtx
 from durably._core.models import WorkflowRun
+from durably.dashboard import create_app
 from tests.cli.support import durably as durably_cli
+from tests.dashboard.conftest import client_for
 from tests.pg_support import fresh_schema, schema_url
 
 UNSERVED = 1_000
@@ -165,6 +167,13 @@ async def test_unserved_runs_are_parked_and_never_block_the_runs_behind_them(
             assert out.returncode == 0, out.stderr
             assert "REASON" in out.stdout and "workflow.unserved" in out.stdout, out.stdout
             assert "no worker here serves workflow" in out.stdout, out.stdout
+            # … and in the console's list rows (which leave the error out).
+            async with client_for(create_app(engine)) as http:
+                response = await http.get("/api/runs", params={"status": "blocked", "limit": 5})
+                rows = response.json()
+            assert len(rows) == 5, rows
+            assert all(r["blockedReason"]["code"] == "workflow.unserved" for r in rows), rows
+            assert all("no worker here serves" in r["blockedReason"]["message"] for r in rows)
 
             # A worker that serves them starts later: every parked run is picked up (well
             # before their back-off: the serving engine takes them at its polls) and
