@@ -24,14 +24,16 @@ from durably._cli.common import (
     target_options,
 )
 from durably._cli.fanview import fan_page_lines, summarized_timeline
-from durably._cli.render import run_detail, runs_table
+from durably._cli.render import relative_time, run_detail, runs_table, table
 from durably._cli.signals import human_duration
 from durably._core.errors import ReservedTokenError, SignalBufferFullError
-from durably._core.models import RunResult, RunStatus, StepCheckpoint, WorkflowRun
+from durably._core.models import RunResult, RunStatus, StepCheckpoint, WorkflowRun, now_utc
 from durably._engine.engine import Engine
 
 # Fans wider than this are drawn as one row (`summarize_fans_over` of the read side).
 FANS_OVER = 20
+# How much of a blocked run's reason `runs list` shows (`runs show` has all of it).
+REASON_WIDTH = 100
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 
@@ -146,9 +148,31 @@ async def _list(engine: Engine, args: argparse.Namespace) -> int:
     if args.json:
         print_json([r.to_json() for r in runs])
     else:
-        for line in runs_table(runs):
+        for line in runs_list_lines(runs):
             echo(line)
     return EXIT_OK
+
+
+def runs_list_lines(runs: list[WorkflowRun]) -> list[str]:
+    """The run table; when a listed run is `blocked` (no worker serves its workflow, or none
+    offers what its next step requires), a REASON column says why, so an operator sees a
+    parked run for what it is without opening it."""
+    if not any(_reason(r) for r in runs):
+        return runs_table(runs)
+    now = now_utc()
+    rows = [
+        [r.id, r.workflow, r.status, relative_time(r.updated_at, now), _reason(r)] for r in runs
+    ]
+    return table(["RUN", "WORKFLOW", "STATUS", "UPDATED", "REASON"], rows)
+
+
+def _reason(run: WorkflowRun) -> str:
+    if run.status != "blocked" or run.error is None:
+        return ""
+    # The message is read from the store: no control characters reach the terminal.
+    text = "".join(c if c.isprintable() else "?" for c in run.error.message)
+    code = f"[{run.error.code}] " if run.error.code else ""
+    return (code + text)[:REASON_WIDTH]
 
 
 async def waiting_for(engine: Engine, run_id: str) -> list[str]:

@@ -26,7 +26,7 @@ from durably._core.models import (
     WorkflowRun,
     replace,
 )
-from durably._engine import saga, singleton
+from durably._engine import saga, singleton, unserved
 from durably._engine.ctx import WorkflowCtx
 from durably._engine.events import EngineEvent
 from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, StoreFailure
@@ -65,6 +65,10 @@ class RemoteRuns(Protocol):
 
     async def drive_if_remote(self, run: WorkflowRun) -> bool:
         """Issue a remote turn of a leased run and return True; False when it runs here."""
+        ...
+
+    async def serves_workflow(self, workflow: str, namespace: str | None) -> bool:
+        """Whether a live workflow worker serves `workflow` by convention in `namespace`."""
         ...
 
 
@@ -128,8 +132,32 @@ class TurnDriver:
 
     async def drive(self, run: WorkflowRun) -> None:
         """Execute one turn of a run whose lease this instance holds."""
+        parked_checks = 0
+        if unserved.is_parked(run):
+            # Parked because no worker served it: still nobody here → parked again, with a
+            # longer back-off; else back to the status it was parked from, and on.
+            if not await self._served(run):
+                await self._park_unserved(run)
+                return
+            parked_checks = unserved.check_count(run)
+            unparked = await unserved.unpark(self._settle, run)
+            if unparked is None:
+                return
+            run = unparked
         if self._remote is not None and await self._remote.drive_if_remote(run):
             return  # a remote workflow: its turn went to a workflow worker
+        if (
+            run.status in unserved.PARKABLE
+            and self._in_namespace(run)
+            and self._registration(run.workflow, run.workflow_version or None) is None
+        ):
+            # Nobody here serves it (drive_if_remote found no remote route either): parked
+            # with a back-off, out of the pending backlog. Releasing it instead made it the
+            # next claim's first run again, forever, and jammed the runs behind it. (A run
+            # just unparked keeps its count: it is not logged as new when the route its
+            # worker seemed to offer is not there after all.)
+            await self._park_unserved(run, parked_checks)
+            return
         try:
             prepared = await self._prepare_turn(run)
         except Exception as exc:
@@ -155,6 +183,32 @@ class TurnDriver:
             await self._turn(execution)
         finally:
             self._dispatcher.turn_ended(run.id)
+
+    def _in_namespace(self, run: WorkflowRun) -> bool:
+        return self._namespace is None or run.namespace in (self._namespace, None)
+
+    async def _served(self, run: WorkflowRun) -> bool:
+        """Whether this engine can run a turn of `run` now: a registration of its name and
+        version, or (with workflow workers) a live worker serving it by convention."""
+        if self._registration(run.workflow, run.workflow_version or None) is not None:
+            return True
+        if self._remote is None:
+            return False
+        try:
+            return await self._remote.serves_workflow(run.workflow, run.namespace)
+        except Exception as exc:
+            log.debug("run %s: could not tell who serves it (%s)", run.id, exc)
+            return False
+
+    async def _park_unserved(self, run: WorkflowRun, parked_before: int | None = None) -> None:
+        self._dispatcher.take_fresh(run.id)  # its first turn is not now
+        try:
+            await unserved.park(
+                self._settle, run, self._clock(), parked_before=parked_before or None
+            )
+        except Exception as exc:
+            log.warning("run %s: could not park it (%s); it will be retried", run.id, exc)
+            await release_quietly(self._settle, run.id)
 
     async def _prepare_turn(
         self, run: WorkflowRun

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from durably._core.models import RunQuery, StepError, WorkflowRun, replace
-from durably._engine import operator, signals
+from durably._engine import operator, signals, unserved
 from durably._engine.events import EngineEvent
 from durably._engine.settle import SettleHost, settle_terminal, update_if_status
 
@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
+
+# At most this many workflow names asked of the workers' liveness per poll, when parked runs
+# are looked at for convention routing: each may be a round trip to the transport.
+_CONVENTION_CHECKS = 20
 
 
 class Poller:
@@ -73,6 +77,18 @@ class Poller:
         # makes one) would otherwise count the same free room, and the second would lease
         # runs only to give them back.
         self._reserved = 0
+        # With workflow workers: whether a live worker serves a workflow name by convention
+        # (a closed set of registered names is then not all this engine can serve).
+        self._by_convention: Callable[[str, str | None], Awaitable[bool]] | None = None
+        # Parked runs due for a re-check, taken one at a time by one task (_queue_recheck).
+        self._recheck_queue: deque[str] = deque()
+        self._rechecking: set[str] = set()
+        self._recheck_task: asyncio.Task[None] | None = None
+
+    def serve_by_convention(self, serves: Callable[[str, str | None], Awaitable[bool]]) -> None:
+        """Connected by the worker when it routes workflows to remote workers by convention:
+        parked runs such a worker serves are then taken at the next poll as well."""
+        self._by_convention = serves
 
     @property
     def backlogged(self) -> bool:
@@ -111,6 +127,7 @@ class Poller:
         await self.run_pending()
         await self.recover_incomplete()
         await self.resume_due_timers()
+        await self.rescue_unserved()
         await self.sweep_timeouts()
         # at most once a minute
         await signals.sweep_expired_signals(self._store, self._signal_buffer, self._clock)
@@ -342,7 +359,108 @@ class Poller:
                 continue
             if run.locked_until is not None and run.locked_until > self._clock():
                 continue  # resident on another instance; its own poller wakes it
+            if unserved.is_parked(run) and not unserved.serves(self._workflows(), run):
+                self._queue_recheck(run.id)
+                continue
             dispatcher.dispatch(run.id)
+            count += 1
+        return count
+
+    def _queue_recheck(self, run_id: str) -> None:
+        """A parked run whose back-off ran out, of a workflow not registered here: re-checked
+        by ONE background task, one run at a time. Runs parked together come due together,
+        and a turn task for each (a lease and a write apiece) would take every store
+        connection at once and keep the pick-up of real runs waiting behind them."""
+        if run_id in self._rechecking:
+            return
+        self._rechecking.add(run_id)
+        self._recheck_queue.append(run_id)
+        if self._recheck_task is None or self._recheck_task.done():
+            self._recheck_task = self._dispatcher.spawn(self._recheck_parked())
+
+    async def _recheck_parked(self) -> None:
+        dispatcher = self._dispatcher
+        while self._recheck_queue and not dispatcher.draining:
+            run_id = self._recheck_queue.popleft()
+            try:
+                if not dispatcher.holds(run_id):
+                    await self._recheck_one(run_id)
+            except Exception as exc:
+                log.debug("could not re-check parked run %s (%s)", run_id, exc)
+            finally:
+                self._rechecking.discard(run_id)
+        self._recheck_queue.clear()
+        self._rechecking.clear()
+
+    async def _recheck_one(self, run_id: str) -> None:
+        now = self._clock()
+        leased = await self._store.claim_run(
+            run_id, self._instance_id, now + self._options.lease_ms, now
+        )
+        if leased is None:
+            return  # someone else has it (a worker that serves it, or another re-check)
+        if (
+            unserved.is_parked(leased)
+            and self._by_convention is None
+            and not unserved.serves(self._workflows(), leased)
+        ):
+            await unserved.park(self._settle, leased, now)  # still nobody: the next back-off
+            return
+        # Changed meanwhile, or a remote worker may serve it: the driver decides, as for any
+        # leased run (it runs it, or parks it again).
+        self._dispatcher.dispatch(run_id, claimed=leased)
+
+    async def rescue_unserved(self) -> int:
+        """Take, at once, the runs another engine (or this one, before a workflow was
+        registered here) parked as unserved that this engine serves, instead of leaving them
+        to their back-off: in a fleet where engine A serves W1 and engine B serves W2, A
+        parks the W2 runs it happens to claim, and B must not wait A's back-off (up to five
+        minutes) for them. One read per poll, bounded, through the (workflow, status) index;
+        capability-blocked runs of the same workflows are listed too and skipped here (the
+        due-timer poll re-checks those)."""
+        dispatcher = self._dispatcher
+        if dispatcher.draining or not dispatcher.drive_runs:
+            return 0
+        workflows = self._workflows()
+        names = sorted({wf.name for wf in workflows})
+        by_convention = self._by_convention
+        if not names and by_convention is None:
+            return 0
+        listed = await self._store.list_runs(
+            RunQuery(
+                # The set of names this engine can serve is open with convention routing:
+                # every blocked run is a candidate then (through the status index).
+                workflows=names if by_convention is None else None,
+                statuses=["blocked"],
+                namespace=self._namespace,
+                limit=self._options.pending_batch,
+            )
+        )
+        count = 0
+        now = self._clock()
+        remote: dict[tuple[str, str | None], bool] = {}
+        for run in listed:
+            if not unserved.is_parked(run):
+                continue
+            if not unserved.serves(workflows, run):
+                if by_convention is None:
+                    continue
+                key = (run.workflow, run.namespace)
+                if key not in remote:
+                    if len(remote) >= _CONVENTION_CHECKS:
+                        continue  # the rest waits for the next poll, or its back-off
+                    try:
+                        remote[key] = await by_convention(*key)
+                    except Exception as exc:
+                        log.debug("could not tell who serves %s (%s)", run.workflow, exc)
+                        remote[key] = False
+                if not remote[key]:
+                    continue
+            if dispatcher.holds(run.id):
+                continue
+            if run.locked_until is not None and run.locked_until > now:
+                continue  # being re-checked elsewhere right now
+            dispatcher.dispatch(run.id)  # run_one leases it; the driver unparks it
             count += 1
         return count
 

@@ -185,6 +185,7 @@ class Worker:
         self._turns = self._remote_turns(transports)
         if self._turns is not None:
             self._router.connect(self._turns.announced_routes)
+            self._poller.serve_by_convention(self._turns.serves_workflow)
         self._driver = TurnDriver(
             self,
             self,

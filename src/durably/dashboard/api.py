@@ -26,6 +26,7 @@ from durably._core.errors import (
 )
 from durably._engine.engine import Engine
 from durably._read import lists
+from durably._read.list_models import RunListItem
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 from durably.dashboard.filters import (
     FILTER_PARAMS,
@@ -175,7 +176,7 @@ class DashboardApi:
         limit, offset = page(params)
         query = lists.as_run_query(**run_query_kwargs(params), limit=limit, offset=offset)
         items = await lists.list_run_items(self.engine.store, query)
-        return json_response([item.to_row_json() for item in items])
+        return json_response([_list_row(item) for item in items])
 
     async def run_facets(self, request: Request) -> Response:
         # Whole-set counts: the page window and the status/origin predicates (the chips
@@ -437,3 +438,21 @@ class DashboardApi:
     async def topology(self, request: Request) -> Response:
         _params(request, _NONE)
         return json_response({"role": "control-plane"})
+
+
+# How much of a blocked run's reason a list row carries (the run's page has all of it).
+_REASON_CHARS = 300
+
+
+def _list_row(item: RunListItem) -> dict[str, Any]:
+    """A list row; a `blocked` run's row also says why it is parked (`blockedReason`: its
+    error's code and the first characters of its message), which the row's `error` — left
+    out of list rows, it can be large — would otherwise hide."""
+    row: dict[str, Any] = item.to_row_json()
+    run = item.run
+    if run.status == "blocked" and run.error is not None:
+        row["blockedReason"] = {
+            "code": run.error.code,
+            "message": run.error.message[:_REASON_CHARS],
+        }
+    return row
