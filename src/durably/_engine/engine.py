@@ -70,6 +70,12 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
     misspelt one a `TypeError` suggesting the right name. `engine.options` holds the
     result.
 
+    Role (with a transport): `role="worker"` serves its steps and nothing else (drives no
+    run, takes no step result or workflow decision), `role="control"` drives runs and takes
+    results and decisions but serves no step, `role="both"` (the default; `DURABLY_ROLE` when
+    set) does all of it. A contradictory combination raises `ValueError` (see
+    `durably._engine.roles`).
+
     Flow control: `queues=[durably.Queue(...)]` (or `register_queue`) declares the queues
     `ctx.step(..., queue=name)` waits on. `admission=` says where their slots are counted:
     "auto" (the default: across the fleet on a PostgreSQL store, per engine elsewhere),
