@@ -23,7 +23,7 @@ Every measurement starts fresh processes (start-up is not measured) and, for the
 fresh PostgreSQL schema (``--store pg``, the default: a fleet whose steps run elsewhere shares
 a durable store), a fresh SQLite file (``--store sqlite``, durably's default store, for an
 engine that is the only writer) or an in-memory store (``--store memory``: the transport's own
-cost). Worker processes are pure step workers (``workflows=[]``, store ``memory``).
+cost). Worker processes are pure step workers (``role="worker"``, store ``memory``).
 
 CPU (``cpu_s``, ``cpu_ms_per_step``) is user + system seconds over the measured window of
 every process involved, read with psutil: the engine, the worker processes, the Redis server
@@ -176,7 +176,7 @@ def worker_app() -> durably.Engine:
     transport = _transport(
         env["DURABLY_BENCH_TRANSPORT"], env["DURABLY_BENCH_URL"], env["DURABLY_BENCH_PREFIX"]
     )
-    return durably.Engine("memory", transport=transport, workflows=[], steps=[noop])
+    return durably.Engine("memory", transport=transport, role="worker", steps=[noop])
 
 
 # ------------------------------------------------------------------------ stage marks

@@ -131,7 +131,7 @@ async def test_login_page_and_console_work_under_the_csp(browser: Any, tmp_path:
         return {"id": username} if password == "pw" else None
 
     async with Engine(f"sqlite:///{tmp_path / 'login.db'}", **FAST) as engine:
-        app = create_app(engine, auth={"secret": "s3cret", "login": login})
+        app = create_app(engine, auth={"secret": "s3cret-0123456789abcdef", "login": login})
         async with serve(app) as base:
             context = await browser.new_context(viewport=VIEWPORT)
             page = await context.new_page()

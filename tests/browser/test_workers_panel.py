@@ -81,7 +81,7 @@ async def test_the_workers_panel_lists_live_workers_and_disagreements(
 
     transport = RedisTransport(redis_url, prefix=redis_prefix, instance_id="durably-web")
     async with Engine(
-        "memory", transport, workflows=[], steps=[resize], capabilities=["gpu"], **FAST
+        "memory", transport, role="worker", steps=[resize], capabilities=["gpu"], **FAST
     ) as engine:
         async with serve(create_app(engine)) as base:
             context = await browser.new_context(viewport=VIEWPORT)

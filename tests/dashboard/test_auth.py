@@ -25,7 +25,7 @@ from durably.dashboard.cookie import (
 
 from .conftest import client_for
 
-SECRET = "s3cret"
+SECRET = "s3cret-0123456789abcdef"
 HOUR = 3_600_000
 
 
@@ -71,16 +71,18 @@ def test_cookie_format_and_verification() -> None:
 
 def test_boot_errors(engine: Engine) -> None:
     with pytest.raises(DashboardConfigError):
-        create_app(engine, auth={"secret": "x"})  # neither hook
+        create_app(engine, auth={"secret": "x-0123456789abcdef"})  # neither hook
     with pytest.raises(DashboardConfigError):
         create_app(engine, auth={"secret": "", "login": _login})
     with pytest.raises(DashboardConfigError):
-        create_app(engine, auth={"secret": "x", "login": "not callable"})
+        create_app(engine, auth={"secret": "x-0123456789abcdef", "login": "not callable"})
     with pytest.raises(DashboardConfigError):
         create_app(engine, auth={"login": _login})
-    create_app(engine, auth={"secret": "x", "login": _login, "ttl": "1 day"})
+    create_app(engine, auth={"secret": "x-0123456789abcdef", "login": _login, "ttl": "1 day"})
     with pytest.raises(DashboardConfigError, match="'1 fortnight'"):
-        create_app(engine, auth={"secret": "x", "login": _login, "ttl": "1 fortnight"})
+        create_app(
+            engine, auth={"secret": "x-0123456789abcdef", "login": _login, "ttl": "1 fortnight"}
+        )
 
 
 async def test_login_mode_guards_login_and_logout(engine: Engine) -> None:

@@ -221,7 +221,13 @@ def test_console_options_from_the_command_line() -> None:
     ],
 )
 def test_an_incomplete_sign_in_setup_is_refused(argv: list[str], message: str) -> None:
-    env = {"SECRET": "s3cret", "USER": "ops", "PASS": "pw", "TOKEN": "t", "EMPTY": ""}
+    env = {
+        "SECRET": "s3cret-0123456789abcdef",
+        "USER": "ops",
+        "PASS": "pw",
+        "TOKEN": "t",
+        "EMPTY": "",
+    }
     with pytest.raises(CliError, match=re.escape(message)):
         console_options(_args(*argv), env)
 

@@ -16,7 +16,7 @@ from durably.dashboard.security import DEFAULT_MAX_BODY_BYTES
 
 from .conftest import client_for, wait_status
 
-SECRET = "s3cret"
+SECRET = "s3cret-0123456789abcdef"
 JSON = {"Content-Type": "application/json"}
 
 

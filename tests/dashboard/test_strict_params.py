@@ -178,13 +178,16 @@ async def test_retry_answers_404_and_422(engine: Engine, uid: str) -> None:
 def test_the_session_ttl_is_parsed_strictly(engine: Engine) -> None:
     from durably.dashboard.auth import Authenticator
 
-    assert Authenticator(DashboardAuth(secret="x", ttl="30min", login=print), "").ttl_ms == (
-        30 * 60_000
+    assert Authenticator(
+        DashboardAuth(secret="x-0123456789abcdef", ttl="30min", login=print), ""
+    ).ttl_ms == (30 * 60_000)
+    assert Authenticator(
+        DashboardAuth(secret="x-0123456789abcdef", ttl="30m", login=print), ""
+    ).ttl_ms == (30 * 60_000)
+    assert (
+        Authenticator(DashboardAuth(secret="x-0123456789abcdef", ttl="2h", login=print), "").ttl_ms
+        == 7_200_000
     )
-    assert Authenticator(DashboardAuth(secret="x", ttl="30m", login=print), "").ttl_ms == (
-        30 * 60_000
-    )
-    assert Authenticator(DashboardAuth(secret="x", ttl="2h", login=print), "").ttl_ms == 7_200_000
     for ttl in ("1 fortnight", "soon", "-5m", "0s", ""):
         with pytest.raises(DashboardConfigError, match=re.escape(repr(ttl))):
-            create_app(engine, auth={"secret": "x", "login": print, "ttl": ttl})
+            create_app(engine, auth={"secret": "x-0123456789abcdef", "login": print, "ttl": ttl})

@@ -57,7 +57,9 @@ async def test_a_transport_group_is_listed_and_measured(redis_url: str, redis_pr
         return x
 
     transport = RedisTransport(redis_url, prefix=redis_prefix, instance_id="web-1")
-    async with Engine("memory", transport, workflows=[], steps=[thumb], **FAST) as engine:
+    async with Engine(
+        "memory", transport, role="both", workflows=[], steps=[thumb], **FAST
+    ) as engine:
         async with client_for(create_app(engine)) as client:
 
             async def listed() -> bool:

@@ -84,7 +84,7 @@ async def test_an_orchestrator_without_the_step_waits_for_a_worker_that_has_it(
         run = await engine.get_run(handle.run_id)
         assert run is not None and run.status == "suspended"  # waiting for its step
         worker = durably.Engine(
-            "memory", transport=InMemoryTransport(broker), steps=[inc], workflows=[]
+            "memory", transport=InMemoryTransport(broker), steps=[inc], role="worker"
         )
         async with worker:
             assert await handle.result(timeout=RESULT_TIMEOUT) == 2

@@ -104,7 +104,7 @@ def expected_output(x: int, steps: int) -> list[int]:
 
 def worker_app() -> durably.Engine:
     """A pure step worker (no workflows, an in-memory store) serving `work`."""
-    return durably.Engine("memory", transport=make_transport(), workflows=[], steps=[work])
+    return durably.Engine("memory", transport=make_transport(), role="worker", steps=[work])
 
 
 def engine(store: str, instance_id: str, **options: Any) -> durably.Engine:

@@ -70,7 +70,7 @@ def flaky(data):
 app = durably.Engine(
     "memory",
     transport={transport},
-    workflows=[],
+    role="worker",
     steps=[echo, fatal, flaky],
 )
 """

@@ -33,11 +33,11 @@ async def test_a_step_goes_only_to_a_worker_with_its_capabilities(
         return await ctx.step(render, x)
 
     def worker(capabilities: list[str]) -> durably.Engine:
-        # A pure step worker (`workflows=[]`) on its own store: it serves `render` only.
+        # A pure step worker (`role="worker"`) on its own store: it serves `render` only.
         return durably.Engine(
             "memory",
             transport=RedisTransport(redis_url, prefix=redis_prefix),
-            workflows=[],
+            role="worker",
             steps=[render],
             capabilities=capabilities,
         )

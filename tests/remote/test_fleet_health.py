@@ -156,18 +156,19 @@ async def test_worker_health_lists_durable_worker_and_durably_workers(
     server = Engine(
         "memory",
         transport=server_transport,
-        workflows=[],
+        role="worker",
         steps=[resize],
         capabilities=["gpu"],
         step_threads=3,
     )
-    # The reader: drives nothing, consumes nothing (workflows=[]), sees everything.
+    # The reader: drives nothing, consumes nothing (an observer), sees everything.
     store = f"sqlite:///{tmp_path / 'ops.db'}"
     reader = Engine(
         store,
         transport=RedisTransport(redis_url, prefix=redis_prefix),
         workflows=[],
         drive=False,
+        role="worker",
     )
     with ExitStack() as stack:
         one = stack.enter_context(sdk_worker(sdk_python, redis_url, redis_prefix, tag, "declined"))
@@ -371,6 +372,7 @@ async def test_an_unreachable_broker_leaves_the_stores_answer(tmp_path: Path) ->
         transport=RedisTransport("redis://127.0.0.1:1/0"),  # nothing listens there
         workflows=[],
         drive=False,
+        role="worker",  # an observer: consumes nothing
     )
     async with engine:
         assert await engine.worker_health() == []

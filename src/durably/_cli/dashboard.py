@@ -222,7 +222,17 @@ def console_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Con
                 "--auth-password-env, and/or --auth-token-env",
                 2,
             )
+        # Imported here: the dashboard package needs its extra, checked before this runs.
+        from durably.dashboard.cookie import parse_ttl, secret_problem
+
         secret = _from_env(environ, args.auth_secret_env, "--auth-secret-env")
+        problem = secret_problem(secret)
+        if problem is not None:
+            raise CliError(
+                f"--auth-secret-env {args.auth_secret_env}: the session-signing secret is "
+                f"too weak: {problem} (e.g. `openssl rand -hex 32`)",
+                2,
+            )
         user = password = token = None
         if args.auth_user_env:
             user = _digest(_from_env(environ, args.auth_user_env, "--auth-user-env"))
@@ -234,8 +244,6 @@ def console_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Con
         if token is not None:
             auth["session"] = hooks.session
         if args.auth_ttl:
-            from durably.dashboard.cookie import parse_ttl
-
             try:
                 parse_ttl(args.auth_ttl)
             except ValueError as exc:

@@ -95,8 +95,8 @@ def _transport(url: str, prefix: str | None, instance_id: str) -> Transport | st
 @asynccontextmanager
 async def _engine(args: argparse.Namespace) -> AsyncIterator[Engine]:
     """A drive=False engine on the `--store`/`--app` store with the `--transport` given.
-    `workflows=[]`: an engine with workflows and a transport would consume the fleet's step
-    results and turn decisions, which a read must never do."""
+    `role="worker"` with drive=False: an observer, which takes none of the fleet's step
+    results and turn decisions (a read must never consume them) and serves no step."""
     instance_id = f"durably-cli-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     transport = None
     if args.transport is not None:
@@ -115,6 +115,7 @@ async def _engine(args: argparse.Namespace) -> AsyncIterator[Engine]:
                 transport,
                 workflows=[],
                 drive=False,
+                role="worker" if transport is not None else None,
                 namespace=namespace,
                 instance_id=instance_id,
                 options=options,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -13,6 +14,7 @@ from durably._cli.common import EXIT_OK, CliError, echo, load_app
 from durably._cli.render import format_duration
 from durably._engine.engine import Engine
 from durably._engine.events import EngineEvent
+from durably._engine.roles import ROLE_ENV, ROLES
 
 
 def add_parser(sub: Any) -> None:
@@ -29,14 +31,33 @@ def add_parser(sub: Any) -> None:
     p.add_argument("app", metavar="APP", help="module:attribute naming a durably.Engine")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print run events")
     p.add_argument("--steps", action="store_true", help="also print step events")
+    p.add_argument(
+        "--role",
+        choices=ROLES,
+        default=None,
+        help="what the engine takes from its transport: worker (serves its steps only, drives "
+        "no run), control (drives runs, takes step results and workflow decisions, serves no "
+        "step) or both; sets DURABLY_ROLE for an app whose Engine(...) leaves role= out",
+    )
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    app = load_app(args.app)
-    if not app.drive_runs:
+    if args.role is not None:
+        # Read by Engine(...) when role= is left out: the app module builds its engine as
+        # it is imported, so the role has to be in place before.
+        os.environ[ROLE_ENV] = args.role
+    app = load_app(args.app)  # a role contradicting the app's engine fails its import
+    if args.role is not None and app.role != args.role:
         raise CliError(
-            f"{args.app} was built with drive=False: a worker needs an engine that drives runs"
+            f"{args.app} builds its engine with role={app.role!r}, which contradicts "
+            f"--role {args.role}: drop one of them",
+            2,
+        )
+    if not (app.drive_runs or app.serves_steps):
+        raise CliError(
+            f"{args.app} was built with drive=False: a worker needs an engine that drives runs "
+            "or serves steps"
         )
     return asyncio.run(_work(app, args))
 
@@ -90,7 +111,7 @@ async def _work(app: Engine, args: argparse.Namespace) -> int:
         await app.open()
         names = sorted({wf.name for wf in app.registered_workflows()})
         echo(
-            f"durably worker {app.instance_id} ready: store {app.store!r}, "
+            f"durably worker {app.instance_id} ready: role {app.role}, store {app.store!r}, "
             f"workflows: {', '.join(names) or '(none)'}",
             sys.stderr,
         )

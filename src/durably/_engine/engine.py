@@ -28,6 +28,7 @@ from durably._engine.options import OPTION_NAMES, UNSET, EngineOptions, Unset, m
 from durably._engine.quotas import OnDuplicate
 from durably._engine.read_api import ReadApi, WorkerHealthApi
 from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
+from durably._engine.roles import Role, resolve_role
 from durably._engine.signal_api import BufferedSignalsApi, SignalApi, buffer_policy
 from durably._engine.signals import SignalRoute
 from durably._engine.stores import open_store
@@ -36,6 +37,7 @@ from durably._engine.unsupported import CONCURRENCY_OVER_TRANSPORT, refuse_engin
 from durably._engine.worker import Worker
 from durably._read.lists import LocalWorker
 from durably._store.codec import Codec, wrap_store
+from durably._store.memory import InMemoryStateStore
 from durably._store.protocol import StateStore
 from durably._transport.admission_open import redis_admission
 from durably._transport.open import TransportSpec, transport_pool
@@ -68,6 +70,12 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
     misspelt one a `TypeError` suggesting the right name. `engine.options` holds the
     result.
 
+    Role (with a transport): `role="worker"` serves its steps and nothing else (drives no
+    run, takes no step result or workflow decision), `role="control"` drives runs and takes
+    results and decisions but serves no step, `role="both"` (the default; `DURABLY_ROLE` when
+    set) does all of it. A contradictory combination raises `ValueError` (see
+    `durably._engine.roles`).
+
     Flow control: `queues=[durably.Queue(...)]` (or `register_queue`) declares the queues
     `ctx.step(..., queue=name)` waits on. `admission=` says where their slots are counted:
     "auto" (the default: across the fleet on a PostgreSQL store, per engine elsewhere),
@@ -85,6 +93,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         steps: Iterable[Step[Any, Any]] | None = None,
         namespace: str | None = "default",
         drive: bool = True,
+        role: Role | None = None,
         instance_id: str | None = None,
         clock: Callable[[], int] | None = None,
         codec: Codec | None = None,
@@ -178,6 +187,15 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             step_registry = Registry()
             for st in steps:
                 step_registry.add_step(st)
+        # What this engine takes from the fleet's queues (roles.py); contradictions raise.
+        self._role, role_given = resolve_role(
+            role,
+            drive=drive,
+            workflows=None if workflows is None else len(registry.workflows),
+            steps=None if step_registry is None else len(step_registry.steps),
+            transport=transports is not None,
+            memory_store=isinstance(store_, InMemoryStateStore),
+        )
         self._update_validators: dict[tuple[str, str], Callable[[Any], Any]] = {}
         # What executes runs in this process, and — over its control plane — the client
         # that starts, signals, cancels and reads them.
@@ -186,6 +204,8 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             options=opts,
             namespace=namespace,
             drive_runs=drive,
+            role=self._role,
+            role_given=role_given,
             instance_id=self.instance_id,
             hold_instance=instance_id is not None,
             clock=self.clock,
@@ -212,9 +232,22 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
 
     @property
     def drive_runs(self) -> bool:
-        """False for a read/control replica (`drive=False`): it starts runs, never executes
-        them."""
+        """False for a read/control replica (`drive=False`) and for a step worker
+        (`role="worker"`): it starts runs, never executes them."""
         return self._worker.drive_runs
+
+    @property
+    def role(self) -> Role:
+        """What this engine takes from the fleet's queues: `"worker"` (serves steps only),
+        `"control"` (drives runs, takes step results and workflow decisions, serves no step)
+        or `"both"` (the default)."""
+        return self._role
+
+    @property
+    def serves_steps(self) -> bool:
+        """Whether this engine serves its steps' tasks from its transport (with one, every
+        driving engine but a control plane does)."""
+        return self._worker.serves_steps
 
     # ================================================================== lifecycle
 

@@ -32,9 +32,8 @@ CONCURRENCY_OVER_TRANSPORT = (
 )
 
 TOPOLOGY = (
-    "topology roles are not supported yet: every Engine with a store is both a control plane "
-    "and a worker (give it workflows=[] to make a pure step worker); separate roles are "
-    "planned"
+    "topology roles are given as role=: Engine(role='worker') serves steps only, "
+    "role='control' drives runs and serves no step, role='both' (the default) does both"
 )
 
 # Engine options of planned features that durably does not implement yet: each is refused

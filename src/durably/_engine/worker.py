@@ -55,6 +55,7 @@ from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
 from durably._engine.remote import RemoteSteps, ResultSettler
 from durably._engine.remote_turns import RemoteTurns
 from durably._engine.resident import ResidentSet
+from durably._engine.roles import Role, announce_role
 from durably._engine.routing import Router
 from durably._engine.signals import Deliveries
 from durably._engine.transport import InProcessTransport
@@ -85,6 +86,8 @@ class Worker:
         namespace: str | None,
         drive_runs: bool,
         instance_id: str,
+        role: Role = "both",
+        role_given: bool = True,
         hold_instance: bool,
         clock: Callable[[], int],
         signal_buffer: SignalBufferPolicy,
@@ -99,6 +102,13 @@ class Worker:
         self._store = store
         self._options = options
         self._namespace = namespace
+        # The role (roles.py): a step worker drives no run and takes nothing but its steps'
+        # tasks; a control plane serves no step.
+        self._role = role
+        self._role_given = role_given
+        self._serves_steps = drive_runs and role != "control"
+        drive_runs = drive_runs and role != "worker"
+        self._transports = transports
         self._instance_id = instance_id
         self._hold_instance = hold_instance
         self._clock = clock
@@ -285,6 +295,10 @@ class Worker:
         return self._dispatcher.drive_runs
 
     @property
+    def serves_steps(self) -> bool:
+        return self._serves_steps and self._fleet is not None
+
+    @property
     def plane(self) -> ControlPlane:
         """The control-plane operations of this process, with this worker's local hooks."""
         return self._plane
@@ -357,18 +371,28 @@ class Worker:
         )
         self._dispatcher.reopen()
         await self._wakes.open()
+        announce_role(
+            self._instance_id,
+            self._role,
+            given=self._role_given,
+            namespace=self._namespace,
+            transports=None if self._transports is None else self._transports.members,
+            no_workflows=(
+                self._workflows is not DEFAULT_REGISTRY and not self._workflows.workflows
+            ),
+        )
         fleet = self._fleet
         if fleet is not None:
-            if self._runs_workflows():
+            if self._role != "worker":
                 await fleet.consume_results(self._results)
                 if self._turns is not None:
                     await self._turns.start()
-                # Only an engine that runs workflows answers tenants: a pure step worker
-                # must never take a start-run, which its store could not hold for the fleet.
+                # Only an engine that runs workflows answers tenants: a step worker must
+                # never take a start-run, which its store could not hold for the fleet.
                 await fleet.open_gateway(self._plane, self._watchers, self._events.subscribe)
-            if self.drive_runs:
-                # An engine with a transport is also a worker for its own steps (`steps=[]`
-                # makes it an orchestrator only).
+            if self._serves_steps:
+                # Every engine but a control plane is a worker for its own steps (`steps=[]`
+                # serves none).
                 registry = self._steps if self._steps is not None else DEFAULT_REGISTRY
                 await fleet.serve_steps(
                     list(registry.steps), self.step_definition, lambda: self.executor
@@ -400,16 +424,6 @@ class Worker:
                 )
             await asyncio.sleep(0.05)
         await self._store.release_locks_of(self._instance_id)
-
-    def _runs_workflows(self) -> bool:
-        """Whether this process consumes step results and turn decisions. They come back on
-        queues shared by the fleet, and any consumer acknowledges what it takes; only engines
-        that run workflows (on the fleet's shared store) can apply them. An engine given
-        `workflows=[]` is a pure step worker: it serves steps and never takes a result or a
-        decision, which would otherwise be lost to a store that does not know its run. (An
-        engine that starts workflows served by remote workers declares them with
-        `remote_workflow`, or keeps the default registry.)"""
-        return self._workflows is DEFAULT_REGISTRY or bool(self._workflows.workflows)
 
     async def drain(self, timeout: float) -> None:
         """Stop taking work, evict parked runs, wait for turns to finish (or `timeout`)."""

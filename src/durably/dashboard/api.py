@@ -10,7 +10,6 @@ body size are checked before any route runs (`security.ConsoleGate`).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from durably._core.bounds import PayloadRejectedError, PayloadTooLargeError, loads_untrusted
 from durably._core.errors import (
     InputValidationError,
     ReservedTokenError,
@@ -42,6 +42,7 @@ from durably.dashboard.filters import (
     value_facet_request,
 )
 from durably.dashboard.metrics import metrics_text
+from durably.dashboard.paths import path_param
 from durably.dashboard.responses import error_response, json_response, not_modified
 from durably.dashboard.stream import sse_response
 
@@ -71,14 +72,15 @@ def _params(request: Request, allowed: frozenset[str] | set[str]) -> MultiParams
     return params
 
 
-async def _json_body(request: Request, default: Any = None) -> Any:
+async def _json_body(request: Request, default: Any = None, *, max_bytes: int) -> Any:
+    """The body as JSON read with the shared boundary checks: deeper than the nesting limit,
+    `NaN`, a lone surrogate or more than `max_bytes` (the engine's `max_payload_bytes`) is
+    refused here (`PayloadRejectedError`: a 400, or 413 for the size) — never a 500 from a
+    `RecursionError` in the parser or a store write that cannot encode the value."""
     raw = await request.body()
     if not raw.strip():
         return default
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("The request body is not valid JSON.") from None
+    return loads_untrusted(raw, what="request body", max_bytes=max_bytes)
 
 
 def _prefix_param(params: MultiParams) -> str | None:
@@ -102,6 +104,7 @@ class DashboardApi:
     def __init__(self, engine: Engine, *, read_only: bool = False) -> None:
         self.engine = engine
         self.read_only = read_only
+        self._max_bytes = engine.options.max_payload_bytes
 
     # ------------------------------------------------------------------ routing
 
@@ -142,6 +145,11 @@ class DashboardApi:
             try:
                 return await endpoint(request)
             except BadRequest as exc:
+                return error_response(400, str(exc))
+            except PayloadTooLargeError as exc:
+                return error_response(413, str(exc))
+            except PayloadRejectedError as exc:
+                # Malformed, too deep, or a value no store can hold: the sender's mistake.
                 return error_response(400, str(exc))
             except ReservedTokenError as exc:
                 # A token of the engine's own waits (a child's completion, a breakpoint, an
@@ -197,7 +205,7 @@ class DashboardApi:
     # ------------------------------------------------------------------ detail
 
     async def run_detail(self, request: Request) -> Response:
-        run_id = request.path_params["run_id"]
+        run_id = path_param(request, "run_id")
         params = _params(request, {"summarizeFansOver"})
         over = None
         if params.getlist("summarizeFansOver"):
@@ -215,8 +223,8 @@ class DashboardApi:
         return json_response(detail.to_json(), headers=headers)
 
     async def fan_members(self, request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        group = request.path_params["group"]
+        run_id = path_param(request, "run_id")
+        group = path_param(request, "group")
         params = _params(request, PAGE_PARAMS | {"failedOnly"})
         limit, offset = page(params, default=FAN_PAGE_DEFAULT_LIMIT)
         members = await self.engine.get_fan_members(
@@ -236,22 +244,22 @@ class DashboardApi:
 
     async def stream(self, request: Request) -> Response:
         _params(request, _NONE)
-        run_id = request.path_params["run_id"]
+        run_id = path_param(request, "run_id")
         if await self.engine.get_run(run_id) is None:
             return error_response(404, f"run {run_id} not found")
         return sse_response(self.engine, run_id, request)
 
     async def get_event(self, request: Request) -> Response:
         _params(request, _NONE)
-        run_id = request.path_params["run_id"]
-        value = await self.engine.get_event(run_id, request.path_params["key"])
+        run_id = path_param(request, "run_id")
+        value = await self.engine.get_event(run_id, path_param(request, "key"))
         return json_response(value)
 
     # ------------------------------------------------------------------ controls
 
     async def retry(self, request: Request) -> Response:
         _params(request, _NONE)
-        run_id = request.path_params["run_id"]
+        run_id = path_param(request, "run_id")
         result = await self.engine.requeue(run_id)
         if result is None:
             return error_response(404, f"run {run_id} not found")
@@ -259,8 +267,8 @@ class DashboardApi:
 
     async def retry_with_input(self, request: Request) -> Response:
         _params(request, _NONE)
-        run_id = request.path_params["run_id"]
-        body = await _json_body(request, {})
+        run_id = path_param(request, "run_id")
+        body = await _json_body(request, {}, max_bytes=self._max_bytes)
         if not isinstance(body, dict):
             raise BadRequest("Body must be a JSON object `{input}`.")
         new_id = await self.engine.retry_with_input(run_id, body.get("input"))
@@ -269,7 +277,7 @@ class DashboardApi:
         return json_response({"runId": new_id})
 
     async def cancel(self, request: Request) -> Response:
-        run_id = request.path_params["run_id"]
+        run_id = path_param(request, "run_id")
         compensate = boolean(_params(request, {"compensate"}), "compensate") or False
         result = await self.engine.cancel(run_id, compensate=compensate)
         if result is None:
@@ -278,7 +286,7 @@ class DashboardApi:
 
     async def continue_run(self, request: Request) -> Response:
         _params(request, _NONE)
-        run_id = request.path_params["run_id"]
+        run_id = path_param(request, "run_id")
         result = await self.engine.continue_run(run_id)
         if result is None:
             return error_response(404, f"run {run_id} is not paused at a breakpoint")
@@ -286,7 +294,7 @@ class DashboardApi:
 
     async def redispatch(self, request: Request) -> Response:
         _params(request, _NONE)
-        run_id = request.path_params["run_id"]
+        run_id = path_param(request, "run_id")
         result = await self.engine.redispatch_pending(run_id)
         if result is None:
             return error_response(404, f"run {run_id} not found")
@@ -294,16 +302,16 @@ class DashboardApi:
 
     async def update(self, request: Request) -> Response:
         _params(request, _NONE)
-        run_id = request.path_params["run_id"]
-        arg = await _json_body(request)
-        outcome = await self.engine.update(run_id, request.path_params["name"], arg)
+        run_id = path_param(request, "run_id")
+        arg = await _json_body(request, max_bytes=self._max_bytes)
+        outcome = await self.engine.update(run_id, path_param(request, "name"), arg)
         if not outcome.accepted:
             return json_response({"accepted": False, "reason": outcome.reason})
         run = await self.engine.get_run(run_id)
         return json_response({"accepted": True, "run": run.to_json() if run else None})
 
     async def bulk(self, request: Request) -> Response:
-        action = request.path_params["action"]
+        action = path_param(request, "action")
         if action not in BULK_ACTIONS:
             # An unknown action once fell through to "retry": `bulk/delete` retried runs.
             raise BadRequest(f"Unknown bulk action {action!r}: use {' or '.join(BULK_ACTIONS)}.")
@@ -342,10 +350,10 @@ class DashboardApi:
         at once (and keep it around until it expires). A sender that is early gets 404
         and retries, as webhook senders do."""
         _params(request, _NONE)
-        token = request.path_params["token"]
+        token = path_param(request, "token")
         if not token:
             raise BadRequest("The webhook token is empty: POST <api>/webhooks/<token>.")
-        body = await _json_body(request)
+        body = await _json_body(request, max_bytes=self._max_bytes)
         result = await self.engine.signal(token, body, buffer=False)
         if result is None:
             return error_response(404, f"no run is waiting on webhook {token} (nothing was stored)")
@@ -373,7 +381,7 @@ class DashboardApi:
         deletes what was chosen explicitly; `{purged: n}`. An empty choice is a 400, never
         "everything" (the engine's own completion records are never deleted)."""
         _params(request, _NONE)
-        body = await _json_body(request, {})
+        body = await _json_body(request, {}, max_bytes=self._max_bytes)
         if not isinstance(body, dict):
             raise BadRequest("Body must be a JSON object {token?, prefix?, expiredOnly?, all?}.")
         unknown = set(body) - {"token", "prefix", "expiredOnly", "all"}

@@ -16,7 +16,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Mount, Route, Router
 from starlette.types import ASGIApp
 
 from durably._engine.engine import Engine
@@ -24,6 +24,7 @@ from durably.dashboard.api import DashboardApi
 from durably.dashboard.auth import Authenticator, DashboardAuth
 from durably.dashboard.config import DashboardConfigError
 from durably.dashboard.pages import PUBLIC_ASSETS, asset_bytes, asset_type, index_html
+from durably.dashboard.paths import RawSegments
 from durably.dashboard.responses import error_response
 from durably.dashboard.security import (
     DEFAULT_MAX_BODY_BYTES,
@@ -171,7 +172,9 @@ def create_app(
     ]
     if base:
         routes.append(Route(base + "/", ui_wrap(index), methods=["GET"]))
-    routes.append(Mount(api_base, routes=api.routes(api_wrap)))
+    # Routed on the client's own path segments, so a run id holding `/` stays addressable
+    # (`paths.py`).
+    routes.append(Mount(api_base, app=RawSegments(Router(routes=api.routes(api_wrap)))))
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(404, f"Cannot {request.method} {request.url.path}")

@@ -23,6 +23,7 @@ from urllib.parse import quote, unquote, urlsplit
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from durably._core.bounds import PayloadRejectedError, loads_untrusted
 from durably._core.durations import Duration
 from durably.dashboard.config import DashboardConfigError
 from durably.dashboard.cookie import (
@@ -30,6 +31,7 @@ from durably.dashboard.cookie import (
     is_https,
     parse_cookie_header,
     parse_ttl,
+    secret_problem,
     set_cookie_header,
     sign_session,
     verify_session,
@@ -73,8 +75,9 @@ class DashboardAuth:
     def validate(self) -> None:
         """Fail closed: a configuration that cannot authenticate anyone is refused at
         start-up, never served open."""
-        if not isinstance(self.secret, str) or not self.secret:
-            raise DashboardConfigError("dashboard auth needs a non-empty string `secret`")
+        problem = secret_problem(self.secret)
+        if problem is not None:
+            raise DashboardConfigError(f"dashboard auth `secret` refused: {problem}")
         for name in _HOOKS:
             hook = getattr(self, name)
             if hook is not None and not callable(hook):
@@ -258,8 +261,8 @@ class Authenticator:
         if "login" not in self.modes:
             return error_response(404, "Not Found")
         try:
-            body = await request.json()
-        except Exception:
+            body = loads_untrusted(await request.body(), what="login body")
+        except PayloadRejectedError:
             body = None
         if not isinstance(body, dict) or not (
             isinstance(body.get("username"), str) and isinstance(body.get("password"), str)

@@ -20,11 +20,13 @@ from durably._core.durations import Duration, to_ms
 __all__ = [
     "COOKIE_NAME",
     "DEFAULT_TTL_MS",
+    "MIN_SECRET_BYTES",
     "SKEW_MS",
     "clear_cookie_header",
     "is_https",
     "parse_cookie_header",
     "parse_ttl",
+    "secret_problem",
     "set_cookie_header",
     "sign_session",
     "verify_session",
@@ -36,6 +38,20 @@ DEFAULT_TTL_MS = 8 * 3600 * 1000
 SKEW_MS = 30_000
 #: The cookie's `Max-Age` is whole seconds: a shorter session would expire as it is issued.
 MIN_TTL_MS = 1000
+#: The shortest session-signing secret accepted, as for tenant token secrets: a short one can
+#: be guessed offline from a single cookie (its MAC is public), and then anyone can forge a
+#: session for any user.
+MIN_SECRET_BYTES = 16
+
+
+def secret_problem(secret: object) -> str | None:
+    """What is wrong with a session-signing secret (None: nothing)."""
+    if not isinstance(secret, str) or not secret:
+        return "it must be a non-empty string"
+    size = len(secret.encode("utf-8", "surrogatepass"))
+    if size < MIN_SECRET_BYTES:
+        return f"it is {size} bytes long; use at least {MIN_SECRET_BYTES} (random) bytes"
+    return None
 
 
 def parse_ttl(ttl: Duration) -> int:
@@ -88,6 +104,10 @@ def verify_session(secret: str, value: str | None, now_ms: int) -> dict[str, Any
         return None
     body, _, sig = value.partition(".")
     if not body or not sig:
+        return None
+    # A signed value is base64url only: anything else (a percent-decoded `%C3%A9`) was never
+    # issued here, and must be a denial rather than an encoding error in the MAC check.
+    if not (body.isascii() and sig.isascii()):
         return None
     expected = _mac(secret, body)
     if len(sig) != len(expected) or not hmac.compare_digest(sig, expected):

@@ -9,6 +9,10 @@ option              meaning                                                     
 ==================  ===============================================================  =========
 schema              PostgreSQL schema holding the tables (connections get            (server's
                     `search_path=<schema>`; `ensure_schema` creates it)               default)
+pool_budget         the most connections this process's store opens to the server:   23
+                    the statement pool plus 3 dedicated ones (see "Connection
+                    budget"); sizes the pool when `pool_size`/`max_overflow` are
+                    left out
 pool_size           connections kept open in the pool                                10
 max_overflow        extra connections opened under load beyond `pool_size`           10
 pool_timeout        seconds to wait for a free pooled connection                     30
@@ -30,6 +34,21 @@ flight when the server goes away fails with SQLAlchemy's `DBAPIError`
 (`connection_invalidated=True`); the pool is then invalidated and the next call reconnects.
 `pool_pre_ping=true` additionally catches silently dropped connections (a network partition),
 at the price of a round trip per call.
+
+Connection budget: one process's store opens at most `pool_budget` connections — the
+statement pool (`pool_size` kept open, up to `max_overflow` more under load) plus up to
+`DEDICATED_CONNECTIONS` (3) held for the process's life: the wake bus's LISTEN, the
+flow-control LISTEN (queues counted in the store) and the instance hold (`instance_id=`). With
+`pool_budget=N` alone, the pool gets `N - 3` connections (`pool_size` the smaller of 10 and
+that); with `pool_size`/`max_overflow` too, they must fit in `N - 3` (else ValueError). Without
+it the budget is what the pool options add up to (23 by default). A fleet needs the sum of its
+processes' budgets (plus a SQL transport's own pool) below the server's `max_connections`
+less its reserved connections: five processes at the defaults need 115 of a default server's
+100. At open the store compares its budget with what the server has left for it
+(`max_connections`, the role's and the database's `CONNECTION LIMIT`, the connections in use)
+and logs a WARNING when the budget does not fit. A server that refuses a new connection for
+lack of room ("too many clients", a role's connection limit) does not fail a statement while
+the pool has connections of its own: it waits for one of them (up to `pool_timeout`).
 
 Connect failures: a connection the store cannot open raises `StoreConnectionError` (a
 `ConnectionError`; `StoreConnectTimeoutError`, also a `TimeoutError`, for a timeout) whose
@@ -64,6 +83,9 @@ _FALSE = {"0", "false", "no", "off"}
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_MAX_OVERFLOW = 10
+#: Connections a store holds apart from its statement pool, for the process's life: the wake
+#: bus's LISTEN, the flow-control LISTEN and the instance hold.
+DEDICATED_CONNECTIONS = 3
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_APPLICATION_NAME = "durably"
 CHANNEL_PREFIX = "durable_wake_"
@@ -75,6 +97,7 @@ class PgOptions:
     """durably's PostgreSQL options (see the module docstring); None = the default."""
 
     schema: str | None = None
+    pool_budget: int | None = None
     pool_size: int | None = None
     max_overflow: int | None = None
     pool_timeout: float | None = None
@@ -97,6 +120,7 @@ class PgOptions:
 
 _PARSERS: dict[str, Any] = {
     "schema": str,
+    "pool_budget": int,
     "pool_size": int,
     "max_overflow": int,
     "pool_timeout": float,
@@ -159,8 +183,46 @@ def split_url(url: URL) -> tuple[URL, PgOptions]:
     return url.difference_update_query(list(mine)), options_from(mine)
 
 
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """How many connections one process's store may open (see "Connection budget")."""
+
+    total: int  # the statement pool's most plus the dedicated connections
+    pool_max: int  # the statement pool: at most this many open
+    pool_keep: int  # ... of which this many stay open when idle
+
+
+def budget_of(opts: PgOptions) -> Budget:
+    """The connection budget `opts` describe; ValueError for one the pool cannot fit in."""
+    size, overflow, budget = opts.pool_size, opts.max_overflow, opts.pool_budget
+    for name, value in (("pool_size", size), ("max_overflow", overflow)):
+        if value is not None and value < 0:
+            raise ValueError(f"PostgreSQL option {name}={value} must be >= 0")
+    if budget is None:
+        keep = DEFAULT_POOL_SIZE if size is None else size
+        most = keep + (DEFAULT_MAX_OVERFLOW if overflow is None else overflow)
+        return Budget(most + DEDICATED_CONNECTIONS, max(most, 1), max(keep, 1))
+    room = budget - DEDICATED_CONNECTIONS
+    if room < 1:
+        raise ValueError(
+            f"PostgreSQL option pool_budget={budget} leaves no connection for statements: "
+            f"{DEDICATED_CONNECTIONS} are dedicated (wake bus, flow control, instance hold), "
+            f"so give at least {DEDICATED_CONNECTIONS + 1}"
+        )
+    keep = min(DEFAULT_POOL_SIZE, room) if size is None else size
+    most = room if overflow is None else keep + overflow
+    if most > room or keep > room:
+        raise ValueError(
+            f"PostgreSQL options pool_size={keep} + max_overflow={most - keep} do not fit in "
+            f"pool_budget={budget} ({DEDICATED_CONNECTIONS} of it dedicated, {room} left for "
+            "the statement pool): raise pool_budget or lower them"
+        )
+    return Budget(budget, max(most, 1), max(keep, 1))
+
+
 def engine_options(opts: PgOptions) -> dict[str, Any]:
     """`create_async_engine` keywords for `opts` (pool sizing, asyncpg connect arguments)."""
+    budget = budget_of(opts)
     server_settings: dict[str, str] = {
         "application_name": opts.application_name or DEFAULT_APPLICATION_NAME
     }
@@ -180,10 +242,10 @@ def engine_options(opts: PgOptions) -> dict[str, Any]:
         connect_args["command_timeout"] = opts.command_timeout
     out: dict[str, Any] = {
         "connect_args": connect_args,
-        "pool_size": opts.pool_size if opts.pool_size is not None else DEFAULT_POOL_SIZE,
-        "max_overflow": (
-            opts.max_overflow if opts.max_overflow is not None else DEFAULT_MAX_OVERFLOW
-        ),
+        # SQLAlchemy's own pool only opens connections for the store's pool and its dedicated
+        # ones (each detached once open) and runs the migrations: sized from the same budget.
+        "pool_size": budget.pool_keep,
+        "max_overflow": budget.pool_max - budget.pool_keep,
         "pool_pre_ping": bool(opts.pool_pre_ping),
     }
     if opts.pool_timeout is not None:
@@ -299,7 +361,7 @@ async def _tcp_answers(host: str, port: int, within: float) -> bool | None:
     return True
 
 
-def _driver_error(error: BaseException) -> BaseException | None:
+def driver_error(error: BaseException) -> BaseException | None:
     """The asyncpg exception behind `error` (SQLAlchemy wraps it once or twice), if any."""
     seen: Any = error
     for _ in range(4):
@@ -365,7 +427,7 @@ async def explain_connect_error(
             host=host,
             port=port,
         )
-    driver = _driver_error(error)
+    driver = driver_error(error)
     if driver is not None and _is_server_error(driver):
         return StoreConnectionError(
             f"PostgreSQL at {where} refused the connection of user {url.username!r} to "
@@ -414,10 +476,14 @@ def schema_lock_key(schema: str | None) -> str:
 
 
 __all__ = [
+    "DEDICATED_CONNECTIONS",
     "OPTION_NAMES",
+    "Budget",
     "PgOptions",
+    "budget_of",
     "connect_target",
     "connecting",
+    "driver_error",
     "engine_options",
     "explain_connect_error",
     "install_liveness_check",

@@ -30,6 +30,7 @@ Migrations (`schema_transaction`) use the engine itself (`engine.begin()`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,6 +48,38 @@ from durably._store.sql.connection import Connector, Params, Session, Work
 T = TypeVar("T")
 
 _DEFAULT_POOL_TIMEOUT_S = 30.0
+#: After the server refused a connection for lack of room, how long the pool makes do with
+#: the connections it has before it tries to open another.
+_FULL_BACKOFF_S = 1.0
+#: SQLSTATE of "too many clients" / "too many connections for role|database".
+_TOO_MANY_CONNECTIONS = "53300"
+
+log = logging.getLogger("durably")
+
+
+#: What the server has room for: its limit and reserve, the role's and the database's
+#: CONNECTION LIMIT (-1: none), and the client connections counted against each.
+_ROOM_SQL = """
+SELECT current_setting('max_connections')::int,
+       current_setting('superuser_reserved_connections')::int
+         + coalesce(nullif(current_setting('reserved_connections', true), ''), '0')::int,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'),
+       r.rolsuper, r.rolname, r.rolconnlimit,
+       (SELECT count(*) FROM pg_stat_activity
+         WHERE usename = current_user AND backend_type = 'client backend'),
+       d.datname, d.datconnlimit,
+       (SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND backend_type = 'client backend')
+FROM pg_roles r, pg_database d
+WHERE r.rolname = current_user AND d.datname = current_database()
+"""
+
+
+def _no_room(error: BaseException) -> bool:
+    """The server refused a new connection because it is full (not unreachable, not a bad
+    password): `max_connections`, a role's or a database's CONNECTION LIMIT."""
+    driver = _pg.driver_error(error)
+    return getattr(driver, "sqlstate", None) == _TOO_MANY_CONNECTIONS
 
 
 # ------------------------------------------------------------------ statements
@@ -195,6 +228,10 @@ class PgPool:
         self._waiters: deque[asyncio.Future[Any]] = deque()
         self.size = 0  # open connections, idle and in use
         self._closed = False
+        #: until when (monotonic) no new connection is tried: the server refused one for
+        #: lack of room, and asking again at once would only be refused again
+        self._full_until = 0.0
+        self._full_logged = False
 
     async def acquire(self) -> Any:
         while True:
@@ -205,17 +242,47 @@ class PgPool:
                 if self._usable(conn) and await self._alive(conn):
                     return conn
                 self._drop(conn)
-            if self.size < self.max_size:
+            if self.size < self.max_size and not self._server_full():
                 self.size += 1
                 try:
-                    return await self._open()
-                except BaseException:
+                    conn = await self._open()
+                except BaseException as error:
                     self.size -= 1
                     self._wake_one()
-                    raise
+                    if self.size == 0 or not _no_room(error):
+                        raise
+                    # The server has no room for another connection (max_connections, a
+                    # role's or database's CONNECTION LIMIT): use the ones this pool has
+                    # rather than fail the statement.
+                    self._note_full(error)
+                else:
+                    self._full_until = 0.0
+                    return conn
             conn = await self._wait()
             if conn is not None:
                 return conn
+
+    def _server_full(self) -> bool:
+        return self.size > 0 and time.monotonic() < self._full_until
+
+    def _note_full(self, error: BaseException) -> None:
+        self._full_until = time.monotonic() + _FULL_BACKOFF_S
+        if self._full_logged:
+            return
+        self._full_logged = True  # once per pool: an outage must be seen, not flood the log
+        host, port = _pg.connect_target(self._engine)
+        log.warning(
+            "PostgreSQL at %s:%s has no room for another connection of this process (%s); "
+            "it goes on with the %d it has, and statements wait for one of them (up to "
+            "pool_timeout, %g s). The fleet's connection budgets exceed what the server "
+            "allows: lower pool_budget on its processes, or raise max_connections / the "
+            "role's CONNECTION LIMIT",
+            host,
+            port,
+            _pg.driver_error(error) or error,
+            self.size,
+            self._timeout,
+        )
 
     async def _wait(self) -> Any:
         """A connection handed over by `release`, or None to look again (one was dropped)."""
@@ -308,11 +375,10 @@ def pool_limits(engine: AsyncEngine) -> dict[str, Any]:
     opts = _pg.options_of(engine)
     pool: Any = engine.sync_engine.pool
     if opts is not None:
-        size = opts.pool_size if opts.pool_size is not None else _pg.DEFAULT_POOL_SIZE
-        overflow = opts.max_overflow if opts.max_overflow is not None else _pg.DEFAULT_MAX_OVERFLOW
+        budget = _pg.budget_of(opts)  # the one number both pools are sized from
         return {
-            "max_size": size + max(overflow, 0),
-            "keep": size,
+            "max_size": budget.pool_max,
+            "keep": budget.pool_keep,
             "timeout": opts.pool_timeout or getattr(pool, "_timeout", _DEFAULT_POOL_TIMEOUT_S),
             "recycle": opts.pool_recycle,
             "pre_ping": bool(opts.pool_pre_ping),
@@ -402,6 +468,7 @@ class PgConnector(Connector):
         self._statements = PgStatements(engine.dialect)
         self._errors = _Errors(engine)
         self.pool = PgPool(engine, **pool_limits(engine))
+        self._budget_checked = False
         self._groups: dict[str, deque[_Grouped]] = {}
         self._drainers: dict[str, asyncio.Task[None]] = {}
         #: round trips of grouped writes (`executemany` or single), for tests and tuning
@@ -549,9 +616,75 @@ class PgConnector(Connector):
         conn = await _pg.connecting(self._engine, self._engine.connect().start())
         try:
             async with conn.begin():
-                return await fn(conn)
+                result = await fn(conn)
+            if not self._budget_checked:
+                self._budget_checked = True
+                await self._check_budget(conn)
+            return result
         finally:
             await conn.close()
+
+    def budget(self) -> int:
+        """The most connections this store opens: its pool's and the dedicated ones."""
+        return self.pool.max_size + _pg.DEDICATED_CONNECTIONS
+
+    async def _check_budget(self, conn: AsyncConnection) -> None:
+        """Once, at open: a WARNING when the server has less room for this process than its
+        connection budget. Without it, running out shows only as statements failing under
+        load ("too many clients"), long after the fleet was sized."""
+        try:
+            row: Sequence[Any] = tuple((await conn.exec_driver_sql(_ROOM_SQL)).one())
+        except Exception as exc:  # no such view or setting, no permission: just unknown
+            log.debug("durably: could not read the server's connection limits: %s", exc)
+            return
+        max_conn, reserved, in_use, superuser, role, role_limit, role_in_use = row[:7]
+        db, db_limit, db_in_use = row[7:]
+        ours = 1 + self.pool.size  # this connection, and the pool's (counted in `in_use`)
+        limits = [
+            (
+                int(max_conn) - (0 if superuser else int(reserved)) - (int(in_use) - ours),
+                f"the server's max_connections is {max_conn}"
+                + ("" if superuser else f" ({reserved} reserved)")
+                + f" with {int(in_use) - ours} in use by others",
+            )
+        ]
+        if not superuser and role_limit is not None and int(role_limit) >= 0:
+            others = int(role_in_use) - ours
+            limits.append(
+                (
+                    int(role_limit) - others,
+                    f"role {role!r} has CONNECTION LIMIT {role_limit} with {others} in use by "
+                    "others",
+                )
+            )
+        if not superuser and db_limit is not None and int(db_limit) >= 0:
+            others = int(db_in_use) - ours
+            limits.append(
+                (
+                    int(db_limit) - others,
+                    f"database {db!r} has CONNECTION LIMIT {db_limit} with {others} in use "
+                    "by others",
+                )
+            )
+        free, why = min(limits, key=lambda item: item[0])
+        budget = self.budget()
+        if budget <= free:
+            return
+        host, port = _pg.connect_target(self._engine)
+        log.warning(
+            "PostgreSQL at %s:%s has room for %d more connection(s) of this process, but its "
+            "store may open up to %d (pool_budget: the pool's %d plus %d dedicated): %s. "
+            "Size the fleet so that the budgets of all its processes fit (give each "
+            "?pool_budget=N), or raise the limit; when the server runs out, this process "
+            "makes do with the connections it has",
+            host,
+            port,
+            max(free, 0),
+            budget,
+            self.pool.max_size,
+            _pg.DEDICATED_CONNECTIONS,
+            why,
+        )
 
     async def close(self) -> None:
         """Wait for the grouped writes in flight, then close the connections."""

@@ -44,6 +44,7 @@ from durably._store.sql.bulk import BulkOps
 from durably._store.sql.connection import Session, connector_for
 from durably._store.sql.dialect import SqlDialect, create_engine, install_sqlite_pragmas
 from durably._store.sql.facets import SqlRunFacets
+from durably._store.sql.leases import release_retrying
 from durably._store.sql.migrations import apply_on
 from durably._store.sql.predicates import run_query_predicates
 from durably._store.sql.quota import SqlStartAdmission
@@ -480,7 +481,9 @@ class SqlStateStore(
         return await self._write(self._q.try_lock, params) == 1
 
     async def release_run_lock(self, run_id: str) -> None:
-        await self._write(self._q.release, {"w_id": run_id})
+        # Retried while no connection can be had; logged at ERROR if it still fails
+        # (`leases.py`): a silently failed release leaves the run waiting out its lease.
+        await release_retrying(lambda: self._write(self._q.release, {"w_id": run_id}), run_id)
 
     async def renew_run_lock(self, run_id: str, owner: str, lease_until_ms: int) -> bool:
         params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms}
