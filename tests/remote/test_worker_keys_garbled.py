@@ -77,6 +77,7 @@ def _step_worker(url: str, prefix: str, step: Any) -> durably.Engine:
         workflows=[],
         steps=[step],
         capabilities=["gpu"],
+        role="worker",
     )
 
 
@@ -122,6 +123,7 @@ async def test_worker_health_still_lists_the_good_groups(
         workflows=[],
         steps=[],
         drive=False,
+        role="worker",  # an observer: consumes nothing
     )
     await _garble(redis_url, redis_prefix, f"{tag}.render")
     await _garble(redis_url, redis_prefix, f"{tag}.elsewhere")
