@@ -240,6 +240,11 @@ class StateStore(Protocol):
       (`exists`), a live run holds the gate's dedup key (`duplicate`), the singleton key is
       at capacity (`singleton_full`) or the quota key is full (`quota_full`); the checks
       and the insert cannot be separated by another start of the same keys.
+    - `gate_untagged_run(run_id, new_tags, gate) -> StartOutcome`: the same capacity checks
+      for a `pending` run created without its keys' tags (started by name where the
+      workflow's code is not loaded), at its first turn: `singleton_full`/`quota_full`, or
+      `created` with `new_tags` added to the run; `exists` (nothing written) when the run is
+      gone or no longer pending. The run itself is not counted (it lacks the tags).
     - `try_admit_singleton(run_id, tag, workflow, limit, retry_wake_at_ms) -> bool`: admit
       the active run to the key's `limit` slots (`durably._core.quota.singleton_admits`):
       the run gets `tag` if it lacks it and, admitted, the admission marker; denied, a run
@@ -379,6 +384,9 @@ class StateStore(Protocol):
 
     # --- workflow start admission
     async def create_run_gated(self, run: WorkflowRun, gate: StartGate) -> StartOutcome: ...
+    async def gate_untagged_run(
+        self, run_id: str, new_tags: Sequence[str], gate: StartGate
+    ) -> StartOutcome: ...
     async def try_admit_singleton(
         self, run_id: str, tag: str, workflow: str, limit: int, retry_wake_at_ms: int
     ) -> bool: ...
