@@ -10,6 +10,8 @@ error the caller sees. Both are used by `ControlPlane.create_run`, the path of e
 of a workflow fan's members when their workflow has a quota or a singleton queue depth
 (`children.create_children`: one gated insert per member). Other fans' members are created
 in bulk; a singleton member joins its key's line at its first turn (`singleton.admit`).
+A start by name from a process without the workflow's code is checked at its first turn,
+where the code is (`late_start`).
 """
 
 from __future__ import annotations
