@@ -109,6 +109,9 @@ async def test_buffered_events_are_capped_per_name_and_in_all(stores: Stores, ui
             await engine.publish_event(f"{uid}.a", 3)
         assert (full.value.scope, full.value.cap) == ("token", 2)
         assert full.value.option == "signal_buffer_per_token"
+        assert str(full.value).startswith(
+            f"event '{uid}.a' refused: 2 events are already buffered with this name"
+        )
         assert await engine.publish_event(f"{uid}.b", 1) == 0
         with pytest.raises(SignalBufferFullError) as full:
             await engine.publish_event(f"{uid}.c", 1)  # a made-up name: the total is capped

@@ -22,6 +22,26 @@ from durably._engine.typed_io import PLAIN
 # The signal-buffer namespace buffered events count in (their waits' tokens are `event:…`).
 EVENT_NAMESPACE = "event"
 
+
+class EventBufferFullError(SignalBufferFullError):
+    """An event nobody takes could not be buffered: its name already holds
+    `signal_buffer_per_token` buffered events (`scope == "token"`), or all names together
+    `signal_buffer_per_namespace` (`scope == "namespace"`, `namespace == "event"`). Nothing
+    was stored. A `SignalBufferFullError` (`.token` is `event:<name>`), with its own words."""
+
+    def __init__(self, name: str, scope: str, cap: int, option: str):
+        super().__init__(f"{EVENT_NAMESPACE}:{name}", scope, EVENT_NAMESPACE, cap, option)
+        where = "with this name" if scope == "token" else "in all (every event name)"
+        shown = repr(name if len(name) <= 200 else name[:200] + "…")
+        self.args = (
+            f"event {shown} refused: {cap} events are already buffered {where}, the cap set "
+            f"by Engine({option}=…); nothing was stored. A buffered event is taken by the "
+            "next wait_for_event that matches it and expires after signal_buffer_ttl; raise "
+            f"the cap with {option}, or publish with buffer=False",
+        )
+        self.name = name
+
+
 if TYPE_CHECKING:
     from durably._engine.registry import Workflow
     from durably._engine.signals import SignalRoute
@@ -96,9 +116,7 @@ async def publish_event(
             if refused == "token"
             else (policy.per_namespace, "signal_buffer_per_namespace")
         )
-        raise SignalBufferFullError(
-            f"{EVENT_NAMESPACE}:{name}", refused, EVENT_NAMESPACE, cap, option
-        )
+        raise EventBufferFullError(name, refused, cap, option)
     # A wait that registered after the first look: hand it the event, taking both in one
     # transaction. None means the waiter left or the wait took the event itself.
     for waiter in await store.list_signal_waiters(event_token_prefix(name)):
