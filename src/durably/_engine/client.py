@@ -96,7 +96,8 @@ class Client(ReadApi, BufferedSignalsApi):
     embedded SQLite default), like `Engine(store=…)`. `codec` encrypts payloads at rest
     exactly as `Engine(codec=…)` does — a client and the workers it talks to must use the
     same one. `namespace` is where the runs it starts live. The `signal_buffer_*` options
-    bound the signals it buffers for runs not waiting yet, as on `Engine`: give them as
+    bound the signals it buffers for runs not waiting yet, and `max_payload_bytes` the size
+    of a signal's payload (`PayloadTooLargeError` past it), as on `Engine`: give them as
     keywords or in `options=EngineOptions(...)` (a keyword wins); a bad value raises
     `ValueError` naming it.
 
@@ -115,10 +116,12 @@ class Client(ReadApi, BufferedSignalsApi):
         signal_buffer_ttl: Duration | Unset = UNSET,
         signal_buffer_per_token: int | Unset = UNSET,
         signal_buffer_per_namespace: int | Unset = UNSET,
+        max_payload_bytes: int | Unset = UNSET,
     ):
-        # A client only buffers signals, so of `options` it uses the signal-buffer bounds
-        # and ignores the rest (they tune the worker runtime, which a client does not run);
-        # taking the whole value lets a web tier share one EngineOptions with its workers.
+        # A client only sends and buffers signals, so of `options` it uses the signal-buffer
+        # bounds and `max_payload_bytes` (the largest signal payload) and ignores the rest
+        # (they tune the worker runtime, which a client does not run); taking the whole
+        # value lets a web tier share one EngineOptions with its workers.
         settings = merge_options(
             "Client",
             options,
@@ -126,6 +129,7 @@ class Client(ReadApi, BufferedSignalsApi):
                 "signal_buffer_ttl": signal_buffer_ttl,
                 "signal_buffer_per_token": signal_buffer_per_token,
                 "signal_buffer_per_namespace": signal_buffer_per_namespace,
+                "max_payload_bytes": max_payload_bytes,
             },
         )
         policy = buffer_policy(settings)
@@ -454,6 +458,10 @@ class Client(ReadApi, BufferedSignalsApi):
         if not isinstance(run_id, str) or not run_id:
             raise ValueError("signal_with_start needs the run_id that makes it idempotent")
         signals.check_external_token(token)
+        # Checked before the start: a payload the signal would refuse must not leave a run.
+        signals.check_payload(
+            f"signal payload for {token!r}", PLAIN.to_json(payload), self._plane.signal_buffer
+        )
         handle = await self.start(
             workflow,
             input,

@@ -427,7 +427,11 @@ class WorkflowCtx:
             )
         await store.put_signal_waiter(waiter)  # register FIRST, then scan the buffer
         row = ex.instant(seq, f"signal:{token}", "signal")
-        for event in await store.list_buffered_events(name, self._host.options.event_scan_limit):
+        options = self._host.options
+        expired_by = ex.now() - options.signal_buffer_ttl_ms  # published then or earlier
+        for event in await store.list_buffered_events(name, options.event_scan_limit):
+            if event.published_at <= expired_by:
+                continue  # expired (the sweep deletes it): never delivered
             # The event leaves the buffer in the transaction that writes the checkpoint
             # holding it (and removes our waiter): a crash between two statements lost it.
             if event_matches(event.payload, match) and await store.take_buffered_event_into(

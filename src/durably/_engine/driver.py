@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from durably._core.errors import (
+    ConcurrencyLimitError,
     ContinueAsNew,
     InputValidationError,
     RunEvicted,
     SerializationError,
+    SingletonQueueFullError,
     WorkflowBlocked,
     WorkflowSuspended,
     error_of,
@@ -26,7 +28,7 @@ from durably._core.models import (
     WorkflowRun,
     replace,
 )
-from durably._engine import saga, singleton, unserved
+from durably._engine import quotas, saga, singleton, unserved
 from durably._engine.ctx import WorkflowCtx
 from durably._engine.events import EngineEvent
 from durably._engine.execution import AMBIENT_CTX, Execution, ReplayNow, StoreFailure
@@ -239,7 +241,36 @@ class TurnDriver:
         # still pending: one another engine claimed first may have run turns meanwhile, and
         # replaying it from nothing would run its completed steps again.
         fresh = self._dispatcher.take_fresh(run.id) and run.status == "pending"
-        admitted = await singleton.admit(self._store, run, workflow, self._clock())
+        # The workflow's key functions run here, where its code is: a run started by name
+        # without the code is checked against its quota and singleton depth at its first
+        # turn (`quotas.late_start`). A key or limit function that refuses the input fails
+        # the run with that error: asking again would only fail again — not an outage.
+        try:
+            late = await quotas.late_start(workflow, run) if run.status == "pending" else None
+            s_tag = singleton.line_tag(run, workflow)
+        except Exception as exc:
+            await settle_failed_unrouted(self._settle, run, error_of(exc))
+            return None
+        if late is not None and late.gate is not None:
+            outcome = await store.gate_untagged_run(run.id, late.tags, late.gate)
+            if outcome.verdict == "exists":  # settled (cancelled) since it was claimed
+                await store.release_run_lock(run.id)
+                return None
+            if outcome.verdict != "created":
+                # Over the limit: failed with the error the start would have raised (the
+                # decision is `quotas.late_start`'s). Not routed: the body never ran, and a
+                # route that retried it would only be refused again.
+                try:
+                    quotas.refuse(
+                        outcome, late, name=run.workflow, run_id=run.id, on_duplicate="return"
+                    )
+                except (ConcurrencyLimitError, SingletonQueueFullError) as refusal:
+                    await settle_failed_unrouted(self._settle, run, error_of(refusal))
+                return None
+            run = replace(run, tags=tuple(dict.fromkeys([*(run.tags or ()), *late.tags])))
+            if s_tag is None:
+                s_tag = singleton.line_tag(run, workflow)
+        admitted = await singleton.admit(self._store, run, workflow, s_tag, self._clock())
         if admitted is None:  # another run of its singleton key holds the slot: parked
             self._settle.events.emit(
                 EngineEvent(

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from durably._core.admission import AdmissionBackend, LocalAdmission, Queue, QueueCall
+from durably._core.bounds import PayloadRejectedError, check_text
 from durably._core.errors import RunEvicted
 from durably._engine import unsupported
 from durably._engine.concurrency import StepLimiter
@@ -53,6 +54,10 @@ __all__ = ["AdmissionSpec", "FlowControl", "QueueReport", "admission_backend", "
 #: store's (PostgreSQL only); "redis": the server of the engine's Redis transport; a
 #: "redis://…" URL: that Redis server (`durably._transport.admission_open`).
 AdmissionSpec = AdmissionBackend | Literal["auto", "local", "store", "redis"] | str
+
+# The longest queue name or fairness key a step may give (characters): a key is stored with
+# every place in line, and a run id (the default key) is at most 255 bytes.
+_MAX_NAME = 1024
 
 
 def admission_backend(
@@ -89,12 +94,18 @@ def queue_call(
         return None
     if not isinstance(queue, str) or not queue:
         raise TypeError(f"ctx.step(queue=...) takes a queue name, not {queue!r}")
+    # Both names reach a text column of the admission backend (PostgreSQL refuses a NUL, no
+    # UTF-8 encoder takes a lone surrogate): refused here, at the call, with the argument
+    # named — never at the backend, where it would look like an outage.
+    check_text("ctx.step(queue=...)", queue, max_len=_MAX_NAME)
     if priority is not None and (
         isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31
     ):
         raise TypeError(f"ctx.step(priority=...) takes a 32-bit whole number, not {priority!r}")
-    if fairness_key is not None and not isinstance(fairness_key, str):
-        raise TypeError(f"ctx.step(fairness_key=...) takes a string, not {fairness_key!r}")
+    if fairness_key is not None:
+        if not isinstance(fairness_key, str):
+            raise TypeError(f"ctx.step(fairness_key=...) takes a string, not {fairness_key!r}")
+        check_text("ctx.step(fairness_key=...)", fairness_key, max_len=_MAX_NAME)
     return QueueCall(queue, priority or 0, fairness_key)
 
 
@@ -323,8 +334,15 @@ class FlowControl:
             waiting.nudged = False
             try:
                 answer = await self._backend.acquire(queue, holder, key=key, priority=call.priority)
+            except PayloadRejectedError:
+                # The backend refused the values themselves (every backend maps its own data
+                # errors to this): asking again can only fail again, so the step's call fails
+                # with the reason instead — retrying it as an outage looped forever.
+                self._drop_waiting(holder, waiting)
+                raise
             except Exception as exc:
-                # Like a store failure: the turn ends unsettled and recovery resumes it.
+                # A connection-level failure, like a store failure: the turn ends unsettled
+                # and recovery resumes it once the backend answers again.
                 raise StoreFailure(exc) from exc
             if ex.closed:
                 self._orphaned(holder, ex, answer.admitted)
@@ -340,6 +358,11 @@ class FlowControl:
             if waiting.nudged:
                 continue
             await ex.wait_for_slot(seq, answer.retry_at)
+
+    def _drop_waiting(self, holder: str, waiting: _Waiting) -> None:
+        if self._waiting.get(holder) is waiting:
+            del self._waiting[holder]
+            self._forget(waiting.run_id, holder)
 
     def _orphaned(self, holder: str, ex: Execution, admitted: bool) -> None:
         """The turn ended while this branch asked (a classic turn whose sibling branch

@@ -10,6 +10,8 @@ error the caller sees. Both are used by `ControlPlane.create_run`, the path of e
 of a workflow fan's members when their workflow has a quota or a singleton queue depth
 (`children.create_children`: one gated insert per member). Other fans' members are created
 in bulk; a singleton member joins its key's line at its first turn (`singleton.admit`).
+A start by name from a process without the workflow's code is checked at its first turn,
+where the code is (`late_start`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from durably._core.bounds import check_text
 from durably._core.errors import (
     ConcurrencyLimitError,
     DuplicateRunError,
@@ -28,6 +31,8 @@ from durably._core.errors import (
 )
 from durably._core.models import JSONValue, WorkflowRun
 from durably._core.quota import (
+    CONCURRENCY_TAG_PREFIX,
+    SINGLETON_TAG_PREFIX,
     ConcurrencyQuota,
     StartGate,
     StartOutcome,
@@ -45,6 +50,7 @@ __all__ = [
     "RunIdInOtherNamespaceError",
     "check_existing_run",
     "check_start_options",
+    "late_start",
     "refuse",
     "start_gate",
 ]
@@ -75,6 +81,12 @@ def check_start_options(
         )
     if dedup_id is not None and (not isinstance(dedup_id, str) or not dedup_id):
         raise ValueError(f"dedup_id must be a non-empty string, not {dedup_id!r}")
+    # Keys and ids reach the store's text columns (tags, dedup keys): a NUL or a lone
+    # surrogate fails the store's write, so it is refused here, naming what holds it.
+    if dedup_id is not None:
+        check_text("dedup_id", dedup_id)
+    if concurrency is not None:
+        check_text("ConcurrencyQuota(key=...)", concurrency.key)
     if on_duplicate not in ("return", "raise"):
         raise ValueError(f'on_duplicate must be "return" or "raise", not {on_duplicate!r}')
 
@@ -93,7 +105,7 @@ def _key(value: Any, where: str) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise TypeError(f"{where}: the key function must return a non-empty str or None")
-    return value
+    return check_text(f"{where}: the key", value)
 
 
 async def _limit(config_limit: Any, key: str, where: str) -> int:
@@ -200,6 +212,81 @@ def check_existing_run(existing: WorkflowRun, *, name: str, namespace: str) -> N
         raise RunIdInOtherNamespaceError(existing.id, name)
     if existing.workflow != name:
         raise RunIdConflictError(existing.id, existing.workflow, name)
+
+
+async def late_start(workflow: Workflow[Any, Any], run: WorkflowRun) -> PreparedStart | None:
+    """The checks a start by name skipped, for the first turn of `run` (still `pending`).
+
+    A process without the workflow's code (`Client(store).start("name", input)`) cannot run
+    its key functions, so its start checked neither the workflow's concurrency quota nor its
+    singleton `max_queue_depth`. The worker that takes the run has the code: it computes the
+    keys now and the store checks them and adds the tags in one transaction
+    (`StateStore.gate_untagged_run`), exactly as a start would have. A run that carries a
+    `concurrency:` tag was gated at its start (by the workflow's key, or by its own
+    `ConcurrencyQuota`), one with a `singleton:` tag likewise; a key function answering None
+    limits nothing. None: nothing to check. An input that does not fit the body is not
+    checked here (its first turn fails it with `InputValidationError`).
+
+    Decision: a run over the limit at that point is failed with the error the start would
+    have raised (`ConcurrencyLimitError`, `SingletonQueueFullError`) as the run's error —
+    never parked: the limit is a refusal at start, and a run that waits for room would be a
+    queue nobody asked for. Raises what a key or limit function raises (the caller fails
+    the run with it)."""
+    tags = run.tags or ()
+    need_quota = workflow.concurrency is not None and not any(
+        t.startswith(CONCURRENCY_TAG_PREFIX) for t in tags
+    )
+    config = workflow.singleton
+    need_depth = (
+        config is not None
+        and config.max_queue_depth is not None
+        and not any(t.startswith(SINGLETON_TAG_PREFIX) for t in tags)
+    )
+    if not (need_quota or need_depth):
+        return None
+    try:
+        typed = workflow.input_codec.from_json(run.input)
+    except Exception:
+        return None
+    minted: list[str] = []
+    s_key: str | None = None
+    capacity: int | None = None
+    if need_depth:
+        assert config is not None and config.max_queue_depth is not None
+        s_key = _key(config.key(typed), f"singleton of {workflow.name}")
+        if s_key is not None:
+            minted.append(singleton_tag(s_key))
+            capacity = config.limit + config.max_queue_depth
+    q_key: str | None = None
+    q_limit = 0
+    statuses = count_statuses(None, workflow.name)
+    if need_quota:
+        quota = workflow.concurrency
+        assert quota is not None
+        where = f"concurrency of {workflow.name}"
+        q_key = _key(quota.key(typed), where)
+        if q_key is not None:
+            q_limit = await _limit(quota.limit, q_key, where)
+            statuses = count_statuses(quota.count_statuses, where)
+            minted.append(concurrency_tag(q_key))
+    if capacity is None and q_key is None:
+        return None
+    gate = StartGate(
+        singleton_tag=singleton_tag(s_key) if capacity is not None and s_key else None,
+        singleton_workflow=workflow.name,
+        singleton_capacity=capacity,
+        quota_tag=concurrency_tag(q_key) if q_key is not None else None,
+        quota_limit=q_limit,
+        quota_statuses=statuses,
+    )
+    return PreparedStart(
+        tags=tuple(minted),
+        gate=gate,
+        quota_key=q_key,
+        quota_limit=q_limit,
+        singleton_key=s_key,
+        singleton_depth=config.max_queue_depth if config is not None else None,
+    )
 
 
 def refuse(

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
 from durably._core.buffered_signals import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
@@ -47,12 +48,14 @@ _MAX_OFFSET = 2**31 - 1
 
 @dataclass(slots=True)
 class SignalBufferPolicy:
-    """The bounds an engine puts on buffered external signals, and its sweep schedule."""
+    """The bounds an engine (or a client) puts on external signals and events: the buffer's
+    TTL and caps, the largest payload (`max_payload_bytes`), and its sweep schedule."""
 
     ttl_ms: int
     per_token: int
     per_namespace: int
     next_sweep_ms: int = 0  # engine clock; signals.sweep_expired_signals
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
 
 
 def buffer_policy(options: EngineOptions) -> SignalBufferPolicy:
@@ -62,6 +65,7 @@ def buffer_policy(options: EngineOptions) -> SignalBufferPolicy:
         ttl_ms=options.signal_buffer_ttl_ms,
         per_token=options.signal_buffer_per_token,
         per_namespace=options.signal_buffer_per_namespace,
+        max_payload_bytes=options.max_payload_bytes,
     )
 
 

@@ -7,10 +7,12 @@ waiter namespaces included (child completions, breakpoints, updates). The public
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from durably._core.bounds import check_size
 from durably._core.errors import ReservedTokenError, SignalBufferFullError
 from durably._core.models import (
     LIVE_RUN_STATUSES,
@@ -59,6 +61,22 @@ class BufferBounds(Protocol):
 
     @property
     def per_namespace(self) -> int: ...
+
+    @property
+    def max_payload_bytes(self) -> int: ...
+
+
+def check_payload(what: str, payload: JSONValue, bounds: BufferBounds) -> None:
+    """Refuse an external payload larger than `max_payload_bytes` (its compact JSON, in
+    UTF-8 bytes) with `PayloadTooLargeError`, before anything is delivered or stored: a
+    signal or an event is a message, not a place to keep data (pass a reference instead)."""
+    limit = bounds.max_payload_bytes
+    if payload is None or isinstance(payload, (bool, int, float)):
+        return
+    if isinstance(payload, str) and len(payload) * 4 + 2 <= limit:
+        return  # cannot be over: a character is at most 4 bytes of UTF-8
+    encoded = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    check_size(what, len(encoded.encode("utf-8", "surrogatepass")), limit)
 
 
 class SignalBufferPolicyLike(BufferBounds, Protocol):
@@ -122,6 +140,10 @@ async def signal(
     payload). The wake-up is not part of it: a lost one is made up by the run's re-check."""
     store = route.store
     payload = PLAIN.to_json(payload)
+    if buffer != "durable":
+        # Every signal from outside (and `update`): bounded like every other payload. The
+        # engine's own completion records were bounded where their values were made.
+        check_payload(f"signal payload for {token!r}", payload, route.signal_buffer)
     at = utc_from_ms(route.clock())
     written = await store.deliver_signals([(token, payload)], at)
     cp = written[0] if written else None
@@ -173,12 +195,15 @@ async def sweep_expired_signals(
     policy.next_sweep_ms = now + SWEEP_EVERY_MS
     try:
         removed = await store.purge_buffered_signals(expired_only=True)
+        # Buffered events expire `ttl_ms` after they were published (accumulator events
+        # never: the store keeps them).
+        events = await store.purge_expired_events(now - policy.ttl_ms)
     except Exception:
         log.exception("purging expired buffered signals failed; retrying at the next sweep")
         return 0
-    if removed:
-        log.info("purged %d expired buffered signal(s)", removed)
-    return removed
+    if removed or events:
+        log.info("purged %d expired buffered signal(s) and %d event(s)", removed, events)
+    return removed + events
 
 
 class Deliveries:

@@ -1,12 +1,13 @@
 """Singleton workflows: runs of one key take turns, `limit` at a time, in creation order.
 
-- **At each turn** (`admit`, from the turn driver before the body runs): a run that already
-  holds a slot (the store's admission marker tag) goes on at once; any other asks the store
-  (`try_admit_singleton`), which decides and writes in ONE transaction — admitted, it gets
-  the marker; denied, it is written `suspended` with a jittered retry wake and its lease
-  dropped, unless it is being cancelled (a concurrent cancel is never revived). A run being
-  cancelled skips the gate: it only unwinds. The marker stays through sleeps, waits,
-  recovery and lease moves, so a run that started its body is never stopped half-way.
+- **At each turn** (`line_tag`, then `admit`, from the turn driver before the body runs):
+  a run that already holds a slot (the store's admission marker tag) goes on at once; any
+  other asks the store (`try_admit_singleton`), which decides and writes in ONE
+  transaction — admitted, it gets the marker; denied, it is written `suspended` with a
+  jittered retry wake and its lease dropped, unless it is being cancelled (a concurrent
+  cancel is never revived). A run being cancelled skips the gate: it only unwinds. The
+  marker stays through sleeps, waits, recovery and lease moves, so a run that started its
+  body is never stopped half-way.
 - **On release** (`released`, from every path that ends a run: settle and cancel): the
   key's waiters whose turn it is now get `wake_at = now` (so the timer poll of any engine
   is a guaranteed pick-up) and a `ready` wake on the store's wake bus. Best effort: a
@@ -34,6 +35,7 @@ __all__ = [
     "RETRY_JITTER_MS",
     "RETRY_MS",
     "admit",
+    "line_tag",
     "released",
     "retry_delay_ms",
     "without_marker",
@@ -55,24 +57,31 @@ def _tag_of(run: WorkflowRun) -> str | None:
     return next((t for t in run.tags or () if t.startswith(SINGLETON_TAG_PREFIX)), None)
 
 
+def line_tag(run: WorkflowRun, workflow: Workflow[Any, Any]) -> str | None:
+    """The singleton tag of the key `run` queues on (None: not serialised, or its key is
+    None). A run created without its tag (a fan member, a start by name where the code is
+    not loaded) gets it from its input now; raises what the key function raises — the
+    caller fails the run with it (asking again would fail again)."""
+    if workflow.singleton is None:
+        return None
+    tag = _tag_of(run)
+    if tag is not None:
+        return tag
+    key = singleton_key(workflow, run.input)
+    return singleton_tag(key) if key is not None else None
+
+
 async def admit(
-    store: StateStore, run: WorkflowRun, workflow: Workflow[Any, Any], now: int
+    store: StateStore, run: WorkflowRun, workflow: Workflow[Any, Any], tag: str | None, now: int
 ) -> WorkflowRun | None:
     """`run` as this turn may run its body (with the tags the store gave it), or None: the
-    store parked it until its turn."""
+    store parked it until its turn. `tag`: the run's `line_tag` (the store adds it to a run
+    created without it)."""
     config = workflow.singleton
-    if config is None or run.status == "cancelling":
+    if config is None or tag is None or run.status == "cancelling":
         return run
     tags = run.tags or ()
-    tag = _tag_of(run)
-    if tag is None:
-        # Created without its tag (a fan member, a start by name where the code is not
-        # loaded): its key comes from its input now, and the store adds the tag.
-        key = singleton_key(workflow, run.input)
-        if key is None:
-            return run
-        tag = singleton_tag(key)
-    elif SINGLETON_ADMITTED_TAG in tags:
+    if tag in tags and SINGLETON_ADMITTED_TAG in tags:
         return run  # it holds a slot: only the store writes the marker, only to a holder
     if not await store.try_admit_singleton(
         run.id, tag, run.workflow, config.limit, now + retry_delay_ms()

@@ -9,7 +9,7 @@ guarantee the SQL store gets from one transaction under a per-key lock.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -54,6 +54,15 @@ class MemoryStartAdmission:
             holder = self._runs.get(self._dedup.get(gate.dedup_key, ""))
             if holder is not None and holder.status in LIVE_RUN_STATUSES:
                 return StartOutcome("duplicate", holder=holder.id)
+        refused = self._check_capacity(gate)
+        if refused is not None:
+            return refused
+        await self.create_run(run)  # never suspends: still one atomic step
+        if gate.dedup_key is not None:
+            self._dedup[gate.dedup_key] = run.id
+        return StartOutcome("created")
+
+    def _check_capacity(self, gate: StartGate) -> StartOutcome | None:
         if gate.singleton_tag is not None and gate.singleton_capacity is not None:
             active = self._count_tagged(
                 gate.singleton_tag, SINGLETON_ACTIVE_STATUSES, gate.singleton_workflow
@@ -66,9 +75,20 @@ class MemoryStartAdmission:
             active = self._count_tagged(gate.quota_tag, gate.quota_statuses, None)
             if active >= gate.quota_limit:
                 return StartOutcome("quota_full", active=active)
-        await self.create_run(run)  # never suspends: still one atomic step
-        if gate.dedup_key is not None:
-            self._dedup[gate.dedup_key] = run.id
+        return None
+
+    async def gate_untagged_run(
+        self, run_id: str, new_tags: Sequence[str], gate: StartGate
+    ) -> StartOutcome:
+        self._tick()
+        run = self._runs.get(run_id)
+        if run is None or run.status != "pending":
+            return StartOutcome("exists", holder=run.workflow if run is not None else None)
+        refused = self._check_capacity(gate)
+        if refused is not None:
+            return refused
+        tags = tuple(dict.fromkeys([*(run.tags or ()), *new_tags]))
+        self._runs[run_id] = dataclasses.replace(run, tags=tags)
         return StartOutcome("created")
 
     def _singleton_active(self, tag: str, workflow: str) -> list[tuple[str, str, bool]]:

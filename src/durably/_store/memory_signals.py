@@ -29,6 +29,7 @@ from durably._core.models import (
     utc_from_ms,
 )
 from durably._core.tokens import token_namespace
+from durably._core.triggers import ACCUMULATOR_PREFIX
 
 
 @dataclass(slots=True)
@@ -65,6 +66,8 @@ class MemorySignalBuffer:
         def _tick(self) -> None: ...
 
         async def save_checkpoint(self, cp: StepCheckpoint) -> None: ...
+
+        async def buffer_event(self, event: BufferedEvent) -> None: ...
 
     def _init_signal_buffer(self) -> None:
         # token -> FIFO of rows; namespace -> tokens with rows (for the namespace cap)
@@ -184,6 +187,37 @@ class MemorySignalBuffer:
         self._remove_signal(token, index)
         del self._waiters[token]
         return cp
+
+    async def buffer_event_bounded(
+        self, event: BufferedEvent, *, ttl_ms: int, per_name: int, per_namespace: int
+    ) -> BufferScope | None:
+        """The caps checked and the event stored in one step (nothing here suspends before
+        the insert): exact. Live: published less than `ttl_ms` before this event."""
+        self._tick()
+        since = event.published_at - ttl_ms
+        same = in_ns = 0
+        for other in self._events.values():
+            if other.published_at <= since or other.name.startswith(ACCUMULATOR_PREFIX):
+                continue
+            in_ns += 1
+            same += other.name == event.name
+        if same >= per_name:
+            return "token"
+        if in_ns >= per_namespace:
+            return "namespace"
+        await self.buffer_event(event)  # never suspends: still one atomic step
+        return None
+
+    async def purge_expired_events(self, published_before_ms: int) -> int:
+        self._tick()
+        gone = [
+            e.id
+            for e in self._events.values()
+            if e.published_at <= published_before_ms and not e.name.startswith(ACCUMULATOR_PREFIX)
+        ]
+        for event_id in gone:
+            del self._events[event_id]
+        return len(gone)
 
     async def take_buffered_event_into(self, event_id: str, token: str, cp: StepCheckpoint) -> bool:
         """The buffered event becomes `cp`'s output and the wait's waiter row goes, in one

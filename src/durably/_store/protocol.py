@@ -200,6 +200,13 @@ class StateStore(Protocol):
       and write the waiter's `signal:<token>` checkpoint (`delivered_signal(waiter, payload,
       at)`) with the oldest row's payload; returns that checkpoint. None, and nothing
       changed, when either is missing.
+    - `buffer_event_bounded(event, ttl_ms=, per_name=, per_namespace=)`: `buffer_event`
+      unless the event's name already holds `per_name` live events (`"token"`) or all
+      events but the engine's accumulator events (names starting `__evtacc__:`) hold
+      `per_namespace` (`"namespace"`); refused, nothing is stored. Live: published less
+      than `ttl_ms` before `event.published_at`. The check and the insert are one statement.
+    - `purge_expired_events(published_before_ms)`: delete the buffered events published at
+      or before that time, except accumulator events (never expire); how many.
     - `take_buffered_event_into(event_id, token, cp)`: an event wait (its waiter row on
       `token`, pointing at cp's `(run_id, seq)`, registered before it looked) consuming a
       buffered event. In ONE transaction remove the event, save `cp` with the event's payload
@@ -240,6 +247,11 @@ class StateStore(Protocol):
       (`exists`), a live run holds the gate's dedup key (`duplicate`), the singleton key is
       at capacity (`singleton_full`) or the quota key is full (`quota_full`); the checks
       and the insert cannot be separated by another start of the same keys.
+    - `gate_untagged_run(run_id, new_tags, gate) -> StartOutcome`: the same capacity checks
+      for a `pending` run created without its keys' tags (started by name where the
+      workflow's code is not loaded), at its first turn: `singleton_full`/`quota_full`, or
+      `created` with `new_tags` added to the run; `exists` (nothing written) when the run is
+      gone or no longer pending. The run itself is not counted (it lacks the tags).
     - `try_admit_singleton(run_id, tag, workflow, limit, retry_wake_at_ms) -> bool`: admit
       the active run to the key's `limit` slots (`durably._core.quota.singleton_admits`):
       the run gets `tag` if it lacks it and, admitted, the admission marker; denied, a run
@@ -354,6 +366,10 @@ class StateStore(Protocol):
         self, *, token: str | None = None, prefix: str | None = None, expired_only: bool = False
     ) -> int: ...
     async def buffer_event(self, event: BufferedEvent) -> None: ...
+    async def buffer_event_bounded(
+        self, event: BufferedEvent, *, ttl_ms: int, per_name: int, per_namespace: int
+    ) -> BufferScope | None: ...
+    async def purge_expired_events(self, published_before_ms: int) -> int: ...
     async def list_buffered_events(self, name: str, limit: int) -> list[BufferedEvent]: ...
     async def remove_buffered_event(self, event_id: str) -> bool: ...
     async def take_buffered_event_into(
@@ -379,6 +395,9 @@ class StateStore(Protocol):
 
     # --- workflow start admission
     async def create_run_gated(self, run: WorkflowRun, gate: StartGate) -> StartOutcome: ...
+    async def gate_untagged_run(
+        self, run_id: str, new_tags: Sequence[str], gate: StartGate
+    ) -> StartOutcome: ...
     async def try_admit_singleton(
         self, run_id: str, tag: str, workflow: str, limit: int, retry_wake_at_ms: int
     ) -> bool: ...

@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+import redis.exceptions
 from redis.asyncio import Redis
 
 from durably._core.admission import (
@@ -53,6 +54,7 @@ from durably._core.admission import (
     QueueStats,
     window_count,
 )
+from durably._core.bounds import PayloadRejectedError
 from durably._transport.redis_bullmq import redis_client
 
 log = logging.getLogger("durably")
@@ -366,7 +368,15 @@ class RedisAdmission:
             1 if queue.lifo else 0,
             queue.name,
         ]
-        answer: Any = await self._acquire(keys=self._keys(queue.name), args=args)
+        try:
+            answer: Any = await self._acquire(keys=self._keys(queue.name), args=args)
+        except (UnicodeError, redis.exceptions.DataError) as exc:
+            # The client could not encode the arguments (a lone surrogate in the fairness
+            # key, say): asking again would fail the same way, so this is not an outage.
+            raise PayloadRejectedError(
+                f"flow-control admission to queue {queue.name!r}",
+                f"the Redis client cannot send a value ({exc})",
+            ) from exc
         retry_at = int(answer)
         return ADMITTED if retry_at == 0 else Admission(False, retry_at)
 

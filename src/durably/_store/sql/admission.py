@@ -45,6 +45,7 @@ from durably._core.admission import (
     QueueStats,
     window_count,
 )
+from durably._core.bounds import PayloadRejectedError
 from durably._store.sql.connection import Connector
 from durably._store.sql.store import SqlStateStore
 from durably._store.sql.wakebus import PgWakeBus
@@ -77,6 +78,29 @@ _STATS = sa.text(
     "FROM durable_admission_queues q WHERE q.queue = ANY(:queues)"
 )
 _CURRENT_SCHEMA = sa.text("SELECT current_schema()")
+
+
+def data_problem(exc: BaseException) -> str | None:
+    """Why PostgreSQL refused the VALUES of a statement (SQLSTATE class 22, data exception:
+    a NUL or an unencodable character in a text argument, a number out of range; class 23,
+    integrity), or None for anything else — a dropped connection, a timeout, a server that
+    is shutting down — which is an outage, worth asking again. Asking again with the same
+    values can only fail the same way, so a data error is never retried as an outage."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return None
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        state = getattr(err, "sqlstate", None)
+        if isinstance(state, str) and state[:2] in ("22", "23"):
+            text = str(err).strip() or type(err).__name__
+            return f"PostgreSQL refused a value ({text}; SQLSTATE {state})"
+        todo.extend((err.__cause__, getattr(err, "orig", None)))
+    return None
 
 
 def _channel_of(schema: str) -> str:
@@ -131,7 +155,15 @@ class PgAdmission:
             "fair": queue.fair,
             "lifo": queue.lifo,
         }
-        rows = await self._cx.fetch(_ACQUIRE, params, write=True)
+        try:
+            rows = await self._cx.fetch(_ACQUIRE, params, write=True)
+        except Exception as exc:
+            problem = data_problem(exc)
+            if problem is None:
+                raise  # the connection or the server: an outage, asked again later
+            raise PayloadRejectedError(
+                f"flow-control admission to queue {queue.name!r}", problem
+            ) from exc
         retry_at = int(rows[0][0])
         return ADMITTED if retry_at == 0 else Admission(False, retry_at)
 

@@ -148,18 +148,9 @@ class SqlStartAdmission:
                 holder = await self._fetch(s, _DEDUP_HOLDER, {"k": gate.dedup_key})
                 if holder and holder[0][1] in LIVE_RUN_STATUSES:
                     return StartOutcome("duplicate", holder=str(holder[0][0]))
-            if gate.singleton_tag is not None and gate.singleton_capacity is not None:
-                active = await self._count(
-                    s, gate.singleton_tag, SINGLETON_ACTIVE_STATUSES, gate.singleton_workflow
-                )
-                if active >= gate.singleton_capacity:
-                    return StartOutcome("singleton_full", active=active)
-            if gate.quota_tag is not None:
-                if gate.quota_limit <= 0:
-                    return StartOutcome("quota_full", active=0)
-                active = await self._count(s, gate.quota_tag, gate.quota_statuses, None)
-                if active >= gate.quota_limit:
-                    return StartOutcome("quota_full", active=active)
+            refused = await self._check_capacity(s, gate)
+            if refused is not None:
+                return refused
             await self._run(s, self._q.insert_run, params)
             if tag_rows:
                 await self._many(s, self._q.insert_tags, tag_rows)
@@ -180,6 +171,43 @@ class SqlStartAdmission:
                 raise
             return StartOutcome("exists", holder=existing.workflow)
         return outcome
+
+    async def gate_untagged_run(
+        self, run_id: str, new_tags: Sequence[str], gate: StartGate
+    ) -> StartOutcome:
+        async def work(s: Session) -> StartOutcome:
+            await self._lock(s, gate.lock_keys)
+            found = await self._fetch(s, _RUN, {"id": run_id})
+            if not found or found[0][1] != "pending":
+                return StartOutcome("exists", holder=str(found[0][0]) if found else None)
+            outcome = await self._check_capacity(s, gate)
+            if outcome is not None:
+                return outcome
+            current = list(_rows.tags_from_sql(found[0][2]) or ())
+            for tag in new_tags:
+                if tag not in current:
+                    current = await self._add_tag(s, run_id, current, tag)
+            return StartOutcome("created")
+
+        result: StartOutcome = await self._cx.write(work, tx=True)
+        return result
+
+    async def _check_capacity(self, s: Session, gate: StartGate) -> StartOutcome | None:
+        """The singleton depth and the quota of `gate` (inside its transaction, under its
+        locks); None when both leave room."""
+        if gate.singleton_tag is not None and gate.singleton_capacity is not None:
+            active = await self._count(
+                s, gate.singleton_tag, SINGLETON_ACTIVE_STATUSES, gate.singleton_workflow
+            )
+            if active >= gate.singleton_capacity:
+                return StartOutcome("singleton_full", active=active)
+        if gate.quota_tag is not None:
+            if gate.quota_limit <= 0:
+                return StartOutcome("quota_full", active=0)
+            active = await self._count(s, gate.quota_tag, gate.quota_statuses, None)
+            if active >= gate.quota_limit:
+                return StartOutcome("quota_full", active=active)
+        return None
 
     async def _line(self, s: Session, tag: str, workflow: str) -> list[tuple[str, str, bool]]:
         found = await self._fetch(s, _SINGLETON_LINE, {"tag": tag, "wf": workflow})

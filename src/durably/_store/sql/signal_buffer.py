@@ -31,6 +31,7 @@ from sqlalchemy import bindparam
 
 from durably._core.buffered_signals import BufferedSignalInfo, BufferScope
 from durably._core.models import (
+    BufferedEvent,
     BufferedSignal,
     JSONValue,
     StepCheckpoint,
@@ -38,8 +39,9 @@ from durably._core.models import (
     utc_from_ms,
 )
 from durably._core.tokens import token_namespace
+from durably._core.triggers import ACCUMULATOR_PREFIX
 from durably._store.sql import rows as _rows
-from durably._store.sql.schema import buffered_signals, checkpoints, waiters
+from durably._store.sql.schema import buffered_events, buffered_signals, checkpoints, waiters
 
 if TYPE_CHECKING:
     from durably._store.sql.connection import Connector, Session
@@ -224,6 +226,54 @@ def _prefix_where(dialect: SqlDialect, prefix: str | None) -> list[sa.ColumnElem
     return [dialect.literal_prefix_predicate(_bs.token, prefix)]
 
 
+# ------------------------------------------------------------------ bounded events
+
+_be = buffered_events.c
+
+
+def _external_event() -> sa.ColumnElement[bool]:
+    """Not one of the engine's own accumulator events (which never expire and no cap
+    refuses): `substr`, never LIKE (`_` is a LIKE wildcard)."""
+    prefix = ACCUMULATOR_PREFIX
+    return sa.func.substr(_be.name, 1, len(prefix)) != sa.literal(prefix, type_=sa.Text)
+
+
+def _live_events_below(by_name: bool, cap: str) -> sa.ColumnElement[bool]:
+    """Fewer than `:cap` live external events (of `:name` when `by_name`), reading at most
+    cap rows; live: published after `:since`."""
+    where = [_external_event(), _be.published_at > bindparam("since", type_=sa.BigInteger)]
+    if by_name:
+        where.append(_be.name == bindparam("name", type_=sa.Text))
+    limit = bindparam(cap, type_=sa.Integer)
+    rows = sa.select(sa.literal(1).label("one")).where(*where).limit(limit).subquery()
+    return sa.select(sa.func.count()).select_from(rows).scalar_subquery() < limit
+
+
+_INSERT_EVENT_BOUNDED = sa.insert(buffered_events).from_select(
+    ["id", "name", "payload", "published_at"],
+    sa.select(
+        sa.cast(bindparam("id", type_=sa.Text), sa.Text),
+        sa.cast(bindparam("name", type_=sa.Text), sa.Text),
+        sa.cast(bindparam("payload", type_=sa.Text), sa.Text),
+        sa.cast(bindparam("published_at", type_=sa.BigInteger), sa.BigInteger),
+    ).where(
+        _live_events_below(True, "per_name"),
+        _live_events_below(False, "per_ns"),
+    ),
+)
+_COUNT_NAME_LIVE = (
+    sa.select(sa.func.count())
+    .select_from(buffered_events)
+    .where(
+        _be.name == bindparam("name", type_=sa.Text),
+        _be.published_at > bindparam("since", type_=sa.BigInteger),
+    )
+)
+_PURGE_EVENTS = sa.delete(buffered_events).where(
+    _external_event(), _be.published_at <= bindparam("before", type_=sa.BigInteger)
+)
+
+
 # ------------------------------------------------------------------ the mixin
 
 
@@ -383,6 +433,33 @@ class SqlSignalBuffer:
         return await self._cx.write(work, tx=True)
 
     # ------------------------------------------------------------------ buffered events
+
+    async def buffer_event_bounded(
+        self, event: BufferedEvent, *, ttl_ms: int, per_name: int, per_namespace: int
+    ) -> BufferScope | None:
+        """ONE statement: the insert happens only while the event's name holds fewer than
+        `per_name` live events and all external events fewer than `per_namespace` (as
+        `buffer_signal_bounded`: on PostgreSQL N concurrent publishers may pass a cap by
+        at most N - 1). Live: published less than `ttl_ms` before this event."""
+        since = int(event.published_at) - int(ttl_ms)
+        params = {
+            "id": event.id,
+            "name": event.name,
+            "payload": _rows.json_or_null(event.payload),
+            "published_at": int(event.published_at),
+            "since": since,
+            "per_name": int(per_name),
+            "per_ns": int(per_namespace),
+        }
+        if await self._write(_INSERT_EVENT_BOUNDED, params) == 1:
+            return None
+        live = await self._read_scalar(_COUNT_NAME_LIVE, {"name": event.name, "since": since})
+        return "token" if live >= per_name else "namespace"
+
+    async def purge_expired_events(self, published_before_ms: int) -> int:
+        """Delete the external buffered events published at or before the given time (the
+        engine's own accumulator events never expire)."""
+        return await self._write(_PURGE_EVENTS, {"before": int(published_before_ms)})
 
     async def _take_event_text(self, s: Session, event_id: str) -> Any:
         """Inside a transaction: delete the buffered event and return its payload as stored;
