@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import StaticPool
 
 from durably._store.sql.compiled import Compiled, FastStatements
-from durably._store.sql.dialect import SQLITE_PRAGMAS, SqlDialect
+from durably._store.sql.dialect import SqlDialect, sqlite_pragmas_of
 from durably._store.sql.sqlite_lane import BUSY, LoopLane, open_lane_connection
 
 T = TypeVar("T")
@@ -631,7 +631,7 @@ class SqliteConnector(Connector):
         try:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             session = await self._session(conn)
-            for pragma in SQLITE_PRAGMAS:
+            for pragma in sqlite_pragmas_of(self._engine):
                 await session.sql(pragma)
         except BaseException:
             with suppress(Exception):
@@ -649,7 +649,9 @@ class SqliteConnector(Connector):
         if self._shared or not path or path == ":memory:" or url.query.get("uri"):
             return
         with suppress(Exception):
-            conn = await session._raw._execute(open_lane_connection, path, SQLITE_PRAGMAS)
+            conn = await session._raw._execute(
+                open_lane_connection, path, sqlite_pragmas_of(self._engine)
+            )
             self._lane = LoopLane(conn)
 
     def _close_lane(self) -> None:
