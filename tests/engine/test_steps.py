@@ -595,7 +595,9 @@ async def test_cancel_during_retry_backoff(engine_factory: EngineFactory, uid: s
 async def test_retry_backoff_survives_an_engine_restart(engine_factory: EngineFactory, uid: str):
     calls: list[int] = []
 
-    @durably.step(f"{uid}.flaky", retries=3, backoff_ms="250ms")
+    # A backoff long enough that the run is still waiting in it when the test looks (a short
+    # one can be over by then on a loaded machine).
+    @durably.step(f"{uid}.flaky", retries=3, backoff_ms="2s")
     def flaky(x: int) -> int:
         calls.append(x)
         if len(calls) == 1:

@@ -13,8 +13,9 @@
   log, the tables and the audit, raising `InvariantViolation` with `checked <runs> runs and
   <steps> steps` in the message; `known_bug(*kinds)` turns violations of only those kinds
   into `KnownEngineBug` for a precise `xfail(raises=KnownEngineBug, strict=True)`;
-* `restart_postgres()` / `ensure_postgres_running()`: `pg_ctlcluster … restart` (or
-  `DURABLY_PG_RESTART`), and the guarantee that the server is up when a test ends.
+* `own_postgres()` / `restart_postgres(server)`: a throw-away PostgreSQL server of the test's
+  own (initdb into a temporary folder, a free port) that a test may restart; the machine's
+  shared server is never restarted, stopped or reconfigured.
 
 The database is read with plain asyncpg (not through durably's store), so the checks do not
 depend on the code under test.
@@ -25,12 +26,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import glob
 import json
 import os
+import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -83,12 +88,14 @@ async def require_postgres() -> None:
 
 
 @contextlib.asynccontextmanager
-async def fresh_database() -> AsyncIterator[str]:
-    """`CREATE DATABASE durably_fault_<uuid>`; yields its URL; terminates its connections
-    and drops it afterwards."""
-    await require_postgres()
+async def fresh_database(admin: str | None = None) -> AsyncIterator[str]:
+    """`CREATE DATABASE durably_fault_<uuid>` on the test server (or on the server of the
+    `admin` URL, e.g. an `OwnPostgres`); yields its URL; terminates its connections and drops
+    it afterwards."""
+    if admin is None:
+        await require_postgres()
+        admin = pg_admin_url()
     name = f"durably_fault_{uuid.uuid4().hex[:12]}"
-    admin = pg_admin_url()
     conn = await _connect(admin)
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')
@@ -97,15 +104,14 @@ async def fresh_database() -> AsyncIterator[str]:
     try:
         yield _with_database(admin, name)
     finally:
-        await ensure_postgres_running()
         if os.environ.get("DURABLY_FAULT_KEEP_DB") == "1":  # debugging: keep it to inspect
             print(f"kept database {name}")
         else:
-            await drop_database(name)
+            await drop_database(name, admin)
 
 
-async def drop_database(name: str) -> None:
-    conn = await _connect(pg_admin_url())
+async def drop_database(name: str, admin: str | None = None) -> None:
+    conn = await _connect(admin or pg_admin_url())
     try:
         await conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -653,40 +659,51 @@ async def check_invariants(
     return report
 
 
-# ------------------------------------------------------------------ the PostgreSQL server
+# ------------------------------------------------------------------ a PostgreSQL server of our own
 
 
-def _local_cluster() -> bool:
-    return os.path.isdir("/etc/postgresql") and shutil.which("pg_ctlcluster") is not None
+def _version_key(path: str) -> tuple[int, ...]:
+    # /usr/lib/postgresql/<version>/bin: the newest installed version wins
+    part = Path(path).parent.name
+    return tuple(int(p) for p in part.split(".") if p.isdigit())
 
 
-def _cluster() -> tuple[str, str]:
-    versions = sorted(os.listdir("/etc/postgresql"))
-    if not versions:
-        raise RuntimeError("no PostgreSQL cluster under /etc/postgresql")
-    return versions[-1], "main"
-
-
-def can_restart_postgres() -> str | None:
-    """None when this process can restart the server, else the reason it cannot.
-
-    `DURABLY_PG_RESTART` (a shell command, e.g. `docker restart pg`) overrides the default,
-    `pg_ctlcluster --skip-systemctl-redirect <version> main restart` on a local Debian-style
-    cluster (as root)."""
-    if os.environ.get("DURABLY_PG_RESTART"):
-        return None
-    if shutil.which("pg_ctlcluster") is None or not os.path.isdir("/etc/postgresql"):
-        return "pg_ctlcluster is not available (set DURABLY_PG_RESTART to a restart command)"
-    if os.geteuid() != 0:
-        return "restarting PostgreSQL with pg_ctlcluster needs root"
-    host = pg_admin_url().split("@")[-1].split("/")[0].split(":")[0]
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        return f"PostgreSQL at {host} is not the local cluster (set DURABLY_PG_RESTART)"
+def postgres_bin_dir() -> Path | None:
+    """The folder holding `initdb` and `pg_ctl`: `DURABLY_PG_BIN`, else the newest
+    `/usr/lib/postgresql/*/bin` (Debian's layout, where they are not on PATH), else PATH."""
+    configured = os.environ.get("DURABLY_PG_BIN")
+    candidates = [configured] if configured else []
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version_key, reverse=True)
+    on_path = shutil.which("initdb")
+    if on_path:
+        candidates.append(str(Path(on_path).parent))
+    for folder in candidates:
+        if (Path(folder) / "initdb").is_file() and (Path(folder) / "pg_ctl").is_file():
+            return Path(folder)
     return None
 
 
-def require_restartable_postgres() -> None:
-    reason = can_restart_postgres()
+def _own_postgres_refusal() -> str | None:
+    if postgres_bin_dir() is None:
+        return (
+            "the PostgreSQL server binaries (initdb, pg_ctl) are not installed "
+            "(set DURABLY_PG_BIN to their folder)"
+        )
+    if os.geteuid() == 0:
+        # initdb refuses root: the server runs as the `postgres` OS user
+        if shutil.which("runuser") is None:
+            return "running as root, and runuser is missing to start PostgreSQL as postgres"
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return "running as root, and there is no postgres OS user to run PostgreSQL as"
+    return None
+
+
+def require_own_postgres() -> None:
+    """Skip (fail under `DURABLY_REQUIRE_SERVICES=1`) when this machine cannot run a
+    PostgreSQL server of the test's own."""
+    reason = _own_postgres_refusal()
     if reason is None:
         return
     if services_required():
@@ -694,70 +711,98 @@ def require_restartable_postgres() -> None:
     pytest.skip(reason)
 
 
-def pg_ctlcluster(action: str, timeout: float = 60.0) -> None:
-    command = os.environ.get("DURABLY_PG_RESTART")
-    if command and action == "restart":
-        subprocess.run(command, shell=True, check=True, capture_output=True, timeout=timeout)
-        return
-    version, name = _cluster()
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, action],
-        check=True,
-        capture_output=True,
-        timeout=timeout,
-    )
+class OwnPostgres:
+    """A throw-away PostgreSQL server on a free port, in a temporary folder, for tests that
+    restart the database. The machine's shared server (the one every other test and whatever
+    else runs on the machine use) is never restarted: a restart drops every connection it
+    holds, someone else's too.
 
+    The folder is made with `tempfile.mkdtemp` (not pytest's tmp_path, which only root can
+    enter) and, under root, handed to the `postgres` OS user, since initdb refuses to run as
+    root. The server listens on 127.0.0.1 and on a socket in that folder (never the shared
+    /var/run/postgresql), trusts local connections, and is stopped and deleted by `stop()`."""
 
-def _host_port() -> tuple[str, str]:
-    tail = pg_admin_url().split("@")[-1].split("/")[0]
-    host, _, port = tail.partition(":")
-    return host or "127.0.0.1", port or "5432"
+    def __init__(self) -> None:
+        bin_dir = postgres_bin_dir()
+        assert bin_dir is not None, "call require_own_postgres() first"
+        self.bin = bin_dir
+        self.port = _free_port()
+        # short: the socket path (folder + /.s.PGSQL.<port>) must fit in 107 bytes
+        self.folder = Path(tempfile.mkdtemp(prefix="durably-pg-"))
+        self.data = self.folder / "data"
+        self.log = self.folder / "server.log"
+        self.admin_url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._as_postgres = os.geteuid() == 0
+        if self._as_postgres:
+            entry = pwd.getpwnam("postgres")
+            os.chown(self.folder, entry.pw_uid, entry.pw_gid)
+        self.folder.chmod(0o700)
 
+    def _run(self, *args: str, timeout: float = 120.0) -> None:
+        command = [str(self.bin / args[0]), *args[1:]]
+        if self._as_postgres:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if result.returncode != 0:
+            log = self.log.read_text()[-2000:] if self.log.exists() else ""
+            raise AssertionError(
+                f"{' '.join(command)} exited {result.returncode}\n{result.stdout}"
+                f"{result.stderr}\nserver log (tail): {log}"
+            )
 
-def pg_isready() -> bool:
-    host, port = _host_port()
-    if shutil.which("pg_isready") is None:
-        import socket
+    def _options(self) -> str:
+        return f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1"
 
+    def start(self) -> None:
+        self._run(
+            "initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust",
+            "-E", "UTF8", "--locale=C", "--no-sync",
+        )  # fmt: skip
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", self._options(),
+            "-w", "-t", "60", "start",
+        )  # fmt: skip
+
+    def restart(self) -> None:
+        """`pg_ctl restart -m fast`, as a service manager restarts PostgreSQL: every
+        connection is dropped and the server is back when it returns."""
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", self._options(),
+            "-m", "fast", "-w", "-t", "60", "restart",
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        """Stop the server (immediately: it is thrown away) and delete its folder."""
         try:
-            socket.create_connection((host, int(port)), timeout=2).close()
-        except OSError:
-            return False
-        return True
-    result = subprocess.run(
-        ["pg_isready", "-h", host, "-p", port, "-q"],
-        capture_output=True,
-        timeout=10,
-        check=False,
-    )
-    return result.returncode == 0
+            if (self.data / "postmaster.pid").exists():
+                self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
-async def wait_pg_ready(timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pg_isready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"PostgreSQL did not accept connections within {timeout}s")
-        await asyncio.sleep(0.1)
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
-async def restart_postgres() -> float:
-    """Restart the server (in a thread, so the test's loop keeps running), then wait until
-    it accepts connections again; returns the seconds it took."""
-    started = time.monotonic()
+@contextlib.asynccontextmanager
+async def own_postgres() -> AsyncIterator[OwnPostgres]:
+    """A started `OwnPostgres`, stopped and deleted when the block ends, whatever happened."""
+    require_own_postgres()
+    server = OwnPostgres()
     try:
-        await asyncio.to_thread(pg_ctlcluster, "restart")
+        await asyncio.to_thread(server.start)
+        yield server
     finally:
-        await ensure_postgres_running()
+        await asyncio.to_thread(server.stop)
+
+
+async def restart_postgres(server: OwnPostgres) -> float:
+    """Restart the test's own server (in a thread, so the test's loop keeps running);
+    returns the seconds it took until it accepted connections again."""
+    started = time.monotonic()
+    await asyncio.to_thread(server.restart)
     return time.monotonic() - started
-
-
-async def ensure_postgres_running() -> None:
-    """Fallback of every restart scenario: other tests need the server."""
-    if pg_isready():
-        return
-    await asyncio.sleep(1.0)  # a restart in progress
-    if not pg_isready() and _local_cluster():
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(pg_ctlcluster, "start")
-    await wait_pg_ready()

@@ -5,8 +5,9 @@
 * While another process is recovering a dead worker's runs (DBOS issue 716: a database
   outage during recovery stranded the runs being recovered in PENDING forever).
 
-`pg_ctlcluster … restart` needs root on a local cluster (or `DURABLY_PG_RESTART`); the server
-is always running again when a test ends, whatever happened.
+Each test restarts a PostgreSQL server of its own (`own_postgres()`: initdb into a temporary
+folder, a free port), never the machine's shared server, so these tests run beside the rest of
+the suite.
 """
 
 from __future__ import annotations
@@ -19,20 +20,15 @@ import pytest
 from tests.faults.pg_harness import (
     Worker,
     check_invariants,
-    ensure_postgres_running,
     fresh_database,
+    own_postgres,
     prepare,
     read_log,
-    require_postgres,
-    require_restartable_postgres,
     restart_postgres,
     wait_for_lines,
     wait_terminal,
     workers_cleanup,
 )
-
-# It restarts the PostgreSQL server every other test uses: never beside them.
-pytestmark = pytest.mark.serial
 
 RUNS = 300
 STEPS = 20
@@ -54,12 +50,10 @@ def _store_failures(worker: Worker) -> int:
 
 @pytest.mark.timeout(180)
 async def test_postgres_restarted_twice_while_runs_are_in_flight(tmp_path: Path) -> None:
-    await require_postgres()
-    require_restartable_postgres()
     log = tmp_path / "effects.log"
     total = RUNS * STEPS
-    try:
-        async with fresh_database() as url, workers_cleanup() as procs:
+    async with own_postgres() as server:
+        async with fresh_database(server.admin_url) as url, workers_cleanup() as procs:
             ids = await prepare(url, RUNS, STEPS)
             worker = Worker(url, log, tmp_path, "worker", instance="worker-a", step_ms=STEP_MS)
             procs.append(worker)
@@ -80,7 +74,7 @@ async def test_postgres_restarted_twice_while_runs_are_in_flight(tmp_path: Path)
                 done = _committed(log)
                 assert done < total, f"every step had committed before restart {round_}"
                 failed_before = _failed_saves(log)
-                took = await restart_postgres()
+                took = await restart_postgres(server)
                 # the restart hit checkpoint writes in flight (and the worker survived it)
                 await wait_for_lines(
                     log,
@@ -108,18 +102,14 @@ async def test_postgres_restarted_twice_while_runs_are_in_flight(tmp_path: Path)
                 )
                 + f"; finished {took:.1f}s after the second; {failures} store errors logged"
             )
-    finally:
-        await ensure_postgres_running()
 
 
 @pytest.mark.timeout(180)
 async def test_postgres_restarted_while_another_process_recovers(tmp_path: Path) -> None:
-    await require_postgres()
-    require_restartable_postgres()
     log = tmp_path / "effects.log"
     runs, steps = 200, 6
-    try:
-        async with fresh_database() as url, workers_cleanup() as procs:
+    async with own_postgres() as server:
+        async with fresh_database(server.admin_url) as url, workers_cleanup() as procs:
             ids = await prepare(url, runs, steps)
             dead = Worker(
                 url,
@@ -148,7 +138,7 @@ async def test_postgres_restarted_while_another_process_recovers(tmp_path: Path)
             recovering_for = time.monotonic() - t0
             mid = _committed(log)
             assert mid < runs * steps
-            took = await restart_postgres()
+            took = await restart_postgres(server)
             assert recoverer.alive, recoverer.describe()
 
             await wait_terminal(url, ids, timeout=90, workers=procs)
@@ -160,5 +150,3 @@ async def test_postgres_restarted_while_another_process_recovers(tmp_path: Path)
                 f"  killed at {at_kill}/{runs * steps} committed steps; restarted "
                 f"({took:.1f}s) {recovering_for:.1f}s into recovery, at {mid} committed"
             )
-    finally:
-        await ensure_postgres_running()

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import StaticPool
 
 from durably._store.sql.compiled import Compiled, FastStatements
-from durably._store.sql.dialect import SQLITE_PRAGMAS, SqlDialect
+from durably._store.sql.dialect import SqlDialect, sqlite_pragmas_of
 from durably._store.sql.sqlite_lane import BUSY, LoopLane, open_lane_connection
 
 T = TypeVar("T")
@@ -341,6 +341,7 @@ class SqliteConnector(Connector):
         self._task: asyncio.Task[None] | None = None
         self._dispatch_handle: asyncio.Handle | None = None  # `_dispatch`, when scheduled
         self._lane: LoopLane | None = None  # opened with the writer (sqlite_lane.py)
+        self._closed = False
 
     def register(self, *stmts: sa.Executable | None) -> None:
         self._fast.register(*stmts)
@@ -447,6 +448,12 @@ class SqliteConnector(Connector):
             raise
         finally:
             self._task = None
+            if self._closed:
+                # A request made after `close()` (a read by a caller that outlived the
+                # store) is served, but the writer connection it reopened is closed again
+                # at once: nobody would close it later, and it would stay checked out of
+                # the pool until the garbage collector dropped it unclosed.
+                await self._close_writer()
 
     async def _run_batch(self, batch: list[_Request]) -> None:
         try:
@@ -631,7 +638,7 @@ class SqliteConnector(Connector):
         try:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             session = await self._session(conn)
-            for pragma in SQLITE_PRAGMAS:
+            for pragma in sqlite_pragmas_of(self._engine):
                 await session.sql(pragma)
         except BaseException:
             with suppress(Exception):
@@ -649,7 +656,9 @@ class SqliteConnector(Connector):
         if self._shared or not path or path == ":memory:" or url.query.get("uri"):
             return
         with suppress(Exception):
-            conn = await session._raw._execute(open_lane_connection, path, SQLITE_PRAGMAS)
+            conn = await session._raw._execute(
+                open_lane_connection, path, sqlite_pragmas_of(self._engine)
+            )
             self._lane = LoopLane(conn)
 
     def _close_lane(self) -> None:
@@ -668,12 +677,18 @@ class SqliteConnector(Connector):
                 await session.conn.close()
 
     async def close(self) -> None:
-        """Wait for the writer loop to drain, then close the writer connection."""
+        """Wait for the writer loop to drain, then close the writer connection (and return
+        it to the pool). Requests made afterwards still run, each batch on a writer that is
+        closed again when the batch ends (`_drain`)."""
+        self._closed = True
         while self._task is not None or self._dispatch_handle is not None:
             if self._task is not None:
                 await asyncio.wait({self._task})
             else:
                 await asyncio.sleep(0)  # let the scheduled `_dispatch` run
+        await self._close_writer()
+
+    async def _close_writer(self) -> None:
         self._close_lane()
         session, self._writer_session = self._writer_session, None
         if session is not None:

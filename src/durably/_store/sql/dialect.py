@@ -2,8 +2,8 @@
 
 - URL normalisation (`sqlite://…` → `sqlite+aiosqlite://…`, `postgresql://…` →
   `postgresql+asyncpg://…`) and default engine options (in-memory SQLite gets a `StaticPool`);
-- the per-connection SQLite pragmas (WAL, `synchronous=NORMAL`, `busy_timeout`, no FKs,
-  case-sensitive LIKE);
+- the per-connection SQLite pragmas (WAL, `synchronous` — NORMAL, or FULL from the URL's
+  `?synchronous=full` —, `busy_timeout`, no FKs, case-sensitive LIKE);
 - column types that differ (`REAL` vs `DOUBLE PRECISION`, `AUTOINCREMENT` vs `IDENTITY`);
 - upsert (`INSERT … ON CONFLICT … DO UPDATE` exists on both, via each dialect's `insert`);
 - RETURNING support (SQLite ≥ 3.35), prefix predicates and the "take the oldest buffered
@@ -19,9 +19,11 @@ from __future__ import annotations
 import inspect
 import json
 import sqlite3
+import weakref
 from collections.abc import Sequence
 from contextlib import closing
 from typing import Any, cast
+from urllib.parse import parse_qsl
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -39,14 +41,56 @@ SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
 
 BUSY_TIMEOUT_MS = 10_000
-SQLITE_PRAGMAS: tuple[str, ...] = (
-    # busy_timeout first: switching to WAL briefly needs the write lock.
-    f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
-    "PRAGMA journal_mode=WAL",
-    "PRAGMA synchronous=NORMAL",
-    "PRAGMA foreign_keys=OFF",
-    "PRAGMA case_sensitive_like=ON",
-)
+
+# SQLite durability, a choice of the user's (`sqlite:///app.db?synchronous=full`):
+# - `normal` (the default): in WAL mode a commit is not fsynced; the WAL is synced at each
+#   checkpoint. A commit survives a crash of the process (the OS has the write), but the last
+#   acknowledged commits can be lost on power loss or an OS crash. The database is never
+#   corrupted either way.
+# - `full`: every commit fsyncs the WAL before it is acknowledged, so an acknowledged commit
+#   survives power loss too, at the price of one fsync per group commit.
+# Nothing else is offered: `off` acknowledges what may never reach the disk, and `extra`
+# adds nothing over `full` in WAL mode.
+SQLITE_SYNCHRONOUS_MODES = ("normal", "full")
+DEFAULT_SQLITE_SYNCHRONOUS = "normal"
+SQLITE_SYNCHRONOUS_OPTION = "synchronous"
+
+
+def validate_sqlite_synchronous(value: object) -> str:
+    """`normal` or `full` (any case); anything else is a ValueError naming the option."""
+    if isinstance(value, str) and value.strip().lower() in SQLITE_SYNCHRONOUS_MODES:
+        return value.strip().lower()
+    raise ValueError(
+        f"SQLite option {SQLITE_SYNCHRONOUS_OPTION!r} must be one of "
+        f"{', '.join(SQLITE_SYNCHRONOUS_MODES)}; got {value!r}"
+    )
+
+
+def sqlite_pragmas(synchronous: str = DEFAULT_SQLITE_SYNCHRONOUS) -> tuple[str, ...]:
+    """The pragmas every SQLite connection of a store runs when it opens."""
+    mode = validate_sqlite_synchronous(synchronous)
+    return (
+        # busy_timeout first: switching to WAL briefly needs the write lock.
+        f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
+        "PRAGMA journal_mode=WAL",
+        f"PRAGMA synchronous={mode.upper()}",
+        "PRAGMA foreign_keys=OFF",
+        "PRAGMA case_sensitive_like=ON",
+    )
+
+
+SQLITE_PRAGMAS: tuple[str, ...] = sqlite_pragmas()
+
+# The pragmas of each SQLite engine made by `create_engine` (the default ones for an engine
+# made elsewhere), read by every connection the store opens: the pool's, the writer's and
+# the loop lane's, so none of them runs with a weaker `synchronous` than the user chose.
+_ENGINE_PRAGMAS: weakref.WeakKeyDictionary[sa.Engine, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def sqlite_pragmas_of(engine: AsyncEngine) -> tuple[str, ...]:
+    return _ENGINE_PRAGMAS.get(engine.sync_engine, SQLITE_PRAGMAS)
+
+
 SCHEMA_LOCK_KEY = _pg_options.SCHEMA_LOCK_KEY
 
 _SQLITE_SYNC_DRIVERS = {"sqlite", "sqlite+pysqlite"}
@@ -142,22 +186,56 @@ def default_engine_options(url: URL) -> dict[str, Any]:
     return options
 
 
-def _apply_sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    try:
-        for pragma in SQLITE_PRAGMAS:
-            cursor.execute(pragma)
-    finally:
-        cursor.close()
+def _refuse_blank_sqlite_option(url: str | URL) -> None:
+    """SQLAlchemy drops a query parameter with no value (`?synchronous=`): refuse it rather
+    than silently run the default the user did not ask for."""
+    if not isinstance(url, str):
+        return
+    for key, value in parse_qsl(url.partition("?")[2], keep_blank_values=True):
+        if key == SQLITE_SYNCHRONOUS_OPTION and not value.strip():
+            validate_sqlite_synchronous(value)
 
 
-def install_sqlite_pragmas(engine: AsyncEngine) -> None:
-    """Run `SQLITE_PRAGMAS` on every new DBAPI connection of `engine` (idempotent)."""
+def _split_sqlite_url(url: URL, engine_options: dict[str, Any]) -> tuple[URL, str]:
+    """The URL without durably's SQLite option, and the `synchronous` mode it chose (the
+    `synchronous=` keyword wins over the URL's `?synchronous=`). The option must not reach
+    the driver: `sqlite3.connect` would refuse the unknown keyword."""
+    chosen: object = DEFAULT_SQLITE_SYNCHRONOUS
+    if SQLITE_SYNCHRONOUS_OPTION in url.query:
+        chosen = url.query[SQLITE_SYNCHRONOUS_OPTION]
+        if not isinstance(chosen, str):  # given twice: `?synchronous=a&synchronous=b`
+            raise ValueError(
+                f"SQLite option {SQLITE_SYNCHRONOUS_OPTION!r} is given more than once in the "
+                f"URL: {list(chosen)!r}"
+            )
+        url = url.difference_update_query([SQLITE_SYNCHRONOUS_OPTION])
+    if SQLITE_SYNCHRONOUS_OPTION in engine_options:
+        chosen = engine_options.pop(SQLITE_SYNCHRONOUS_OPTION)
+    return url, validate_sqlite_synchronous(chosen)
+
+
+def install_sqlite_pragmas(
+    engine: AsyncEngine, synchronous: str = DEFAULT_SQLITE_SYNCHRONOUS
+) -> None:
+    """Run the store's pragmas on every new DBAPI connection of `engine` (idempotent: the
+    first call decides the engine's `synchronous`)."""
     if engine.dialect.name != SQLITE:
         return
     target = engine.sync_engine
-    if not event.contains(target, "connect", _apply_sqlite_pragmas):
-        event.listen(target, "connect", _apply_sqlite_pragmas)
+    if target in _ENGINE_PRAGMAS:
+        return
+    pragmas = sqlite_pragmas(synchronous)
+    _ENGINE_PRAGMAS[target] = pragmas
+
+    def apply(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            for pragma in pragmas:
+                cursor.execute(pragma)
+        finally:
+            cursor.close()
+
+    event.listen(target, "connect", apply)
 
 
 def create_engine(url: str | URL, **engine_options: Any) -> AsyncEngine:
@@ -166,6 +244,8 @@ def create_engine(url: str | URL, **engine_options: Any) -> AsyncEngine:
     PostgreSQL: durably's options (`pg.OPTION_NAMES`: `schema`, `pool_size`,
     `statement_timeout`, …) are read from the URL's query string and from `engine_options`
     (keywords win) and turned into pool and asyncpg connect arguments; see `pg.py`.
+    SQLite: `synchronous` (`normal`, the default, or `full`; see `SQLITE_SYNCHRONOUS_MODES`),
+    from the URL's query string or the keyword (which wins).
     """
     normalized = normalize_url(url)
     name = dialect_name_of(normalized)
@@ -184,10 +264,12 @@ def create_engine(url: str | URL, **engine_options: Any) -> AsyncEngine:
     misplaced = sorted(k for k in engine_options if k in _PG_ONLY)
     if misplaced:
         raise TypeError(f"PostgreSQL-only option(s) for a {name} URL: {misplaced}")
+    _refuse_blank_sqlite_option(url)
+    normalized, synchronous = _split_sqlite_url(normalized, engine_options)
     options = default_engine_options(normalized)
     options.update(engine_options)
     engine = create_async_engine(normalized, **options)
-    install_sqlite_pragmas(engine)
+    install_sqlite_pragmas(engine, synchronous)
     return engine
 
 
@@ -398,6 +480,7 @@ __all__ = [
     "POSTGRESQL",
     "SQLITE",
     "SQLITE_PRAGMAS",
+    "SQLITE_SYNCHRONOUS_MODES",
     "SqlDialect",
     "create_engine",
     "ddl_double",
@@ -412,5 +495,8 @@ __all__ = [
     "normalize_url",
     "offline_dialect",
     "sqlite_json_supported",
+    "sqlite_pragmas",
+    "sqlite_pragmas_of",
     "sqlite_returning_supported",
+    "validate_sqlite_synchronous",
 ]

@@ -124,6 +124,21 @@ class SqlStateStore(
         `postgres://`, `postgresql+asyncpg://`; asyncpg is required: `pip install
         durably[postgres]`).
 
+        SQLite runs in WAL mode, and its durability is the caller's choice, given as the URL
+        query parameter `synchronous` (or the keyword, which wins):
+
+        - `synchronous=normal` (the default): a commit is acknowledged once it is in the WAL
+          file, before the file is fsynced. It survives a crash of the process, but the last
+          acknowledged commits can be lost on power loss or an OS crash (the database stays
+          consistent: it is as of an earlier commit).
+        - `synchronous=full`: every commit is fsynced before it is acknowledged, so it
+          survives power loss too; each group commit pays one fsync.
+
+        Anything else is a ValueError naming the option. Example:
+        `SqlStateStore.from_url("sqlite:///app.db?synchronous=full")`. Every connection the
+        store opens (its pool's, its writer's) runs with the chosen mode. A store built on an
+        `AsyncEngine` of your own runs `synchronous=NORMAL`.
+
         PostgreSQL options, given as keywords or as URL query parameters (keywords win; see
         docs/postgresql.md):
 
