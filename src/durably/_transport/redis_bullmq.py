@@ -34,6 +34,12 @@ What it adds to the package, and why:
     do completions made while another is on its way (`_OneFetchWorker`): a wide fan's jobs
     finish many at a time, and one round trip per job was most of both sides' CPU (the socket
     writes). A lone completion is sent at once, so a sequential step waits for nothing.
+- A job whose stored fields cannot be read (its data nested deep enough to raise
+  `RecursionError` in the package's `json.loads`, or not JSON at all) is handed to the processor
+  with `unreadable` saying why, instead of failing the fetch: the package would leave such a job
+  `active` under a lock until a stall check re-delivered it, over and over. A worker made with
+  `raw_data=True` gets each job's data as the JSON text Redis holds, unparsed, so its processor
+  can measure it before parsing it (what the results consumer does with `max_payload_bytes`).
 """
 
 from __future__ import annotations
@@ -153,16 +159,21 @@ class BullJob:
     id: str
     name: str
     data: Any
+    """The job's data: parsed JSON, or its JSON text for a worker made with `raw_data=True`."""
     failed_reason: str | None = None
+    unreadable: str | None = None
+    """Why the job's stored fields could not be read (then `data` is None)."""
 
 
 def _job_view(job: Any) -> BullJob:
     reason = getattr(job, "failedReason", None)
+    unreadable = getattr(job, "_durably_unreadable", None)
     return BullJob(
         id=str(getattr(job, "id", "") or ""),
         name=str(getattr(job, "name", "") or ""),
         data=getattr(job, "data", None),
         failed_reason=reason if isinstance(reason, str) and reason else None,
+        unreadable=unreadable if isinstance(unreadable, str) else None,
     )
 
 
@@ -293,11 +304,43 @@ class _OneFetchWorker(_Worker):  # type: ignore[misc]
     # Most completions one pipeline carries.
     max_batch = 200
 
-    def __init__(self, name: str, processor: Any, opts: dict[str, Any]):
+    def __init__(self, name: str, processor: Any, opts: dict[str, Any], *, raw_data: bool = False):
         super().__init__(name, processor, opts)
+        self._durably_raw_data = raw_data
         # Completions waiting for the pipeline, and the task sending them (`_move_to_completed`).
         self._durably_completions: list[tuple[str, Any, Any, asyncio.Future[Any]]] = []
         self._durably_sender: asyncio.Task[None] | None = None
+
+    def nextJobFromJobData(
+        self,
+        job_data: Any = None,
+        job_id: Any = None,
+        limit_until: Any = 0,
+        delay_until: Any = 0,
+        token: Any = None,
+    ) -> Any:
+        """The package's method (every fetched job passes through it), except that the data
+        stays unparsed text with `raw_data`, and a job whose fields the package cannot parse
+        becomes a job with no data and `unreadable` set (see the module's description)."""
+        if not job_data:
+            return super().nextJobFromJobData(job_data, job_id, limit_until, delay_until, token)
+        raw = job_data.get("data", "{}") if self._durably_raw_data else None
+        fields = {**job_data, "data": "null"} if raw is not None else job_data
+        try:
+            job = super().nextJobFromJobData(fields, job_id, limit_until, delay_until, token)
+        except Exception as exc:  # RecursionError included: its job must still be finished
+            # Removed once finished whatever its producer asked: nothing can read it, so
+            # keeping it would only keep garbage (possibly a large one) in Redis.
+            name = job_data.get("name")
+            opts = {"removeOnComplete": True, "removeOnFail": True}
+            job = _Job(self, name if isinstance(name, str) else "", None, opts)
+            job.id = str(job_id or "")
+            job.token = token
+            job._durably_unreadable = f"{type(exc).__name__}: {str(exc)[:200]}"
+            return job
+        if raw is not None:
+            job.data = raw
+        return job
 
     async def _move_to_completed(
         self, job: Any, result: Any, remove: Any, token: str, fetch_next: bool
@@ -468,6 +511,7 @@ class BullWorker:
         url: str,
         concurrency: int,
         timing: WorkerTiming,
+        raw_data: bool = False,
     ):
         self.queue = queue
         self._processor = processor
@@ -491,6 +535,7 @@ class BullWorker:
                 "drainDelay": timing.drain_delay_s,
                 "runRetryDelay": timing.run_retry_delay_ms,
             },
+            raw_data=raw_data,
         )
         self._worker.on("error", self._on_error)
         self._run = asyncio.create_task(self._run_loop(), name=f"bullmq-worker:{queue}")
