@@ -5,9 +5,9 @@ Redis commands: it reads the task the engine queued, then adds a result job on
 `<prefix>-results`. What must hold:
 
 - a result that parses but cannot be stored (`NaN`, `Infinity`, a lone surrogate, a time no
-  date can hold, a nesting too deep) is logged once and never re-queued; when it names its step
-  readably it fails that attempt with `invalid_result`, else it is dropped and the results
-  behind it still settle;
+  date can hold, a nesting too deep, bytes that are not UTF-8) is logged once and never
+  re-queued; when it names its step readably it fails that attempt with `invalid_result`,
+  else it is dropped and the results behind it still settle;
 - a result over `max_payload_bytes` fails its attempt with `result_too_large`, naming the size
   and the option, and nothing of it is stored;
 - a late answer of an earlier attempt never settles the current one: judged by its `startedAt`
@@ -88,7 +88,7 @@ class Outsider:
         job = await self.results.add("result", data, RESULT_OPTS)
         return str(job.id)
 
-    async def add_raw(self, text: str) -> str:
+    async def add_raw(self, text: str | bytes) -> str:
         """A result job whose data is `text` exactly (what `Queue.add` would never write:
         `NaN`, a nesting too deep to encode): added delayed, its data replaced in the job's
         hash, then promoted so the engine takes it."""
@@ -153,6 +153,7 @@ UNSTORABLE = {
     ),
     "started_at_1e20": lambda ids: ids + ',"status":"completed","output":1,"startedAt":1e20}',
     "lone_surrogate": lambda ids: ids + ',"status":"completed","output":"a\\ud800b"}',
+    "bytes_not_utf8": lambda ids: (ids + ',"status":"completed","output":"').encode() + b'\xff"}',
     "deep_nesting": lambda ids: (
         ids + ',"status":"completed","output":' + "[" * 200_000 + "]" * 200_000 + "}"
     ),

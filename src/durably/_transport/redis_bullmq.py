@@ -35,7 +35,8 @@ What it adds to the package, and why:
     finish many at a time, and one round trip per job was most of both sides' CPU (the socket
     writes). A lone completion is sent at once, so a sequential step waits for nothing.
 - A job whose stored fields cannot be read (its data nested deep enough to raise
-  `RecursionError` in the package's `json.loads`, or not JSON at all) is handed to the processor
+  `RecursionError` in the package's `json.loads`, or not JSON at all; bytes that are not UTF-8
+  are decoded into lone surrogates by the workers' clients) is handed to the processor
   with `unreadable` saying why, instead of failing the fetch: the package would leave such a job
   `active` under a lock until a stall check re-delivered it, over and over. A worker made with
   `raw_data=True` gets each job's data as the JSON text Redis holds, unparsed, so its processor
@@ -105,13 +106,19 @@ def _shared_scripts(prefix: str, queue_name: str, connection: Any) -> Any:
 _bull_job.Scripts = _shared_scripts
 
 
-def redis_client(url: str, *, patient: bool) -> Redis:
+def redis_client(url: str, *, patient: bool, lenient: bool = False) -> Redis:
     """A Redis client for BullMQ or plain keys. `patient` clients (consumers) ride out a restart
     of a few seconds; impatient ones (dispatch) fail within about a second so the caller can try
-    another transport. Responses are decoded because BullMQ's scripts expect strings."""
+    another transport. Responses are decoded because BullMQ's scripts expect strings.
+
+    A `lenient` client decodes bytes that are not UTF-8 into lone surrogates instead of
+    raising: a worker's, so that a job someone wrote with such bytes reaches its processor,
+    which refuses it (a lone surrogate is what the boundary checks refuse), instead of failing
+    every fetch of it and staying `active` until a stall check hands it out again."""
     client: Redis = Redis.from_url(
         url,
         decode_responses=True,
+        encoding_errors="surrogateescape" if lenient else "strict",
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 12 if patient else 3),
         retry_on_error=list(_RETRY_ERRORS),
         socket_connect_timeout=2.0,
@@ -517,7 +524,7 @@ class BullWorker:
         self._processor = processor
         # A client of its own, closed with the worker; BullMQ uses it for both the blocking
         # fetch and the bookkeeping (its pool hands each a separate connection).
-        client = redis_client(url, patient=True)
+        client = redis_client(url, patient=True, lenient=True)
 
         async def process(job: Any, _token: str) -> None:
             await processor(_job_view(job))
