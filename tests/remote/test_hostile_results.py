@@ -88,12 +88,12 @@ class Outsider:
         job = await self.results.add("result", data, RESULT_OPTS)
         return str(job.id)
 
-    async def add_raw(self, text: str | bytes) -> str:
-        """A result job whose data is `text` exactly (what `Queue.add` would never write:
-        `NaN`, a nesting too deep to encode): added delayed, its data replaced in the job's
-        hash, then promoted so the engine takes it."""
+    async def add_raw(self, text: str | bytes, field: str = "data") -> str:
+        """A result job whose `field` (its data, by default) is `text` exactly (what
+        `Queue.add` would never write: `NaN`, a nesting too deep to encode): added delayed,
+        the field replaced in the job's hash, then promoted so the engine takes it."""
         job = await self.results.add("result", {}, {**RESULT_OPTS, "delay": 3_600_000})
-        await self.redis.hset(f"bull:{self.prefix}-results:{job.id}", "data", text)
+        await self.redis.hset(f"bull:{self.prefix}-results:{job.id}", field, text)
         await job.promote()
         return str(job.id)
 
@@ -225,6 +225,8 @@ async def test_results_that_name_no_step_are_dropped_once_and_the_rest_still_set
                 case: await outsider.add_raw(make(handle.run_id))
                 for case, make in sorted(UNREADABLE.items())
             }
+            # A job whose options BullMQ itself cannot parse.
+            bad["opts_too_deep"] = await outsider.add_raw("[" * 200_000, field="opts")
             await outsider.add({**ids_of(task), "status": "completed", "output": {"ok": 1}})
             assert await handle.result(timeout=20) == {"ok": 1}
             await outsider.results_drained()

@@ -341,7 +341,7 @@ class _OneFetchWorker(_Worker):  # type: ignore[misc]
             name = job_data.get("name")
             opts = {"removeOnComplete": True, "removeOnFail": True}
             job = _Job(self, name if isinstance(name, str) else "", None, opts)
-            job.id = str(job_id or "")
+            job.id = str(job_id or job_data.get("id") or "")
             job.token = token
             job._durably_unreadable = f"{type(exc).__name__}: {str(exc)[:200]}"
             return job
