@@ -207,9 +207,15 @@ async def test_malformed_results_are_logged_and_dropped_while_good_ones_settle(
         bad_text = await results.add("result", "not an object", opts)
         bad_id = await results.add("result", result_json("bad", 2) | {"stepId": "bad:9"}, opts)
         await results.add("result", result_json("good", 1, output=2), opts)
-        await sink.wait_for(["good:0", "good:1"])
+        got = await sink.wait_for(["good:0", "good:1", "bad:1"])
         await asyncio.sleep(0.3)
-        assert sorted(sink.by_step()) == ["good:0", "good:1"]
+        # A result that names its step readably fails that attempt instead of leaving it
+        # waiting; one that does not is dropped.
+        assert sorted(sink.by_step()) == ["bad:1", "good:0", "good:1"]
+        refused = got["bad:1"]
+        assert refused.status == "failed" and refused.error is not None
+        assert refused.error.code == "invalid_result" and refused.error.retryable is False
+        assert "a failed result needs `error`" in refused.error.message
         await results.add("result", result_json("good", 2, output=3), opts)  # still consuming
         await sink.wait_for(["good:2"])
     finally:

@@ -8,7 +8,9 @@
   `pending` rows with one compare-and-set statement (`save_checkpoints_if_pending`), so a
   duplicate or late result (the row is no longer pending) writes nothing, and wakes each run at
   most once per batch — in memory when its body is parked here, else through a re-drive that
-  a step fan's join barrier may hold back while members are still pending.
+  a step fan's join barrier may hold back while members are still pending. A result that
+  answers an earlier attempt than the pending one is dropped too (`late_for`): a retry reuses
+  the step id, so the row alone cannot tell the attempts apart.
 - `StepService` is the handler of a process that serves steps (a `durably worker`, or an
   engine serving its own steps): it runs the registered handler and answers with a result.
 
@@ -25,6 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
 from durably._core.handshake import (
     BlockCode,
     DispatchBlocked,
@@ -65,10 +68,51 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably")
 
-__all__ = ["RemoteSteps", "ResultSettler", "StepService", "step_token"]
+__all__ = [
+    "LATE_RESULT_SKEW_MS",
+    "RemoteSteps",
+    "ResultSettler",
+    "StepService",
+    "late_for",
+    "step_token",
+]
 
 # How long a read of the live workers' descriptors on a token is reused.
 _DIRECTORY_TTL_S = 1.0
+
+LATE_RESULT_SKEW_MS = 1_000
+"""How far a worker's clock may run behind the engine's before a result of a retry, judged by
+its `startedAt`, is taken for a late answer of an earlier attempt (see `late_for`)."""
+
+
+def late_for(row: StepCheckpoint, result: StepResult) -> str | None:
+    """Why `result` answers an earlier attempt than the one `row` (pending) waits for, or None
+    when it may settle it. A retry reuses the step id, so the rule uses what results carry:
+
+    - a result that names its attempt (durably's own workers send `attempt`) settles only that
+      attempt;
+    - else, on a retry (attempt 2 or later), a result whose worker picked the task up
+      (`startedAt`) more than `LATE_RESULT_SKEW_MS` before this attempt was dispatched answers
+      an earlier one: a task cannot be picked up before it was sent;
+    - else (a first attempt, or a result without `startedAt`) it settles the pending attempt.
+
+    The limits: the time rule trusts the worker's clock to within `LATE_RESULT_SKEW_MS`, so a
+    worker running further behind has its answers to retries dropped (the attempt then waits
+    for its timeout); and an earlier attempt's task that waited in the queue until after the
+    retry was sent answers like the retry (it is the same step with the same input)."""
+    if result.attempt is not None:
+        if result.attempt == row.attempts:
+            return None
+        return f"it answers attempt {result.attempt}, not attempt {row.attempts}"
+    if row.attempts <= 1 or result.started_at is None:
+        return None
+    dispatched = ms_from_utc(row.enqueued_at if row.enqueued_at is not None else row.started_at)
+    if result.started_at < dispatched - LATE_RESULT_SKEW_MS:
+        return (
+            f"its worker started it {dispatched - result.started_at} ms before attempt "
+            f"{row.attempts} was dispatched"
+        )
+    return None
 
 
 def _blocked_without_workers(
@@ -188,14 +232,22 @@ class ResultSettler:
         *,
         clock: Callable[[], int],
         release: Callable[[Sequence[str]], Awaitable[None]] | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ):
         self._store = store
+        self._max_payload_bytes = max_payload_bytes
         self._dispatcher = dispatcher
         self._deliveries = deliveries
         self._events = events
         self._clock = clock
         # Gives back the flow-control slots of steps whose results are settled or dropped.
         self._release = release
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """The engine's `max_payload_bytes`: transports refuse a bigger result before parsing
+        it (`result_size_limit`)."""
+        return self._max_payload_bytes
 
     async def step_results(self, results: Sequence[StepResult]) -> None:
         by_run: dict[str, dict[str, StepResult]] = {}
@@ -244,6 +296,16 @@ class ResultSettler:
         for result, row in zip(results, current, strict=True):
             if row is None or row.status not in ("pending", "running") or row.kind != "remote":
                 continue  # late, duplicate or foreign: nothing to settle
+            late = late_for(row, result)
+            if late is not None:
+                # Its slot (if any) is the pending attempt's: nothing is freed either.
+                log.warning(
+                    "dropping a late result for step %s (attempt %d is pending): %s",
+                    result.step_id,
+                    row.attempts,
+                    late,
+                )
+                continue
             settled.append(_settled_row(row, result, now))
         if not settled:
             return
@@ -376,4 +438,5 @@ class StepService:
             output=output,
             error=error,
             started_at=started,
+            attempt=task.attempt,
         )

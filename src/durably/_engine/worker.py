@@ -218,6 +218,7 @@ class Worker:
             self._events,
             clock=clock,
             release=self._flow.release_settled,
+            max_payload_bytes=options.max_payload_bytes,
         )
 
     def _remote_turns(self, transports: TransportPool | None) -> RemoteTurns | None:

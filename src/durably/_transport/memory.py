@@ -2,7 +2,9 @@
 
 It implements the whole `Transport` contract with asyncio queues: tasks queued per routing
 token, results on one queue every engine sharing the broker consumes, at-least-once delivery
-(a result the sink refused is put back and offered again). It is what the engine's remote-step
+(a result the sink refused is put back and offered again; a result the store could never hold —
+`NaN`, over the sink's `max_payload_bytes` — is replaced first by the failed stand-in that
+`vet_step_result` gives, as the wire transports do). It is what the engine's remote-step
 rules are tested against before the real brokers (PostgreSQL tables, Redis), and it serves an
 embedded setup that wants the remote semantics — `pending` rows, retries by result, a separate
 serving pool — inside one process.
@@ -15,7 +17,7 @@ import logging
 from collections.abc import Sequence
 
 from durably._core.handshake import WorkerDescriptor
-from durably._core.wire import RemoteTask, StepResult
+from durably._core.wire import RemoteTask, StepResult, vet_step_result
 from durably._transport.protocol import (
     ControlChannel,
     GatewayChannel,
@@ -25,6 +27,7 @@ from durably._transport.protocol import (
     TransportFeatures,
     TurnChannel,
     WorkerDirectory,
+    result_size_limit,
 )
 
 log = logging.getLogger("durably")
@@ -120,10 +123,24 @@ class InMemoryTransport:
 
     async def _consume(self, sink: ResultSink) -> None:
         results = self.broker.results
+        limit = result_size_limit(sink)
         while True:
-            batch = [await results.get()]
-            while len(batch) < _BATCH and not results.empty():
-                batch.append(results.get_nowait())
+            taken = [await results.get()]
+            while len(taken) < _BATCH and not results.empty():
+                taken.append(results.get_nowait())
+            batch = []
+            for result in taken:
+                vetted = vet_step_result(result, max_bytes=limit)
+                if vetted is not result:
+                    log.warning(
+                        "refused step result %s: %s",
+                        result.step_id,
+                        vetted.error.message if vetted is not None and vetted.error else "dropped",
+                    )
+                if vetted is not None:
+                    batch.append(vetted)
+            if not batch:
+                continue
             try:
                 await sink.step_results(batch)
             except asyncio.CancelledError:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
 from durably._core.handshake import WorkerDescriptor
 from durably._core.wire import RemoteTask, StepResult
 
@@ -42,6 +43,7 @@ __all__ = [
     "TurnSink",
     "WorkerBeatView",
     "WorkerDirectory",
+    "result_size_limit",
 ]
 
 
@@ -57,6 +59,17 @@ class ResultSink(Protocol):
         duplicate; raises when it could not (the transport must then keep or redeliver the
         results it was given)."""
         ...
+
+
+def result_size_limit(sink: ResultSink) -> int:
+    """The most bytes of JSON a result handed to `sink` may have: the sink's
+    `max_payload_bytes` when it has one (the engine's settler carries the engine's option),
+    else the default (4 MiB). A transport that sees a result's bytes refuses a bigger one
+    before parsing it (`parse_step_result(..., max_bytes=…)`)."""
+    limit = getattr(sink, "max_payload_bytes", None)
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        return limit
+    return DEFAULT_MAX_PAYLOAD_BYTES
 
 
 StepHandler = Callable[[RemoteTask], Awaitable[StepResult]]

@@ -44,6 +44,7 @@ from durably._transport.protocol import (
     Transport,
     TransportFeatures,
     TransportUnavailableError,
+    result_size_limit,
 )
 from durably._transport.redis_bullmq import BullQueue, Producer, WorkerTiming
 from durably._transport.redis_gateway import RedisGatewayChannel
@@ -223,6 +224,7 @@ class RedisTransport:
             requeue=self._queue(self.names.results),
             intake=self._intake,
             timing=self._timing,
+            max_bytes=result_size_limit(sink),
         )
         self._consumer.start()
 

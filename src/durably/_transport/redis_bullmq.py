@@ -34,6 +34,13 @@ What it adds to the package, and why:
     do completions made while another is on its way (`_OneFetchWorker`): a wide fan's jobs
     finish many at a time, and one round trip per job was most of both sides' CPU (the socket
     writes). A lone completion is sent at once, so a sequential step waits for nothing.
+- A job whose stored fields cannot be read (its data nested deep enough to raise
+  `RecursionError` in the package's `json.loads`, or not JSON at all; bytes that are not UTF-8
+  are decoded into lone surrogates by the workers' clients) is handed to the processor
+  with `unreadable` saying why, instead of failing the fetch: the package would leave such a job
+  `active` under a lock until a stall check re-delivered it, over and over. A worker made with
+  `raw_data=True` gets each job's data as the JSON text Redis holds, unparsed, so its processor
+  can measure it before parsing it (what the results consumer does with `max_payload_bytes`).
 """
 
 from __future__ import annotations
@@ -99,13 +106,19 @@ def _shared_scripts(prefix: str, queue_name: str, connection: Any) -> Any:
 _bull_job.Scripts = _shared_scripts
 
 
-def redis_client(url: str, *, patient: bool) -> Redis:
+def redis_client(url: str, *, patient: bool, lenient: bool = False) -> Redis:
     """A Redis client for BullMQ or plain keys. `patient` clients (consumers) ride out a restart
     of a few seconds; impatient ones (dispatch) fail within about a second so the caller can try
-    another transport. Responses are decoded because BullMQ's scripts expect strings."""
+    another transport. Responses are decoded because BullMQ's scripts expect strings.
+
+    A `lenient` client decodes bytes that are not UTF-8 into lone surrogates instead of
+    raising: a worker's, so that a job someone wrote with such bytes reaches its processor,
+    which refuses it (a lone surrogate is what the boundary checks refuse), instead of failing
+    every fetch of it and staying `active` until a stall check hands it out again."""
     client: Redis = Redis.from_url(
         url,
         decode_responses=True,
+        encoding_errors="surrogateescape" if lenient else "strict",
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 12 if patient else 3),
         retry_on_error=list(_RETRY_ERRORS),
         socket_connect_timeout=2.0,
@@ -153,16 +166,21 @@ class BullJob:
     id: str
     name: str
     data: Any
+    """The job's data: parsed JSON, or its JSON text for a worker made with `raw_data=True`."""
     failed_reason: str | None = None
+    unreadable: str | None = None
+    """Why the job's stored fields could not be read (then `data` is None)."""
 
 
 def _job_view(job: Any) -> BullJob:
     reason = getattr(job, "failedReason", None)
+    unreadable = getattr(job, "_durably_unreadable", None)
     return BullJob(
         id=str(getattr(job, "id", "") or ""),
         name=str(getattr(job, "name", "") or ""),
         data=getattr(job, "data", None),
         failed_reason=reason if isinstance(reason, str) and reason else None,
+        unreadable=unreadable if isinstance(unreadable, str) else None,
     )
 
 
@@ -293,36 +311,43 @@ class _OneFetchWorker(_Worker):  # type: ignore[misc]
     # Most completions one pipeline carries.
     max_batch = 200
 
+    def __init__(self, name: str, processor: Any, opts: dict[str, Any], *, raw_data: bool = False):
+        super().__init__(name, processor, opts)
+        self._durably_raw_data = raw_data
+        # Completions waiting for the pipeline, and the task sending them (`_move_to_completed`).
+        self._durably_completions: list[tuple[str, Any, Any, asyncio.Future[Any]]] = []
+        self._durably_sender: asyncio.Task[None] | None = None
+
     def nextJobFromJobData(
         self,
         job_data: Any = None,
         job_id: Any = None,
-        limit_until: int = 0,
-        delay_until: int = 0,
+        limit_until: Any = 0,
+        delay_until: Any = 0,
         token: Any = None,
     ) -> Any:
-        try:
+        """The package's method (every fetched job passes through it), except that the data
+        stays unparsed text with `raw_data`, and a job whose fields the package cannot parse
+        becomes a job with no data and `unreadable` set (see the module's description)."""
+        if not job_data:
             return super().nextJobFromJobData(job_data, job_id, limit_until, delay_until, token)
-        except (RecursionError, ValueError) as exc:
-            if not isinstance(job_data, dict):
-                raise
-            # A job whose stored JSON Python cannot read (written by hand: nested deeper than
-            # the parser recurses, not JSON at all). Failing here would leave it active with no
-            # processor, re-delivered by every stall check forever; it is handed over without
-            # data instead, so the processor drops it (once) and it is acknowledged.
-            log.warning("job %s on %s has unreadable data (%s)", job_id, self.name, exc)
-            cleared = {**job_data, "data": "null"}
-            try:
-                return super().nextJobFromJobData(cleared, job_id, limit_until, delay_until, token)
-            except (RecursionError, ValueError):  # its options too
-                cleared["opts"] = "{}"
-                return super().nextJobFromJobData(cleared, job_id, limit_until, delay_until, token)
-
-    def __init__(self, name: str, processor: Any, opts: dict[str, Any]):
-        super().__init__(name, processor, opts)
-        # Completions waiting for the pipeline, and the task sending them (`_move_to_completed`).
-        self._durably_completions: list[tuple[str, Any, Any, asyncio.Future[Any]]] = []
-        self._durably_sender: asyncio.Task[None] | None = None
+        raw = job_data.get("data", "{}") if self._durably_raw_data else None
+        fields = {**job_data, "data": "null"} if raw is not None else job_data
+        try:
+            job = super().nextJobFromJobData(fields, job_id, limit_until, delay_until, token)
+        except Exception as exc:  # RecursionError included: its job must still be finished
+            # Removed once finished whatever its producer asked: nothing can read it, so
+            # keeping it would only keep garbage (possibly a large one) in Redis.
+            name = job_data.get("name")
+            opts = {"removeOnComplete": True, "removeOnFail": True}
+            job = _Job(self, name if isinstance(name, str) else "", None, opts)
+            job.id = str(job_id or job_data.get("id") or "")
+            job.token = token
+            job._durably_unreadable = f"{type(exc).__name__}: {str(exc)[:200]}"
+            return job
+        if raw is not None:
+            job.data = raw
+        return job
 
     async def _move_to_completed(
         self, job: Any, result: Any, remove: Any, token: str, fetch_next: bool
@@ -493,12 +518,13 @@ class BullWorker:
         url: str,
         concurrency: int,
         timing: WorkerTiming,
+        raw_data: bool = False,
     ):
         self.queue = queue
         self._processor = processor
         # A client of its own, closed with the worker; BullMQ uses it for both the blocking
         # fetch and the bookkeeping (its pool hands each a separate connection).
-        client = redis_client(url, patient=True)
+        client = redis_client(url, patient=True, lenient=True)
 
         async def process(job: Any, _token: str) -> None:
             await processor(_job_view(job))
@@ -516,6 +542,7 @@ class BullWorker:
                 "drainDelay": timing.drain_delay_s,
                 "runRetryDelay": timing.run_retry_delay_ms,
             },
+            raw_data=raw_data,
         )
         self._worker.on("error", self._on_error)
         self._run = asyncio.create_task(self._run_loop(), name=f"bullmq-worker:{queue}")

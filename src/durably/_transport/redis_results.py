@@ -19,15 +19,26 @@ When the sink raises, the jobs must not be lost, and raising from the processor 
 2. then it is split in halves, each tried once, recursively, so results the sink can apply are
    not held back by one it cannot;
 3. a single result that still fails is put back on `P-results` as a new job delayed by
-   `requeue_delay_ms` (same payload), and only then is its original job acknowledged. It comes
+   `requeue_delay_ms` (the result as parsed, in its wire form), and only then is its original
+   job acknowledged. It comes
    back later, possibly to another engine, and is logged each time it fails: it is never dropped.
    If Redis refuses that too, the sink and the requeue are tried in turn until one works or the
    transport closes; at close the job is abandoned unacknowledged, and BullMQ's stall check
    re-delivers it once its lock expires (the results worker allows unlimited stalls for that
    reason: a result job must never be failed by stalling).
 
-A job that is not a well-formed step result is logged with its job id and step id and
-acknowledged without settling anything: no retry could make it readable.
+Everything on `P-results` is untrusted (any client of the Redis server can add to it), so a job
+is checked before the sink sees it, and a bad one is logged once and acknowledged — never
+retried, since no retry could make it usable, and never left to block the queue:
+
+- its data is taken as the JSON text Redis holds (`BullWorker(raw_data=True)`) and measured
+  before it is parsed: over the sink's `max_payload_bytes` it is never parsed;
+- it must be a step result whose values the store can hold (`parse_step_result`: no `NaN`, no
+  lone surrogate, no nesting too deep, numbers in range);
+- a refused result that still names its step readably is replaced by its `stand_in`, a failed
+  result (`result_too_large` or `invalid_result`) that fails the attempt it answered, so the run
+  learns why instead of waiting; one that names nothing readable is dropped;
+- a job whose stored fields BullMQ itself cannot read (`BullJob.unreadable`) is dropped.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
 from durably._core.wire import StepResult, WireFormatError, parse_step_result
 from durably._transport.protocol import ResultSink
 from durably._transport.redis_bullmq import BullJob, BullQueue, BullWorker, WorkerTiming
@@ -89,8 +101,10 @@ class ResultConsumer:
         requeue: BullQueue,
         intake: ResultIntake,
         timing: WorkerTiming,
+        max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ):
         self._url = url
+        self._max_bytes = max_bytes
         self._queue = queue
         self._sink = sink
         self._requeue_queue = requeue
@@ -112,6 +126,7 @@ class ResultConsumer:
             url=self._url,
             concurrency=2 * max(1, self._intake.batch_size),
             timing=self._timing,
+            raw_data=True,
         )
 
     async def close(self) -> None:
@@ -130,30 +145,49 @@ class ResultConsumer:
     # -------------------------------------------------------------- per job
 
     async def _process(self, job: BullJob) -> None:
-        if job.name != "result":
-            log.warning(
-                "dropped job %s on %s: named %r, not 'result'", job.id, self._queue, job.name
-            )
-            return
-        try:
-            result = parse_step_result(job.data)
-        except Exception as exc:
-            # WireFormatError names the step when it could read one; anything else raised
-            # while reading is just as unreadable, and must not stop the consumer.
-            step_id = exc.message_id if isinstance(exc, WireFormatError) else _step_id_in(job)
-            log.warning(
-                "dropped malformed step result: job %s on %s, step %s: %s",
-                job.id,
-                self._queue,
-                step_id,
-                exc,
-            )
-            return
+        result = self._read(job)
+        if result is None:
+            return  # logged; returning acknowledges (and removes) the job
         pending = _Pending(result, job, asyncio.get_running_loop().create_future())
         self._waiting.append(pending)
         self._wake.set()
         # Returning acknowledges the job, so wait until the sink applied (or requeued) it.
         await pending.done
+
+    def _read(self, job: BullJob) -> StepResult | None:
+        """The result to settle for `job`: its own, the stand-in of a refused one, or None
+        (dropped). Each refusal is logged here, once, with the job's and the step's ids."""
+        if job.name != "result":
+            log.warning(
+                "dropped job %s on %s: named %r, not 'result'", job.id, self._queue, job.name
+            )
+            return None
+        if job.unreadable is not None:
+            log.warning(
+                "dropped unreadable step result: job %s on %s: %s",
+                job.id,
+                self._queue,
+                job.unreadable,
+            )
+            return None
+        try:
+            return parse_step_result(job.data, max_bytes=self._max_bytes)
+        except WireFormatError as exc:
+            stand_in = exc.stand_in
+            log.warning(
+                "refused step result: job %s on %s, step %s: %s (%s)",
+                job.id,
+                self._queue,
+                exc.message_id,
+                exc.problem,
+                "dropped" if stand_in is None else "failing the attempt it answers",
+            )
+            return stand_in
+        except Exception as exc:  # parse_step_result raises nothing else; stay up if it does
+            log.warning(
+                "dropped unreadable step result: job %s on %s: %s", job.id, self._queue, exc
+            )
+            return None
 
     # -------------------------------------------------------------- batching
 
@@ -237,7 +271,7 @@ class ResultConsumer:
             try:
                 await self._requeue_queue.add(
                     "result",
-                    pending.job.data,
+                    pending.result.to_json(),
                     {**RESULT_JOB_OPTS, "delay": self._intake.requeue_delay_ms},
                 )
             except asyncio.CancelledError:
@@ -264,10 +298,3 @@ class ResultConsumer:
             attempt += 1
             with contextlib.suppress(Exception):
                 await self._apply([pending])
-
-
-def _step_id_in(job: BullJob) -> str | None:
-    data = job.data
-    if isinstance(data, dict) and isinstance(data.get("stepId"), str):
-        return str(data["stepId"])
-    return None
