@@ -261,6 +261,8 @@ async def eventually(check: Any, timeout: float = 5.0, what: str = "condition") 
 class CollectingSink:
     """A `ResultSink` that records every batch; `fail` decides per batch whether to raise."""
 
+    max_payload_bytes = 4 * 1024 * 1024  # the engine's default
+
     def __init__(self, fail: Any = None) -> None:
         self.batches: list[list[Any]] = []
         self.refused = 0

@@ -88,6 +88,8 @@ class RecordingSink:
     """A ResultSink that records each delivered batch; `check` runs inside each delivery
     (before the transport may delete anything) and may raise to refuse the batch."""
 
+    max_payload_bytes = 4 * 1024 * 1024  # the engine's default
+
     def __init__(self, check: Callable[[Sequence[StepResult]], Awaitable[None]] | None = None):
         self.batches: list[list[StepResult]] = []
         self.check = check

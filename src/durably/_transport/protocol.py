@@ -54,6 +54,12 @@ class TransportUnavailableError(ConnectionError):
 class ResultSink(Protocol):
     """Where a transport hands the step results it consumes (the engine's result settler)."""
 
+    @property
+    def max_payload_bytes(self) -> int:
+        """The most bytes of JSON one result may have (the engine's `max_payload_bytes`): a
+        transport that sees a result's bytes refuses a bigger one before parsing it."""
+        ...
+
     async def step_results(self, results: Sequence[StepResult]) -> None:
         """Apply the results durably. Returns once every result is written or known to be a
         duplicate; raises when it could not (the transport must then keep or redeliver the
@@ -63,10 +69,12 @@ class ResultSink(Protocol):
 
 def result_size_limit(sink: ResultSink) -> int:
     """The most bytes of JSON a result handed to `sink` may have: the sink's
-    `max_payload_bytes` when it has one (the engine's settler carries the engine's option),
-    else the default (4 MiB). A transport that sees a result's bytes refuses a bigger one
-    before parsing it (`parse_step_result(..., max_bytes=…)`)."""
-    limit = getattr(sink, "max_payload_bytes", None)
+    `max_payload_bytes` (the engine's settler carries the engine's option). A transport
+    that sees a result's bytes refuses a bigger one before parsing it
+    (`parse_step_result(..., max_bytes=…)`)."""
+    limit = sink.max_payload_bytes
+    # The sink is the engine's, but a value that is not a positive whole number must not
+    # turn the bound off.
     if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
         return limit
     return DEFAULT_MAX_PAYLOAD_BYTES

@@ -83,6 +83,7 @@ from durably._transport.protocol import (
     TransportUnavailableError,
     TurnChannel,
     WorkerDirectory,
+    result_size_limit,
 )
 from durably._transport.sql_drain import ResultDrain
 from durably._transport.sql_tables import (
@@ -405,7 +406,8 @@ class SqlTransport:
             return
         await self._ready()
         self._ensure_listener()
-        drain = ResultDrain(self, sink, self._max_payload_bytes)
+        # The smaller of this transport's bound and the engine's.
+        drain = ResultDrain(self, sink, min(self._max_payload_bytes, result_size_limit(sink)))
         self._drainer = asyncio.get_running_loop().create_task(drain.loop())
 
     async def close(self) -> None:
