@@ -11,6 +11,7 @@ test until it is written here too and its rows are checked.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,18 @@ async def buffer_signal_bounded(s: Any) -> None:
 async def buffer_event(s: Any) -> None:
     event = BufferedEvent(id="e1", name="paid", payload=secret("buffer_event"), published_at=1)
     await s.buffer_event(event)
+
+
+@writes
+async def buffer_event_bounded(s: Any) -> None:
+    event = BufferedEvent(
+        id="e-bounded",
+        name="shipped",
+        payload=secret("buffer_event_bounded"),
+        published_at=int(time.time() * 1000),
+    )
+    refused = await s.buffer_event_bounded(event, ttl_ms=60_000, per_name=10, per_namespace=100)
+    assert refused is None
 
 
 @writes
@@ -301,6 +314,8 @@ async def test_every_payload_is_ciphertext_at_rest(
     assert bounded is not None and bounded.payload == secret("buffer_signal_bounded")
     (event,) = await store.list_buffered_events("paid", 10)
     assert event.payload == secret("buffer_event")
+    (shipped,) = await store.list_buffered_events("shipped", 10)
+    assert shipped.payload == secret("buffer_event_bounded")
     listed = {r.id: r.input for r in await store.list_runs(RunQuery())}
     assert listed == {
         "r1": secret("create_run"),
