@@ -287,8 +287,8 @@ async def test_every_payload_is_ciphertext_at_rest(
     # runs: r1 input+output, r2 input, r3 input, r4 input; checkpoints: 0 input+output, 1,
     # 2, 3 (the delivery), 4 (the fold), 5 input (c2's placeholder), 6 and 7 (the buffered
     # signals taken into rows), 8 and 9 (the buffered events taken into rows); two signals
-    # still buffered; one event.
-    assert raw.count(ENVELOPE) == 5 + 11 + 2 + 1
+    # still buffered; two events (one buffered plainly, one within the bounds).
+    assert raw.count(ENVELOPE) == 5 + 11 + 2 + 2
     assert "signal:child:c1" in raw and "fan:g" in raw and "paid" in raw  # metadata readable
 
     # Read back through the wrapper: every payload comes back as written.
