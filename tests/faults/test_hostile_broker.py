@@ -36,6 +36,7 @@ import durably
 from durably import TenantGateway, WorkflowCtx
 from tests.pg_support import pg_schema, pg_url  # noqa: F401
 from tests.remote import redis_support
+from tests.remote.redis_support import wait_for
 
 redis_url = redis_support.redis_url
 redis_prefix = redis_support.redis_prefix
@@ -443,17 +444,6 @@ async def queues_drained(url: str, prefix: str) -> bool:
 
 def durably_log_lines(records: list[logging.LogRecord]) -> list[logging.LogRecord]:
     return [r for r in records if r.name.startswith("durably") and r.levelno >= logging.WARNING]
-
-
-async def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        await asyncio.sleep(0.05)
 
 
 async def test_a_hostile_redis_writer_cannot_plant_steal_stall_or_loop(

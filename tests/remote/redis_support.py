@@ -258,6 +258,20 @@ async def eventually(check: Any, timeout: float = 5.0, what: str = "condition") 
         await asyncio.sleep(0.05)
 
 
+async def wait_for(check: Any, timeout: float = 15, what: str = "condition") -> Any:
+    """`await check()` until it returns something truthy (returned), polling every 50 ms;
+    fails after `timeout` seconds naming `what`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
 class CollectingSink:
     """A `ResultSink` that records every batch; `fail` decides per batch whether to raise."""
 

@@ -14,7 +14,6 @@ operator `Engine` with a `RedisTransport` (and `tenant_token_secret`) is the con
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -30,6 +29,7 @@ from durably.tenant import TenantRequestError
 from durably.transports import RedisTransport
 from tests.pg_support import fresh_schema, schema_url
 from tests.remote import redis_support
+from tests.remote.redis_support import wait_for
 
 redis_url = redis_support.redis_url
 redis_prefix = redis_support.redis_prefix
@@ -100,19 +100,8 @@ def dropped_lines(caplog: pytest.LogCaptureFixture, run_id: str) -> list[str]:
 
 async def settled(engine: durably.Engine, run_id: str) -> durably.WorkflowRun:
     """The run once it exists (a start-run travels as a message) and is terminal."""
-    await wait_for(lambda: engine.get_run(run_id), f"run {run_id} created")
+    await wait_for(lambda: engine.get_run(run_id), WAIT, f"run {run_id} created")
     return await engine.wait_for_run(run_id, timeout=WAIT, until="terminal")
-
-
-async def wait_for(check: Any, what: str, timeout: float = WAIT) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        await asyncio.sleep(0.05)
 
 
 async def test_a_run_id_of_another_tenant_is_a_conflict_through_the_gateway(
@@ -142,7 +131,7 @@ async def test_a_run_id_of_another_tenant_is_a_conflict_through_the_gateway(
         async def refused() -> list[str]:
             return dropped_lines(caplog, invoice)
 
-        lines = await wait_for(refused, "acme's start-run logged as a conflict")
+        lines = await wait_for(refused, WAIT, "acme's start-run logged as a conflict")
         assert len(lines) == 1 and "another namespace" in lines[0], lines
         assert "tenant" in lines[0] and "acme" in lines[0]
         with pytest.raises(TenantRequestError) as info:
@@ -209,14 +198,14 @@ async def test_raw_start_runs_with_a_nul_are_dropped_once_and_the_next_one_start
             async def all_dropped() -> bool:
                 return all(dropped_lines(caplog, str(m["runId"])) for m in bad)
 
-            await wait_for(all_dropped, "every bad start-run logged as dropped")
+            await wait_for(all_dropped, WAIT, "every bad start-run logged as dropped")
 
             async def queue_empty() -> bool:
                 counts = await queue.getJobCounts("wait", "active", "delayed")
                 return not any(counts.values())
 
             # Nothing was put back on the queue to be tried again.
-            await wait_for(queue_empty, "an empty start-run queue")
+            await wait_for(queue_empty, WAIT, "an empty start-run queue")
         finally:
             await queue.close()
         for data in bad:

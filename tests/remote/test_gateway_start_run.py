@@ -29,6 +29,7 @@ from durably._engine.gateway_wire import GatewaySettings
 from durably._transport.redis_gateway import RedisGatewayChannel
 from tests.remote import redis_support
 from tests.remote.durable_worker_env import durable_worker_python
+from tests.remote.redis_support import wait_for
 
 redis_url = redis_support.redis_url
 redis_prefix = redis_support.redis_prefix
@@ -80,17 +81,6 @@ def greet_workflow(tag: str) -> Any:
         return f"hello {data['name']}"
 
     return greet
-
-
-async def wait_for(check: Any, timeout: float = 15, what: str = "condition") -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        await asyncio.sleep(0.05)
 
 
 async def test_the_sdks_start_run_creates_the_run_in_the_tenants_namespace(
