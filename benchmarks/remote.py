@@ -200,7 +200,7 @@ class Stages:
 
     def __init__(self) -> None:
         self.marks: dict[str, dict[str, float]] = collections.defaultdict(dict)
-        from durably._engine import remote as engine_remote
+        from durably._engine.worker.settler import ResultSettler
         from durably._transport import redis as redis_mod
         from durably._transport import redis_results, redis_server
 
@@ -231,7 +231,7 @@ class Stages:
             mark(_step_id(job.data), "result_fetched")
             await consume(consumer, job)
 
-        settle = engine_remote.ResultSettler.step_results
+        settle = ResultSettler.step_results
 
         async def settled(settler: Any, results: Any) -> None:
             for r in results:
@@ -242,7 +242,7 @@ class Stages:
         redis_server.RedisStepServer._process = served  # type: ignore[method-assign]
         redis_server.RedisStepServer._publish = published  # type: ignore[method-assign]
         redis_results.ResultConsumer._process = consumed  # type: ignore[method-assign]
-        engine_remote.ResultSettler.step_results = settled  # type: ignore[method-assign]
+        ResultSettler.step_results = settled  # type: ignore[method-assign]
         global _took, _called
 
         def called(run_id: str, i: int) -> None:
@@ -291,7 +291,7 @@ async def _engine_main(config: dict[str, Any]) -> None:
         # many results of one run in a batch, the settler lists ALL the run's rows (one read
         # instead of one per result); for a 10,000-member fan that listing is most of the
         # settlement's cost. A huge limit makes it read each result's row instead.
-        from durably._engine import remote as engine_remote
+        from durably._engine.remote import steps as engine_remote
 
         engine_remote._LIST_OVER = int(config["settle_read_limit"])
     stages = Stages() if config.get("breakdown") else None

@@ -46,15 +46,12 @@ from durably._core.models import (
 )
 from durably._core.quota import Concurrency, ConcurrencyQuota, Singleton
 from durably._core.triggers import Batch, Debounce, EventKeyError, EventTrigger
-from durably._engine.client import Client
-from durably._engine.concurrency import AdaptiveConcurrency
-from durably._engine.ctx import WorkflowCtx
-from durably._engine.engine import Engine
-from durably._engine.events import EngineEvent, MetricsSnapshot
-from durably._engine.fans import Fulfilled, Rejected, Settled
-from durably._engine.handle import RunHandle, UpdateResult
-from durably._engine.options import EngineOptions
-from durably._engine.registry import (
+from durably._engine.client.client import Client
+from durably._engine.client.handle import RunHandle, UpdateResult
+from durably._engine.defs.concurrency import AdaptiveConcurrency
+from durably._engine.defs.events import EngineEvent, MetricsSnapshot
+from durably._engine.defs.options import EngineOptions
+from durably._engine.defs.registry import (
     OnErrorInput,
     OnErrorRoute,
     RetryPolicy,
@@ -63,7 +60,10 @@ from durably._engine.registry import (
     step,
     workflow,
 )
-from durably._engine.remote_turns_routing import RemoteWorkflow, remote_workflow
+from durably._engine.defs.remote_workflows import RemoteWorkflow, remote_workflow
+from durably._engine.engine import Engine
+from durably._engine.run.ctx import WorkflowCtx
+from durably._engine.run.fans import Fulfilled, Rejected, Settled
 from durably._read.list_models import (
     GroupHealth,
     RunFacetRow,

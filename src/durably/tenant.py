@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any
 from durably._core.errors import DurablyError
 from durably._core.ids import given_run_id
 from durably._core.models import RunResult, WorkflowRun
-from durably._engine.client import plain_input
-from durably._engine.control import check_run_text
-from durably._engine.events import EngineEvent
-from durably._engine.gateway_wire import (
+from durably._engine.client.client import plain_input
+from durably._engine.control.plane import check_run_text
+from durably._engine.defs.events import EngineEvent
+from durably._engine.gateway.wire import (
     TenantChannel,
     check_tenant,
     mint_tenant_token,

@@ -21,7 +21,7 @@ from durably import (
     WorkflowRun,
 )
 from durably._core.models import HANDOFF_SEQ_BASE
-from durably._engine.routing import route_for
+from durably._engine.control.on_error import route_for
 
 from .conftest import FAST_TUNING, EngineFactory
 from .support import RESULT_TIMEOUT, bump, wait_status, wait_until

@@ -26,7 +26,7 @@ import durably
 from durably import Client, Engine, InMemoryStateStore, SignalBufferFullError, WorkflowCtx
 from durably._core.bounds import PayloadTooLargeError
 from durably._core.models import BufferedEvent
-from durably._engine import signals
+from durably._engine.control import signals
 from tests.pg_support import fresh_schema, schema_url
 
 FAST: dict[str, Any] = {"timer_poll_ms": 20, "lease_ms": 2000, "drain_timeout_ms": 2000}

@@ -24,7 +24,7 @@ from durably._core.triggers import (
     DEBOUNCE_WORKFLOW,
     accumulator_id,
 )
-from durably._engine import triggers
+from durably._engine.triggers import subscribers as triggers
 
 from .conftest import EngineFactory
 from .support import RESULT_TIMEOUT, wait_until

@@ -45,7 +45,7 @@ from typing import Any
 import durably
 from durably import WorkflowCtx
 from durably._core.models import StepCheckpoint
-from durably._engine.events import EngineEvent
+from durably._engine.defs.events import EngineEvent
 from durably._store.sql import SqlStateStore
 
 STEP_NAME = "fault.step"

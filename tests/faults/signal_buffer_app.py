@@ -85,7 +85,7 @@ def _tokens_of(name: str, args: tuple[Any, ...]) -> list[str]:
 
 
 def _event_waiter_tokens(event_name: str) -> Callable[[str, tuple[Any, ...]], bool]:
-    from durably._engine.event_tokens import event_token_prefix
+    from durably._engine.defs.event_tokens import event_token_prefix
 
     prefix = event_token_prefix(event_name)
     return lambda name, args: any(t.startswith(prefix) for t in _tokens_of(name, args))

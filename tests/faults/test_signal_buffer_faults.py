@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 import durably
-from durably._engine.event_tokens import event_token_prefix
+from durably._engine.defs.event_tokens import event_token_prefix
 from durably._store.sql import SqlStateStore
 from tests.faults.kill_support import kill, store_url
 

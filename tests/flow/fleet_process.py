@@ -24,7 +24,7 @@ import time
 
 import durably
 from durably import Queue, WorkflowCtx
-from durably._engine.flow import AdmissionSpec
+from durably._engine.flow.queues import AdmissionSpec
 from tests.remote.redis_support import REDIS_URL
 
 # Short TTLs so a SIGKILLed process's slots lapse within the test.

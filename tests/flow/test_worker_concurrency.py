@@ -16,7 +16,8 @@ import pytest
 
 import durably
 from durably import Queue, WorkflowCtx
-from durably._engine.concurrency import AdaptiveConcurrency, Resources, StepLimiter
+from durably._engine.defs.concurrency import AdaptiveConcurrency
+from durably._engine.flow.step_limits import Resources, StepLimiter
 from tests.engine.conftest import EngineFactory
 
 from .test_engine_queues import RESULT_TIMEOUT, SideEffects

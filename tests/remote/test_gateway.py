@@ -23,8 +23,8 @@ import pytest
 
 import durably
 from durably import EngineEvent, TenantGateway, WorkflowCtx
-from durably._engine.gateway import Gateway
-from durably._engine.gateway_wire import GatewaySettings
+from durably._engine.gateway.server import Gateway
+from durably._engine.gateway.wire import GatewaySettings
 from durably._transport.redis_gateway import RedisGatewayChannel
 from durably.tenant import TenantRequestError
 from tests.remote import redis_support
@@ -419,7 +419,7 @@ async def test_a_tenant_sees_the_live_events_of_its_runs_only(
 def test_reply_data_is_json_with_iso_dates() -> None:
     from datetime import UTC, datetime
 
-    from durably._engine.gateway_wire import ok_reply
+    from durably._engine.gateway.wire import ok_reply
 
     at = datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
     reply = ok_reply("r1", {"when": at, "items": (1, "a")})

@@ -24,8 +24,8 @@ import pytest
 
 import durably
 from durably import TenantGateway, WorkflowCtx
-from durably._engine.gateway import Gateway
-from durably._engine.gateway_wire import GatewaySettings
+from durably._engine.gateway.server import Gateway
+from durably._engine.gateway.wire import GatewaySettings
 from durably._transport.redis_gateway import RedisGatewayChannel
 from tests.remote import redis_support
 from tests.remote.durable_worker_env import durable_worker_python

@@ -577,7 +577,7 @@ async def test_unstorable_messages_are_dropped_once_and_never_block_the_rest(
 def test_a_calls_group_stays_inside_its_runs_namespace(
     group: str, namespace: str, route_group: str | None, allowed: bool
 ) -> None:
-    from durably._engine.remote_turns_routing import call_group_refusal
+    from durably._engine.remote.turn_routes import call_group_refusal
 
     assert (call_group_refusal(group, namespace, route_group) is None) is allowed
 

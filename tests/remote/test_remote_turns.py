@@ -37,9 +37,9 @@ from durably._core.models import (
 )
 from durably._core.wire import RemoteTask, StepResult
 from durably._core.wire_turns import parse_workflow_decision
-from durably._engine.registry import OnErrorRoute, Workflow
-from durably._engine.remote_turns import RemoteTurns
-from durably._engine.remote_turns_routing import remote_workflow
+from durably._engine.defs.registry import OnErrorRoute, Workflow
+from durably._engine.defs.remote_workflows import remote_workflow
+from durably._engine.remote.turns import RemoteTurns
 from durably._transport.memory import InMemoryTransport
 from durably._transport.pool import TransportPool
 from tests.pg_support import fresh_schema, schema_url

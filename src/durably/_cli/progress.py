@@ -13,7 +13,7 @@ import time
 from typing import TextIO
 
 from durably._cli.render import format_duration
-from durably._engine.events import EngineEvent
+from durably._engine.defs.events import EngineEvent
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from durably._cli.common import EXIT_OK, CliError, echo, load_app
 from durably._cli.render import format_duration
+from durably._engine.defs.events import EngineEvent
 from durably._engine.engine import Engine
-from durably._engine.events import EngineEvent
-from durably._engine.roles import ROLE_ENV, ROLES
+from durably._engine.worker.roles import ROLE_ENV, ROLES
 
 
 def add_parser(sub: Any) -> None:

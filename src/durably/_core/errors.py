@@ -425,3 +425,14 @@ def error_of(err: BaseException, *, with_stack: bool = True) -> StepError:
         retryable=retryable if isinstance(retryable, bool) else None,
         stack=stack,
     )
+
+
+class StoreFailure(_ControlFlow):
+    """The store failed under a running turn. Delivered as a control-flow signal
+    so `except Exception` in a body cannot swallow it and carry on with undurable state: the
+    turn ends unsettled, its lease lapses or is released, and recovery resumes the run from
+    its last durable checkpoint once the store is back."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(f"store failure: {type(cause).__name__}: {cause}")
+        self.cause = cause

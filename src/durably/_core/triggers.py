@@ -1,6 +1,6 @@
 """Event triggers: what a workflow declares with `on_event=`, `debounce=` and `batch=`.
 
-Pure data and checks (no I/O): the runtime's end is `durably._engine.triggers`.
+Pure data and checks (no I/O): the runtime's end is `durably._engine.triggers.subscribers`.
 
 - `on_event=["order.paid", EventTrigger("order.paid", match=...)]`: a plain name starts the
   workflow for every published event of that name; an `EventTrigger` starts it only for the

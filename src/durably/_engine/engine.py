@@ -18,23 +18,24 @@ from durably._core.ids import given_run_id
 from durably._core.models import RunResult, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
 from durably._core.triggers import refuse_engine_owned_start
-from durably._engine import operator
-from durably._engine.client import Client
-from durably._engine.concurrency import ConcurrencySpec, step_limiter
-from durably._engine.events import Listener, MetricsSnapshot
-from durably._engine.flow import AdmissionSpec, QueueReport
-from durably._engine.handle import RunHandle, WaitUntil
-from durably._engine.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
-from durably._engine.quotas import OnDuplicate
-from durably._engine.read_api import ReadApi, WorkerHealthApi
-from durably._engine.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
-from durably._engine.roles import Role, resolve_role
-from durably._engine.signal_api import BufferedSignalsApi, SignalApi, buffer_policy
-from durably._engine.signals import SignalRoute
-from durably._engine.stores import open_store
-from durably._engine.triggers import ensure_builtins, install
-from durably._engine.unsupported import CONCURRENCY_OVER_TRANSPORT, refuse_engine_options
-from durably._engine.worker import Worker
+from durably._engine.client.client import Client
+from durably._engine.client.handle import RunHandle, WaitUntil
+from durably._engine.client.reads import ReadApi, WorkerHealthApi
+from durably._engine.client.signal_api import BufferedSignalsApi, SignalApi
+from durably._engine.control import operator
+from durably._engine.control.signals import SignalRoute, buffer_policy
+from durably._engine.defs.concurrency import ConcurrencySpec
+from durably._engine.defs.events import Listener, MetricsSnapshot
+from durably._engine.defs.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
+from durably._engine.defs.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
+from durably._engine.defs.stores import open_store
+from durably._engine.defs.unsupported import CONCURRENCY_OVER_TRANSPORT, refuse_engine_options
+from durably._engine.flow.queues import AdmissionSpec, QueueReport
+from durably._engine.flow.quotas import OnDuplicate
+from durably._engine.flow.step_limits import step_limiter
+from durably._engine.triggers.subscribers import ensure_builtins, install
+from durably._engine.worker.roles import Role, resolve_role
+from durably._engine.worker.worker import Worker
 from durably._read.lists import LocalWorker
 from durably._store.codec import Codec, wrap_store
 from durably._store.memory import InMemoryStateStore
@@ -74,7 +75,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
     run, takes no step result or workflow decision), `role="control"` drives runs and takes
     results and decisions but serves no step, `role="both"` (the default; `DURABLY_ROLE` when
     set) does all of it. A contradictory combination raises `ValueError` (see
-    `durably._engine.roles`).
+    `durably._engine.worker.roles`).
 
     Flow control: `queues=[durably.Queue(...)]` (or `register_queue`) declares the queues
     `ctx.step(..., queue=name)` waits on. `admission=` says where their slots are counted:
@@ -449,7 +450,7 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         """The flow-control queues registered here: their slots held and places in line (on
         the admission backend: fleet-wide when it is shared), admissions in the current rate
         window, why they turn callers away now, and this engine's own admitted and denied
-        counts (`durably._engine.flow.QueueReport`)."""
+        counts (`durably._engine.flow.queues.QueueReport`)."""
         await self._ensure_open()
         return await self._worker.flow.stats()
 

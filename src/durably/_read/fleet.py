@@ -2,7 +2,7 @@
 
 A transport that carries liveness entries and descriptors (Redis) answers, per routing token,
 which workers beat on it, what each reports about its load, and what each one's descriptor
-says it serves. The engine reads that (`durably._engine.read_api`); the functions here turn
+says it serves. The engine reads that (`durably._engine.client.reads`); the functions here turn
 one answer into `GroupHealth` rows and all answers into the `WorkflowDirectory`. Pure: no
 transport, no store, no clock.
 

@@ -184,7 +184,7 @@ class ControlChannel(Protocol):
 # ------------------------------------------------------------------ the tenant gateway
 
 # The gateway lets store-less processes (tenants, durable-worker's `start_run`) start runs and
-# ask the control plane about their own runs; the engine side is `durably._engine.gateway`.
+# ask the control plane about their own runs; the engine side is `durably._engine.gateway.server`.
 
 StartRunHandler = Callable[[dict[str, Any], str], Awaitable[None]]
 RunRequestHandler = Callable[[dict[str, Any], str], Awaitable[dict[str, Any] | None]]

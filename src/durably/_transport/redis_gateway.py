@@ -13,7 +13,7 @@ gateway use.
 - `P-tenant-events-<tenant>` (pub/sub): engine events of the runs in a tenant's namespace.
 
 This module only moves JSON objects; what a message means, and who may ask what, is decided by
-the engine's gateway (`durably._engine.gateway`). One object serves both ends: the control
+the engine's gateway (`durably._engine.gateway.server`). One object serves both ends: the control
 plane calls `serve`, `publish_reply` and `publish_tenant_event`; a tenant calls `start_run`,
 `send_request`, `subscribe_replies` and `subscribe_tenant_events`.
 """

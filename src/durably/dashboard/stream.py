@@ -22,8 +22,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+from durably._engine.defs.events import EngineEvent
 from durably._engine.engine import Engine
-from durably._engine.events import EngineEvent
 
 __all__ = ["KEEPALIVE_SECONDS", "QUEUE_LIMIT", "event_stream", "sse_response"]
 

@@ -1,0 +1,3 @@
+"""`durably.Client`: start, signal, cancel, retry and read runs from any process, without the
+worker runtime.
+"""

@@ -1,0 +1,257 @@
+"""`EngineOptions`: every tuning option of an `Engine`, typed, documented and validated.
+
+An engine is tuned either with keywords (`Engine(lease_ms=5_000)`) or with one
+`EngineOptions` value (`Engine(options=EngineOptions(lease_ms=5_000))`), which can be built
+once and shared by the processes of a deployment. Both go through the same checks, so a bad
+value is refused when the engine (or the options value) is built, with a `ValueError` that
+names the option — never later, deep inside a poller.
+
+Units: an option whose name ends in `_ms` is a whole number of milliseconds (the names are
+part of the public API and stay as they are). Any other duration (`signal_buffer_ttl`) is a
+number of SECONDS, a `timedelta`, or a string such as `"10s"` / `"24h"` — the same reading
+every duration of the Python API has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
+from durably._core.buffered_signals import (
+    DEFAULT_SIGNAL_BUFFER_PER_NAMESPACE,
+    DEFAULT_SIGNAL_BUFFER_PER_TOKEN,
+    DEFAULT_SIGNAL_BUFFER_TTL_MS,
+)
+from durably._core.durations import Duration, to_ms
+from durably._engine.defs.concurrency import ConcurrencySpec, check_concurrency
+
+__all__ = ["OPTION_NAMES", "UNSET", "EngineOptions", "Unset", "merge_options"]
+
+
+class Unset(enum.Enum):
+    """The default of an `Engine(...)` / `Client(...)` option keyword: "not given here", so
+    the value comes from `options=` (or the default). A sentinel rather than None because
+    None is a meaningful value of some options (`max_recovery_attempts=None`: no limit)."""
+
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = Unset.UNSET
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineOptions:
+    """The tuning options of an `Engine`; every field has a working default.
+
+    Frozen: derive a variant with `dataclasses.replace(options, lease_ms=5_000)`. Building
+    one checks every field and raises `ValueError` naming the first bad one.
+    """
+
+    # ------------------------------------------------------------ leases and polling
+    lease_ms: int = 30_000
+    """How long a claim on a run lasts without renewal (ms). A process that dies holding a
+    run loses it after this long and another process recovers the run; the owner renews it
+    well before then. Lower it to recover faster, at the price of more renewal writes."""
+
+    timer_poll_ms: int = 1_000
+    """How often the poller looks for due timers (`ctx.sleep`, deadlines) and runs waiting
+    to be picked up (ms). Where the store has a wake bus (PostgreSQL) most work is announced
+    at once and this is only the fallback."""
+
+    reconcile_ms: int = 300_000
+    """How often the slow sweep runs (ms): it recovers runs whose owner's lease expired and
+    purges expired buffered signals."""
+
+    max_recovery_attempts: int | None = None
+    """How many times a run may be recovered after its owner crashed before it is marked
+    `dead` (a poison pill that keeps killing its process). None: no limit."""
+
+    drain_timeout_ms: int = 10_000
+    """On close, how long in-flight turns get to finish before they are interrupted (ms);
+    an interrupted run is recovered by whichever process claims it next."""
+
+    instance_wait_ms: int | None = None
+    """With an explicit `instance_id`: how long opening waits for a live predecessor with
+    the same id to let go (ms) before giving up. None: `drain_timeout_ms + 2 * lease_ms`,
+    enough for a predecessor that is draining or has just died."""
+
+    # ------------------------------------------------------------ capacity
+    max_concurrent_runs: int = 1_000
+    """Runs this engine drives at once: it picks up pending runs only while fewer execute
+    here. A run whose body waits only for something outside it (a signal, an event, a
+    timer, a child run) holds no slot — `max_resident_runs` bounds those — and one woken
+    from such a wait carries on even when the slots are full. A run waiting on its own
+    step (in flight elsewhere, waiting for a flow-control slot, between retries) holds its
+    slot."""
+
+    claim_batch: int = 16
+    """Runs leased per pick-up statement when claiming from the backlog."""
+
+    pending_batch: int = 100
+    """Runs the poller lists per pass when looking for pending runs to pick up."""
+
+    max_resident_runs: int = 10_000
+    """Parked workflow bodies kept in memory. Past it the longest-parked run is evicted and
+    replayed from its checkpoints when it wakes. 0 keeps none."""
+
+    step_threads: int = 256
+    """Size of the engine's thread pool for synchronous steps (started lazily; a blocking
+    sync step holds a thread while it blocks)."""
+
+    concurrency: ConcurrencySpec = None
+    """Worker concurrency: how many step handlers (`ctx.step`, step-fan members) this engine
+    runs at once; the others wait for a permit, and their `step.started` and `timeout=` begin
+    when they get one. None: no limit of its own. A whole number: that fixed limit.
+    `"adaptive"` or `AdaptiveConcurrency(min=, max=, …)`: a limit adjusted every tick on the
+    steps' latency, the process's memory and CPU. The current limit is reported in
+    `worker_health()`. Refused with a transport (steps then run in other processes)."""
+
+    fan_window: int = 1_000
+    """In-process members of one step fan (`ctx.map`, `ctx.all`, …) in flight at once."""
+
+    fold_fans_over: int = 1_000
+    """Workflow fans at least this wide fold each settled wave into a summary instead of
+    keeping one record per member in memory."""
+
+    event_scan_limit: int = 50
+    """Buffered events read per scan when a workflow waits for an event."""
+
+    compensation_retries: int = 1
+    """Tries of each local compensation (saga undo) before it is reported failed; 1 means
+    one try, no retry."""
+
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    """Largest JSON value (bytes, encoded) accepted from outside the engine's own code: a
+    remote step's result or event, a remote workflow's decision or step event, a signal's
+    payload, a tenant's start-run input. A bigger one is refused at the boundary with
+    `PayloadTooLargeError` (an API call), or fails the step attempt / is dropped and logged
+    once (a wire message), and nothing of it is stored. Default 4 MiB; pass references to
+    bigger data (a URL, an object-store key) instead of the data itself."""
+
+    # ------------------------------------------------------------ behaviour
+    track_step_start: bool = True
+    """Record when each step starts (a `started` checkpoint), so the dashboard and the read
+    API show running steps; False saves one write per step."""
+
+    always_replay: bool = False
+    """Test mode: evict every run after every step and replay it from its checkpoints, which
+    flushes out workflow code that is not deterministic."""
+
+    # ------------------------------------------------------------ buffered signals
+    signal_buffer_ttl: Duration = DEFAULT_SIGNAL_BUFFER_TTL_MS / 1000.0
+    """How long a signal sent before any run waits on its token stays buffered: seconds, a
+    `timedelta` or a string such as `"24h"` (default 24 hours). An expired signal is never
+    delivered and is purged."""
+
+    signal_buffer_per_token: int = DEFAULT_SIGNAL_BUFFER_PER_TOKEN
+    """Most signals buffered for one token; past it a new one is refused with
+    `SignalBufferFullError`."""
+
+    signal_buffer_per_namespace: int = DEFAULT_SIGNAL_BUFFER_PER_NAMESPACE
+    """Most signals buffered for one token namespace (a token's text before its first
+    ':'); past it a new one is refused with `SignalBufferFullError`."""
+
+    def __post_init__(self) -> None:
+        for name in OPTION_NAMES:
+            check_option("EngineOptions", name, getattr(self, name))
+
+    @property
+    def signal_buffer_ttl_ms(self) -> int:
+        """`signal_buffer_ttl` in milliseconds."""
+        return to_ms(self.signal_buffer_ttl)
+
+    @property
+    def effective_instance_wait_ms(self) -> int:
+        """`instance_wait_ms`, or its default derived from the drain timeout and lease."""
+        if self.instance_wait_ms is not None:
+            return self.instance_wait_ms
+        return self.drain_timeout_ms + 2 * self.lease_ms
+
+
+OPTION_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in dataclasses.fields(EngineOptions))
+
+# Smallest value of each whole-number option. A value that the engine would have to clamp
+# (a window of 0, a lease of 0 ms) is refused instead: clamping hides the caller's mistake.
+_MINIMUM: Final[dict[str, int]] = {
+    "lease_ms": 1,
+    "timer_poll_ms": 1,
+    "reconcile_ms": 1,
+    "max_recovery_attempts": 0,  # 0: the first crash of its owner makes a run dead
+    "drain_timeout_ms": 0,  # 0: interrupt in-flight turns at once on close
+    "instance_wait_ms": 0,
+    "max_concurrent_runs": 1,
+    "claim_batch": 1,
+    "pending_batch": 1,
+    "max_resident_runs": 0,
+    "step_threads": 1,
+    "fan_window": 1,
+    "fold_fans_over": 1,
+    "event_scan_limit": 1,
+    "compensation_retries": 1,
+    "max_payload_bytes": 1024,
+    "signal_buffer_per_token": 1,
+    "signal_buffer_per_namespace": 1,
+}
+_OPTIONAL: Final = frozenset({"max_recovery_attempts", "instance_wait_ms"})
+_FLAGS: Final = frozenset({"track_step_start", "always_replay"})
+
+
+def check_option(owner: str, name: str, value: object) -> None:
+    """Raise `ValueError` naming `owner(name=…)` when `value` is not a valid `name`.
+
+    Wrong types are a ValueError too (not TypeError), so one `except ValueError` catches
+    every bad option value, whichever way it is bad."""
+    if name == "signal_buffer_ttl":
+        try:
+            if value is None:
+                raise ValueError("a duration is required")
+            ttl_ms = to_ms(value)  # type: ignore[arg-type]  # checked at run time
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"{owner}(signal_buffer_ttl={value!r}): {exc} (a number of seconds, a "
+                'timedelta, or a string such as "24h")'
+            ) from None
+        if ttl_ms < 1:
+            raise ValueError(f"{owner}(signal_buffer_ttl={value!r}) must be a positive duration")
+        return
+    if name == "concurrency":
+        check_concurrency(owner, value)
+        return
+    if name in _FLAGS:
+        if not isinstance(value, bool):
+            raise ValueError(f"{owner}({name}=…) must be True or False, not {value!r}")
+        return
+    if value is None and name in _OPTIONAL:
+        return
+    low = _MINIMUM[name]
+    unit = " of milliseconds" if name.endswith("_ms") else ""
+    if isinstance(value, bool) or not isinstance(value, int):
+        none = " or None" if name in _OPTIONAL else ""
+        raise ValueError(
+            f"{owner}({name}=…) must be a whole number{unit} >= {low}{none}, not {value!r}"
+        )
+    if value < low:
+        raise ValueError(f"{owner}({name}=…) must be >= {low}, not {value}")
+
+
+def merge_options(
+    owner: str, options: EngineOptions | None, given: Mapping[str, object]
+) -> EngineOptions:
+    """`options` (default `EngineOptions()`) with the keywords `given` explicitly laid over
+    it: a keyword that is not UNSET wins over the same field of `options`. Each given value
+    is checked first so its error names `owner` (`Engine(lease_ms=…)`), the call the user
+    wrote."""
+    if options is not None and not isinstance(options, EngineOptions):
+        raise ValueError(f"{owner}(options=…) must be an EngineOptions, not {options!r}")
+    changes = {name: value for name, value in given.items() if value is not UNSET}
+    for name, value in changes.items():
+        check_option(owner, name, value)
+    base = options if options is not None else EngineOptions()
+    return dataclasses.replace(base, **changes) if changes else base  # type: ignore[arg-type]

@@ -1,0 +1,553 @@
+"""`@durably.step` / `@durably.workflow` and the registry."""
+
+from __future__ import annotations
+
+import inspect
+import random
+import re
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
+
+from durably._core.durations import (
+    Duration,
+    ms_keyword,
+    ms_keyword_or_none,
+    to_ms,
+    to_ms_or_none,
+)
+from durably._core.errors import FatalError
+from durably._core.models import StepError
+from durably._core.quota import Concurrency, Singleton
+from durably._core.triggers import (
+    Accumulation,
+    Batch,
+    Debounce,
+    EventTrigger,
+    accumulation,
+    event_triggers,
+    is_engine_owned_workflow,
+)
+from durably._engine.defs.typed_io import codecs_for
+
+if TYPE_CHECKING:
+    from durably._engine.run.ctx import WorkflowCtx
+
+I = TypeVar("I")
+O = TypeVar("O")
+P = ParamSpec("P")
+
+BackoffKind = Literal["fixed", "exponential", "exp"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a step is retried.
+
+    `retries` is the MAXIMUM NUMBER OF ATTEMPTS (1 = a single try; `retries=3` is three
+    attempts, not four). `backoff` is `"fixed"` or `"exponential"`; `backoff_ms` the base
+    delay (0 = retry at once); `backoff_max_ms` caps it; `jitter` scales each delay by a
+    random factor in [0.5, 1.0].
+    """
+
+    retries: int = 1
+    backoff: BackoffKind = "fixed"
+    backoff_ms: int = 0
+    backoff_max_ms: int | None = None
+    jitter: bool = False
+
+    @property
+    def max_attempts(self) -> int:
+        return max(1, self.retries)
+
+    def delay_ms(self, attempt: int) -> int:
+        """The delay after attempt `attempt` failed."""
+        base = self.backoff_ms or 0
+        if base <= 0:
+            return 0
+        raw = base * 2 ** (attempt - 1) if self.backoff in ("exponential", "exp") else base
+        capped = min(raw, self.backoff_max_ms) if self.backoff_max_ms is not None else raw
+        if self.jitter:
+            return round(capped * (0.5 + random.random() * 0.5))
+        return int(capped)
+
+    def overlay(
+        self,
+        *,
+        retries: int | None = None,
+        backoff: BackoffKind | None = None,
+        backoff_ms: int | None = None,
+        backoff_max_ms: int | None = None,
+        jitter: bool | None = None,
+    ) -> RetryPolicy:
+        return RetryPolicy(
+            retries=self.retries if retries is None else retries,
+            backoff=self.backoff if backoff is None else backoff,
+            backoff_ms=self.backoff_ms if backoff_ms is None else backoff_ms,
+            backoff_max_ms=self.backoff_max_ms if backoff_max_ms is None else backoff_max_ms,
+            jitter=self.jitter if jitter is None else jitter,
+        )
+
+
+def _declared(kind: str, name: str | None) -> str:
+    """`@durably.step("charge")` / `@durably.workflow`: where a refused option was given."""
+    return f"@durably.{kind}({name!r})" if name else f"@durably.{kind}"
+
+
+def _backoff_from(backoff: str | Duration | None) -> tuple[BackoffKind | None, int | None]:
+    """`backoff=` accepts a kind ("fixed"/"exponential") or a base delay duration."""
+    if backoff is None:
+        return None, None
+    if isinstance(backoff, str) and backoff.lower() in ("fixed", "exponential", "exp"):
+        kind: BackoffKind = "fixed" if backoff.lower() == "fixed" else "exponential"
+        return kind, None
+    return None, to_ms(backoff)
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+class Step(Generic[I, O]):
+    """A checkpointed unit of work taking ONE input and returning one output."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        policy: RetryPolicy,
+        timeout_ms: int | None,
+        requires: Sequence[str] | None,
+        explicit_policy: frozenset[str],
+    ):
+        self.fn = fn
+        self.name = name
+        self.policy = policy
+        self.timeout_ms = timeout_ms
+        self.requires = tuple(requires or ())
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.input_codec, self.output_codec, self.arity = codecs_for(fn, skip_first=False)
+        self.explicit_policy = explicit_policy
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<durably.Step {self.name!r}>"
+
+    def invoke(self, input: Any) -> Any:
+        """Call the user function with the step's single input (or none if it takes none)."""
+        return self.fn(input) if self.arity else self.fn()
+
+
+class AsyncStep(Step[I, O]):
+    def __call__(self, input: I) -> Coroutine[Any, Any, O]:
+        result: Coroutine[Any, Any, O] = self.invoke(input)
+        return result
+
+
+class SyncStep(Step[I, O]):
+    def __call__(self, input: I) -> O:
+        result: O = self.invoke(input)
+        return result
+
+
+class _StepDecorator:
+    def __init__(self, name: str | None, kwargs: dict[str, Any]):
+        self._name = name
+        self._kwargs = kwargs
+
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[[I], Coroutine[Any, Any, O]]
+    ) -> AsyncStep[I, O]: ...
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[[], Coroutine[Any, Any, O]]
+    ) -> AsyncStep[None, O]: ...
+    @overload
+    def __call__(self, fn: Callable[[I], O]) -> SyncStep[I, O]: ...
+    @overload
+    def __call__(self, fn: Callable[[], O]) -> SyncStep[None, O]: ...
+    def __call__(self, fn: Callable[..., Any]) -> Step[Any, Any]:
+        return _make_step(fn, self._name, **self._kwargs)
+
+
+def _make_step(
+    fn: Callable[..., Any],
+    name: str | None,
+    *,
+    retries: int | None = None,
+    backoff: str | Duration | None = None,
+    backoff_ms: Duration | None = None,
+    backoff_max_ms: Duration | None = None,
+    jitter: bool | None = None,
+    timeout: Duration | None = None,
+    requires: Sequence[str] | None = None,
+) -> Step[Any, Any]:
+    kind, base = _backoff_from(backoff)
+    explicit = frozenset(
+        k
+        for k, v in {
+            "retries": retries,
+            "backoff": kind,
+            "backoff_ms": base if backoff_ms is None else backoff_ms,
+            "backoff_max_ms": backoff_max_ms,
+            "jitter": jitter,
+        }.items()
+        if v is not None
+    )
+    policy = RetryPolicy().overlay(
+        retries=retries,
+        backoff=kind,
+        backoff_ms=ms_keyword(backoff_ms) if backoff_ms is not None else base,
+        backoff_max_ms=ms_keyword_or_none(backoff_max_ms),
+        jitter=jitter,
+    )
+    step_name = name or getattr(fn, "__qualname__", None) or fn.__name__
+    cls: type[Step[Any, Any]] = AsyncStep if inspect.iscoroutinefunction(fn) else SyncStep
+    made = cls(fn, step_name, policy, to_ms_or_none(timeout), requires, explicit)
+    DEFAULT_REGISTRY.add_step(made)
+    return made
+
+
+def step(
+    name: str | None = None,
+    *,
+    retries: int | None = None,
+    backoff: str | Duration | None = None,
+    backoff_ms: Duration | None = None,
+    backoff_max_ms: Duration | None = None,
+    jitter: bool | None = None,
+    timeout: Duration | None = None,
+    requires: Sequence[str] | None = None,
+) -> _StepDecorator:
+    """Declare a step: `@durably.step("payments.charge", retries=3, backoff="exponential")`.
+
+    Durations: a number is seconds, a `timedelta` is itself, a string like `"500ms"`/`"30s"`.
+    `backoff` is either the kind (`"fixed"`, `"exponential"`) or the base delay; `backoff_ms`
+    sets the base delay explicitly. The decorated object stays a plain callable.
+    `requires` names capabilities (`["gpu"]`): the step goes only to a worker, reached over
+    the engine's transport, that declares them all; with none live the run is parked
+    `blocked` (its error says why) and resumes when one appears. An engine without a
+    transport runs steps in-process and declares nothing, so there such a step blocks.
+    """
+    return _StepDecorator(
+        name,
+        {
+            "retries": retries,
+            "backoff": backoff,
+            "backoff_ms": backoff_ms,
+            "backoff_max_ms": backoff_max_ms,
+            "jitter": jitter,
+            "timeout": timeout,
+            "requires": requires,
+        },
+    )
+
+
+# ------------------------------------------------------------------------- workflows
+
+
+@dataclass(frozen=True, slots=True)
+class OnErrorRoute:
+    """Route a failed run to a handler workflow by error code (`code=None`: catch-all)."""
+
+    workflow: str
+    code: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OnErrorInput:
+    """What an onError handler workflow receives.
+
+    `error` is the failed run's error as the same typed `StepError` that `run.error`
+    holds (`message`, `code`, `details`, `retryable`, `stack`), so a handler reads
+    `inp.error.code`. The handler run's stored input stays the camelCase JSON
+    `{runId, workflow, input, error}`; a handler annotated with `OnErrorInput` gets it
+    rebuilt, an unannotated one the plain JSON dict.
+    """
+
+    run_id: str
+    workflow: str
+    input: Any
+    error: StepError
+
+    def to_json(self) -> dict[str, Any]:
+        """The handler's stored input, with camelCase keys like every stored shape."""
+        return {
+            "runId": self.run_id,
+            "workflow": self.workflow,
+            "input": self.input,
+            "error": self.error.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> OnErrorInput:
+        if isinstance(data, OnErrorInput):
+            return data
+        if not isinstance(data, dict):
+            raise ValueError("OnErrorInput must be an object {runId, workflow, input, error}")
+        return cls(
+            run_id=str(data.get("runId", data.get("run_id", ""))),
+            workflow=str(data.get("workflow", "")),
+            input=data.get("input"),
+            error=_step_error(data.get("error")),
+        )
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        # A handler annotating its input with OnErrorInput receives it rebuilt from the
+        # camelCase JSON; unannotated handlers receive the plain dict.
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_plain_validator_function(
+            cls.from_json,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda v: v.to_json() if isinstance(v, OnErrorInput) else v
+            ),
+        )
+
+
+def _step_error(value: Any) -> StepError:
+    if isinstance(value, StepError):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError("OnErrorInput.error must be an object {message, code?, details?}")
+    return StepError.from_json(value)
+
+
+def assert_routes(workflow: str, routes: Sequence[OnErrorRoute]) -> tuple[OnErrorRoute, ...]:
+    """Two routes for one code, or two catch-alls, are rejected."""
+    seen: set[str | None] = set()
+    for route in routes:
+        if not route.workflow:
+            raise ValueError(f"workflow {workflow!r}: an onError route names no handler workflow")
+        if route.code in seen:
+            which = "catch-all routes" if route.code is None else f"routes for code {route.code!r}"
+            raise ValueError(f"workflow {workflow!r} declares two onError {which}")
+        seen.add(route.code)
+    return tuple(routes)
+
+
+WorkflowFn = Callable[..., Awaitable[Any]]
+
+
+class Workflow(Generic[I, O]):
+    """A registered workflow body `async def body(ctx, input) -> output`."""
+
+    def __init__(
+        self,
+        fn: WorkflowFn,
+        name: str,
+        version: str,
+        *,
+        on_error: Sequence[OnErrorRoute] = (),
+        tags: Sequence[str] = (),
+        execution_timeout_ms: int | None = None,
+        search_attributes: Any = None,
+        on_event: Sequence[str | EventTrigger] = (),
+        validate_input: Callable[[Any], Any] | None = None,
+        accumulate: Accumulation | None = None,
+        singleton: Singleton | None = None,
+        concurrency: Concurrency | None = None,
+    ):
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"workflow {name!r} must be an `async def` function")
+        self.fn = fn
+        self.name = name
+        self.version = str(version)
+        self.on_error = assert_routes(name, on_error)
+        self.tags = tuple(tags)
+        self.execution_timeout_ms = execution_timeout_ms
+        self.search_attributes_schema = search_attributes
+        # `on_event` keeps the event names; `event_triggers` adds each one's match, and
+        # `accumulate` the debounce or batch that collects them (the triggers package).
+        self.event_triggers = event_triggers(f"workflow {name!r}", on_event)
+        self.on_event = tuple(dict.fromkeys(t.name for t in self.event_triggers))
+        self.accumulate = accumulate
+        self.validate_input = validate_input
+        self.singleton = singleton  # runs of one key take turns (durably._engine.flow.singleton)
+        self.concurrency = concurrency  # starts beyond a key's limit are refused (quotas.py)
+        self.input_codec, self.output_codec, self.arity = codecs_for(fn, skip_first=True)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<durably.Workflow {self.name!r} v{self.version}>"
+
+    def __call__(self, ctx: WorkflowCtx, input: I) -> Coroutine[Any, Any, O]:
+        """Run the body directly (for unit tests with a test ctx)."""
+        return self.invoke(ctx, input)
+
+    def invoke(self, ctx: WorkflowCtx, input: Any) -> Coroutine[Any, Any, O]:
+        coro: Coroutine[Any, Any, O]
+        coro = self.fn(ctx, input) if self.arity else self.fn(ctx)
+        return coro
+
+
+class _WorkflowDecorator:
+    def __init__(self, name: str | None, kwargs: dict[str, Any]):
+        self._name = name
+        self._kwargs = kwargs
+
+    @overload
+    def __call__(
+        self, fn: Callable[[WorkflowCtx, I], Coroutine[Any, Any, O]]
+    ) -> Workflow[I, O]: ...
+    @overload
+    def __call__(
+        self, fn: Callable[[WorkflowCtx], Coroutine[Any, Any, O]]
+    ) -> Workflow[None, O]: ...
+    def __call__(self, fn: Callable[..., Coroutine[Any, Any, Any]]) -> Workflow[Any, Any]:
+        name = self._name or getattr(fn, "__qualname__", None) or fn.__name__
+        wf: Workflow[Any, Any] = Workflow(fn, name, **self._kwargs)
+        DEFAULT_REGISTRY.add_workflow(wf)
+        return wf
+
+
+def workflow(
+    name: str | None = None,
+    *,
+    version: str = "1",
+    on_error: Iterable[OnErrorRoute] = (),
+    tags: Iterable[str] = (),
+    execution_timeout: Duration | None = None,
+    singleton: Singleton | None = None,
+    concurrency: Concurrency | None = None,
+    search_attributes: Any = None,
+    on_event: Iterable[str | EventTrigger] = (),
+    event_batch: Batch | None = None,
+    validate_input: Callable[[Any], Any] | None = None,
+    debounce: Duration | Debounce | None = None,
+    batch: Batch | None = None,
+) -> _WorkflowDecorator:
+    """Declare a workflow: `@durably.workflow("checkout", version="2")`.
+
+    `validate_input(input)` raises (or returns a non-empty string) to reject a start.
+    `search_attributes` is a schema for `ctx.upsert_search_attributes`: a pydantic model or a
+    callable that raises on invalid attributes.
+    `on_event` names the events that start the workflow (`durably.EventTrigger(name,
+    match=...)` for a payload predicate); `debounce="30s"` starts it once those events
+    stop for that long, with the last payload; `batch=durably.Batch(max_size, within)`
+    with `{"events": [...]}` (`event_batch=` is the same option under its other name).
+    `debounce=durably.Debounce("30s", key=fn)` and `durably.Batch(..., key=fn)` accumulate
+    per key `fn(payload)` (a str; None: the workflow's shared accumulator).
+    `singleton=durably.Singleton(key=..., limit=1, max_queue_depth=None)`: runs of one key
+    run their bodies `limit` at a time, in creation order. `concurrency=durably.Concurrency(
+    key=..., limit=...)`: a start beyond a key's limit raises `ConcurrencyLimitError`.
+    """
+    for option, value, kind in (
+        ("singleton", singleton, Singleton),
+        ("concurrency", concurrency, Concurrency),
+    ):
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(
+                f"{_declared('workflow', name)} {option}= takes a durably.{kind.__name__}"
+                f"(...), not {value!r}"
+            )
+    where = _declared("workflow", name)
+    if name is not None and is_engine_owned_workflow(name):
+        raise ValueError(f"{where}: workflow names starting with '__' are reserved for the engine")
+    if event_batch is not None and batch is not None:
+        raise ValueError(f"{where}: give batch= or event_batch= (the same option), not both")
+    triggers = event_triggers(where, on_event)
+    accumulate = accumulation(where, triggers, debounce, batch or event_batch)
+    return _WorkflowDecorator(
+        name,
+        {
+            "version": version,
+            "on_error": tuple(on_error),
+            "tags": tuple(tags),
+            "execution_timeout_ms": to_ms_or_none(execution_timeout),
+            "search_attributes": search_attributes,
+            "on_event": triggers,
+            "validate_input": validate_input,
+            "accumulate": accumulate,
+            "singleton": singleton,
+            "concurrency": concurrency,
+        },
+    )
+
+
+# -------------------------------------------------------------------------- registry
+
+_NUM = re.compile(r"(\d+)")
+
+
+def _natural_key(version: str) -> tuple[Any, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in _NUM.split(version))
+
+
+def is_newer_version(a: str, b: str) -> bool:
+    """Whether version `a` is newer than `b`: numeric when both parse, else natural order."""
+    try:
+        return float(a) > float(b)
+    except ValueError:
+        return _natural_key(a) > _natural_key(b)
+
+
+class Registry:
+    """Workflows keyed `name@version` (all versions runnable) and steps keyed by name."""
+
+    def __init__(self) -> None:
+        self.workflows: dict[str, Workflow[Any, Any]] = {}
+        self.latest: dict[str, Workflow[Any, Any]] = {}
+        self.steps: dict[str, Step[Any, Any]] = {}
+
+    def add_workflow(self, wf: Workflow[Any, Any]) -> None:
+        self.workflows[f"{wf.name}@{wf.version}"] = wf
+        current = self.latest.get(wf.name)
+        if (
+            current is None
+            or current.version == wf.version
+            or is_newer_version(wf.version, current.version)
+        ):
+            self.latest[wf.name] = wf
+
+    def add_step(self, st: Step[Any, Any]) -> None:
+        self.steps[st.name] = st
+
+    def workflow(self, name: str, version: str | None = None) -> Workflow[Any, Any] | None:
+        if version is not None:
+            return self.workflows.get(f"{name}@{version}")
+        return self.latest.get(name)
+
+    def versions_of(self, name: str) -> list[str]:
+        return sorted(wf.version for wf in self.workflows.values() if wf.name == name)
+
+    def step(self, name: str) -> Step[Any, Any] | None:
+        return self.steps.get(name)
+
+
+DEFAULT_REGISTRY = Registry()
+"""Everything decorated in imported modules; an Engine without explicit lists uses it."""
+
+
+def validate_attributes(workflow: Workflow[Any, Any], merged: dict[str, Any]) -> None:
+    """Check a run's search attributes (`ctx.upsert_search_attributes`): plain scalars, and
+    the workflow's `search_attributes` schema when it declares one; `FatalError` if not."""
+    for key, value in merged.items():
+        if not isinstance(value, str | int | float | bool) or value is None:
+            raise FatalError(
+                f"workflow {workflow.name!r}: search attribute {key!r} must be a str, int, "
+                f"float or bool, not {type(value).__name__}",
+                code="invalid_search_attributes",
+            )
+    schema = workflow.search_attributes_schema
+    if schema is None:
+        return
+    try:
+        if hasattr(schema, "model_validate"):
+            schema.model_validate(merged)
+            return
+        result = schema(merged)
+        if isinstance(result, Awaitable):
+            raise FatalError("search attribute validators must be synchronous")
+        if isinstance(result, str) and result:
+            raise ValueError(result)
+    except FatalError:
+        raise
+    except Exception as exc:
+        raise FatalError(
+            f"workflow {workflow.name!r}: invalid search attributes {sorted(merged)}: {exc}",
+            code="invalid_search_attributes",
+        ) from exc

@@ -1,0 +1,1 @@
+"""Flow control: queues, step concurrency limits, start quotas and singletons."""

@@ -1,0 +1,1 @@
+"""The control plane's side of the tenant gateway."""

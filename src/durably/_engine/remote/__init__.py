@@ -1,0 +1,1 @@
+"""Remote steps and remote workflows: the runtime's side of the transports."""

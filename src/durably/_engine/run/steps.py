@@ -1,0 +1,454 @@
+"""A workflow's steps inside its turn: `ctx.step` (in this process, or sent to a worker over a
+transport) and `ctx.local_step` / `side_effect` / `now`, each checkpointed on the running
+`Execution`.
+
+Steps run here and not in `execution.py`, which keeps what every primitive shares (the
+snapshot, positions, parking and status writes); a step asks the execution for those through
+its public methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from durably._core.admission import QueueCall
+from durably._core.errors import (
+    RemoteStepError,
+    StepFailedError,
+    WorkflowBlocked,
+    error_of,
+)
+from durably._core.models import (
+    JSONValue,
+    StepCheckpoint,
+    StepError,
+    StepEvent,
+    ms_from_utc,
+    replace,
+    utc_from_ms,
+)
+from durably._engine.defs.registry import RetryPolicy, Step
+from durably._engine.defs.typed_io import PLAIN, ValueCodec
+from durably._engine.run.execution import SETTLED, STEP_SCOPE, Execution
+
+if TYPE_CHECKING:
+    from durably._engine.run.host import RemoteDispatch
+
+log = logging.getLogger("durably")
+
+__all__ = ["StepLogger", "run_local", "run_step"]
+
+
+class StepLogger:
+    """The `log` handed to a local step body, collecting StepEvents."""
+
+    def __init__(self, clock: Callable[[], int]):
+        self._clock = clock
+        self.events: list[StepEvent] = []
+
+    def _add(self, level: str, message: str, data: JSONValue = None) -> None:
+        self.events.append(StepEvent(at=self._clock(), level=level, message=message, data=data))
+
+    def debug(self, message: str, data: JSONValue = None) -> None:
+        self._add("debug", message, data)
+
+    def info(self, message: str, data: JSONValue = None) -> None:
+        self._add("info", message, data)
+
+    def warn(self, message: str, data: JSONValue = None) -> None:
+        self._add("warn", message, data)
+
+    warning = warn
+
+    def error(self, message: str, data: JSONValue = None) -> None:
+        self._add("error", message, data)
+
+
+async def run_step(
+    ex: Execution,
+    seq: int,
+    name: str,
+    step: Step[Any, Any] | None,
+    input: Any,
+    policy: RetryPolicy,
+    timeout_ms: int | None,
+    parallel_group: str | None = None,
+    queue: QueueCall | None = None,
+) -> Any:
+    """ctx.step through the in-process transport, with durable retries. With `queue`,
+    each attempt holds a slot of that flow-control queue while its handler runs.
+
+    durably: the in-process transport writes ONE checkpoint per attempt (the result),
+    not a `pending` row before it: the dispatching process is the executing process, so
+    a crash loses both and recovery replays to the same position and runs it again.
+    """
+    out_codec = step.output_codec if step is not None else PLAIN
+    in_codec = step.input_codec if step is not None else PLAIN
+    cp = ex.snapshot.get(seq)
+    ex.expect_name(seq, cp, name)
+    if cp is not None and cp.status == "completed":
+        return out_codec.from_json(cp.output)
+    json_input = in_codec.to_json(input)
+    requires = step.requires if step is not None else ()
+    remote = ex.host.remote
+    if remote is not None:
+        output = await _run_remote(
+            ex, remote, seq, name, json_input, policy, timeout_ms, parallel_group, requires, queue
+        )
+        return out_codec.from_json(output)
+    if requires:
+        # In-process steps run here, and this engine declares no capabilities: only a
+        # worker reached over a transport can honour a requirement.
+        raise WorkflowBlocked(
+            f"blocked: no compatible worker (requires {', '.join(sorted(requires))}): this "
+            "engine runs steps in-process; a step with requirements runs on a worker that "
+            "declares them, reached over a transport",
+            requires=tuple(sorted(requires)),
+        )
+    attempt = 1
+    if cp is not None and cp.status == "failed":
+        attempt = await _after_failed_attempt(ex, cp, policy)
+    elif cp is not None:
+        attempt = max(1, cp.attempts)  # a dispatch that never settled: run it again
+    while True:
+        async with ex.host.flow.slot(ex, seq, queue):  # (waits to be admitted)
+            ex.step_began()
+            started = ex.now()
+            ex.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
+            try:
+                output, error = await ex.host.transport.execute(
+                    ex, step, name, json_input, in_codec, timeout_ms
+                )
+            except BaseException:
+                ex.step_ended()
+                raise
+        finished = ex.now()
+        final = error is not None and (error.retryable is False or attempt >= policy.max_attempts)
+        wake_at = None if error is None or final else finished + policy.delay_ms(attempt)
+        row = ex.step_row(
+            seq,
+            name,
+            "remote",
+            "completed" if error is None else "failed",
+            json_input,
+            attempt,
+            started,
+            finished,
+            output=output if error is None else None,
+            error=error,
+            wake_at=wake_at,
+            parallel_group=parallel_group,
+        )
+        try:
+            # A completed step-fan member's row is never read again by a resident body
+            # (its output goes straight to the fan): not keeping it holds a fan's memory
+            # (and the garbage collector's work) to the members in flight.
+            keep = error is not None or parallel_group is None or not ex.resident
+            await ex.save(row, remember=keep)
+        finally:
+            ex.step_ended()  # only now: see `Execution.step_began`
+        if error is None:
+            ex.emit(
+                "step.completed",
+                seq=seq,
+                name=name,
+                kind="remote",
+                output=output,
+                duration_ms=float(finished - started),
+                queue_ms=0.0,
+            )
+            await ex.resuspend_if_idle()
+            ex.after_live_checkpoint()
+            return out_codec.from_json(output)
+        ex.emit(
+            "step.failed",
+            seq=seq,
+            name=name,
+            kind="remote",
+            error=error,
+            duration_ms=float(finished - started),
+            attempt=attempt,
+        )
+        if final:
+            await ex.resuspend_if_idle()
+            raise RemoteStepError(error)
+        ex.after_live_checkpoint()
+        if wake_at is not None and ex.now() < wake_at:
+            await ex.wait(None, wake_at)
+        attempt += 1
+
+
+async def _run_remote(
+    ex: Execution,
+    remote: RemoteDispatch,
+    seq: int,
+    name: str,
+    json_input: JSONValue,
+    policy: RetryPolicy,
+    timeout_ms: int | None,
+    parallel_group: str | None,
+    requires: Sequence[str] = (),
+    queue: QueueCall | None = None,
+) -> JSONValue:
+    """ctx.step over a transport: write the attempt's `pending` row, dispatch it, wait
+    for the result the transport's consumer settles on that row (resident: parked in
+    memory; classic: the turn suspends and the result re-drives the run).
+
+    The row is written before the task leaves, so a result can never arrive for a row
+    that does not exist; a dispatch no transport accepts turns the row into a retryable
+    failure at once (retried by the policy), so nothing waits on a task that was never
+    sent. `timeout_ms` bounds how long an attempt may stay unanswered; the late answer
+    of a timed-out attempt finds its row no longer pending and is dropped.
+    """
+    cp = ex.snapshot.get(seq)
+    attempt = 1
+    rechecks = ex.rechecks
+    while True:
+        if queue is not None and cp is not None and cp.status in SETTLED:
+            ex.host.flow.release(ex.run_id, seq)  # the attempt is over
+        if cp is not None and cp.status == "completed":
+            return cp.output
+        if cp is not None and cp.status == "failed":
+            attempt = await _after_failed_attempt(ex, cp, policy)
+            cp = None
+        if cp is not None:
+            # Dispatched (by this turn or an earlier one): wait for its result.
+            deadline = None
+            if timeout_ms is not None:
+                deadline = ms_from_utc(cp.started_at) + timeout_ms
+            settled = await ex.wait(seq, deadline, accept=SETTLED, lazy_since=rechecks)
+            if settled is None:
+                cp = await _fail_pending(
+                    ex,
+                    cp,
+                    StepError(
+                        message=f'step "{name}" timed out after {timeout_ms}ms',
+                        code="timeout",
+                        retryable=True,
+                    ),
+                )
+            else:
+                cp = settled
+            continue
+        # Capability routing: nothing is written for an attempt no live worker could take;
+        # the run is parked `blocked` and re-checked until one appears.
+        plan = await remote.blocked(ex.run, name, requires)
+        if plan is not None:
+            raise WorkflowBlocked(
+                plan.reason,
+                plan.code,
+                requires=tuple(plan.requires),
+                diagnostics=plan.diagnostics.to_json(),
+            )
+        if queue is not None:
+            await ex.host.flow.acquire(ex, seq, queue)
+        # From the pending row to the dispatch the step is "executing" for the turn: a turn
+        # that ends meanwhile waits for the row, and a branch that outlived its turn stops
+        # here (`Execution.step_began`), so no two turns ever dispatch the same attempt.
+        rechecks = ex.rechecks  # a re-check wake from here on is not lost (see ex.wait)
+        ex.step_began()
+        try:
+            cp = await _dispatch(ex, remote, seq, name, json_input, attempt, parallel_group)
+        finally:
+            ex.step_ended()
+
+
+async def _dispatch(
+    ex: Execution,
+    remote: RemoteDispatch,
+    seq: int,
+    name: str,
+    json_input: JSONValue,
+    attempt: int,
+    parallel_group: str | None,
+) -> StepCheckpoint:
+    """Write an attempt's `pending` row and send its task: the row, or the row failed
+    (retryable) when no transport took the task."""
+    now = ex.now()
+    pending = ex.step_row(
+        seq,
+        name,
+        "remote",
+        "pending",
+        json_input,
+        attempt,
+        now,
+        now,
+        parallel_group=parallel_group,
+    )
+    pending = replace(pending, worker_group=remote.token_for(ex.run, name))
+    await ex.save(pending)
+    ex.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
+    try:
+        await remote.dispatch(ex.run, seq, name, json_input, attempt)
+    except Exception as exc:
+        log.warning("run %s: step %s could not be dispatched: %s", ex.run_id, name, exc)
+        return await _fail_pending(
+            ex,
+            pending,
+            StepError(
+                message=f"remote step dispatch failed: {exc}",
+                code="dispatch_failed",
+                retryable=True,
+            ),
+        )
+    return pending
+
+
+async def _fail_pending(ex: Execution, cp: StepCheckpoint, error: StepError) -> StepCheckpoint:
+    """Settle a still-pending attempt as failed (compare-and-set: a result that landed
+    meanwhile wins, and is returned instead)."""
+    now = ex.now()
+    failed = replace(cp, status="failed", error=error, finished_at=utc_from_ms(now))
+    if await ex.store.save_checkpoint_if_pending(failed):
+        ex.snapshot[cp.seq] = failed
+        ex.emit(
+            "step.failed",
+            seq=cp.seq,
+            name=cp.name,
+            kind="remote",
+            error=error,
+            duration_ms=float(now - ms_from_utc(cp.started_at)),
+            attempt=cp.attempts,
+        )
+        return failed
+    fresh: StepCheckpoint | None = await ex.store.get_checkpoint(ex.run_id, cp.seq)
+    if fresh is None:
+        return failed
+    ex.snapshot[cp.seq] = fresh
+    return fresh
+
+
+async def _after_failed_attempt(ex: Execution, cp: StepCheckpoint, policy: RetryPolicy) -> int:
+    """A recorded failed attempt of a step: its error when it was the last one the policy
+    allows (or not retryable), else the wait for its retry time — stamped on the row the
+    first time, so a crash does not move it — and the number of the next attempt."""
+    err = cp.error or StepError(message="step failed")
+    if err.retryable is False or cp.attempts >= policy.max_attempts:
+        raise RemoteStepError(err)
+    wake = cp.wake_at
+    if wake is None:
+        wake = ex.now() + policy.delay_ms(max(1, cp.attempts))
+        await ex.save(replace(cp, wake_at=wake))
+    if ex.now() < wake:
+        await ex.wait(None, wake)
+    return cp.attempts + 1
+
+
+async def run_local(
+    ex: Execution,
+    seq: int,
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    pass_logger: bool,
+    policy: RetryPolicy,
+    track_start: bool,
+    codec: ValueCodec = PLAIN,
+) -> Any:
+    """ctx.local_step / side_effect / now: in-process, local retry."""
+    cp = ex.snapshot.get(seq)
+    ex.expect_name(seq, cp, name)
+    if cp is not None and cp.status == "completed":
+        return codec.from_json(cp.output)
+    if cp is not None and cp.status == "failed" and cp.attempts > 0:
+        # Replay of a recorded failure: raise what the live path raised (a requeue
+        # resets `attempts` to 0, and then the step runs again).
+        raise StepFailedError(cp.error or StepError(message=f"step {name} failed"))
+    ex.step_began()  # ended once the result row is written: see `Execution.step_began`
+    try:
+        started = ex.now()
+        ex.emit("step.started", seq=seq, name=name, kind="local")
+        if track_start:
+            await ex.save(ex.step_row(seq, name, "local", "running", None, 1, started, started))
+        output, attempt, events = await _attempt_local(
+            ex, seq, name, fn, pass_logger=pass_logger, policy=policy, codec=codec, started=started
+        )
+        finished = ex.now()
+        await ex.save(
+            ex.step_row(
+                seq,
+                name,
+                "local",
+                "completed",
+                None,
+                attempt,
+                started,
+                finished,
+                output=output,
+                events=events,
+            )
+        )
+    finally:
+        ex.step_ended()
+    ex.emit(
+        "step.completed",
+        seq=seq,
+        name=name,
+        kind="local",
+        output=output,
+        duration_ms=float(finished - started),
+    )
+    ex.after_live_checkpoint()
+    return codec.from_json(output)
+
+
+async def _attempt_local(
+    ex: Execution,
+    seq: int,
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    pass_logger: bool,
+    policy: RetryPolicy,
+    codec: ValueCodec,
+    started: int,
+) -> tuple[JSONValue, int, tuple[StepEvent, ...]]:
+    """Run a local step's function until it succeeds (its output, the attempt that did, and
+    that attempt's log), retrying in memory by `policy`; the last allowed failure is written
+    as the step's `failed` row and raised as `StepFailedError`."""
+    attempt = 1
+    while True:
+        logger = StepLogger(ex.host.clock)
+        token = STEP_SCOPE.set((ex, name))
+        try:
+            result = fn(logger) if pass_logger else fn()
+            if isinstance(result, Awaitable):
+                result = await result
+            return codec.to_json(result), attempt, tuple(logger.events)
+        except Exception as exc:
+            finished = ex.now()
+            error = error_of(exc)
+            if getattr(exc, "retryable", None) is False or attempt >= policy.max_attempts:
+                await ex.save(
+                    ex.step_row(
+                        seq,
+                        name,
+                        "local",
+                        "failed",
+                        None,
+                        attempt,
+                        started,
+                        finished,
+                        error=error,
+                        events=tuple(logger.events),
+                    )
+                )
+                ex.emit(
+                    "step.failed",
+                    seq=seq,
+                    name=name,
+                    kind="local",
+                    error=error,
+                    attempt=attempt,
+                )
+                raise StepFailedError(error) from exc
+            delay = policy.delay_ms(attempt)
+            if delay:
+                await asyncio.sleep(delay / 1000.0)  # local retry backoff: not durable
+            attempt += 1
+        finally:
+            STEP_SCOPE.reset(token)

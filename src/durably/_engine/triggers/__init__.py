@@ -1,0 +1,1 @@
+"""Named events: publishing them and the workflows they start."""

@@ -1,0 +1,3 @@
+"""The worker runtime of one process: dispatching, driving and polling runs, deliveries, fleet
+links.
+"""

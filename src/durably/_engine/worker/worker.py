@@ -1,0 +1,785 @@
+"""`Worker`: the worker runtime of one process — everything that executes runs.
+
+An `Engine` is a `Client` (start, signal, cancel, read) composed with a `Worker`. The
+worker builds its parts and hands each its collaborators explicitly:
+
+- `Dispatcher` (dispatch.py): which runs execute here, one turn of a run at a time, and
+  the background tasks of this process;
+- `TurnDriver` (driver.py): lease → one turn of a run's body → settle;
+- `Poller` (poller.py): pick-up of pending runs, recovery of runs whose owner died, due
+  timers, execution timeouts, lease renewal and the drain;
+- `Router` (routing.py): onError handoffs;
+- `Deliveries` (signals.py) and `ChildMailbox` (children.py): waking runs and delivering
+  child completions in batches;
+- `WakeLink` (wakes.py): this process's end of the store's wake bus;
+- `InProcessTransport` (transport.py): where step handlers run;
+- `ControlPlane` (control.py): the store-level operations its client uses, with this
+  worker as their local hooks (`LocalRuns`: drive a run just created here, interrupt one
+  cancelled here, …);
+- `FleetLink` (fleet.py): with a transport, this process's ends of it — step dispatch, the
+  steps it serves, the tenant gateway and the cancel broadcast.
+
+The worker itself is what a run executing here sees (`execution.RunHost`), how a turn is
+settled (`settle.SettleHost`) and the local side of the control plane (`control.LocalRuns`):
+small protocols, so none of those modules imports this one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from durably._core.admission import Queue
+from durably._core.errors import WorkflowNotFoundError
+from durably._core.models import JSONValue, RunResult, StepCheckpoint, StepError, WorkflowRun
+from durably._core.quota import ConcurrencyQuota
+from durably._engine.client.client import plain_input
+from durably._engine.client.client import prepare_input as validated_input
+from durably._engine.client.handle import RunWatchers
+from durably._engine.control.operator import cancel as cancel_run
+from durably._engine.control.operator import current_task
+from durably._engine.control.plane import UNPINNED_VERSION, ControlPlane
+from durably._engine.defs.events import EngineEvent, EventBus
+from durably._engine.defs.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
+from durably._engine.defs.vocab import parent_tag
+from durably._engine.flow.queues import AdmissionSpec, FlowControl, admission_backend
+from durably._engine.flow.quotas import OnDuplicate
+from durably._engine.remote.steps import RemoteSteps
+from durably._engine.remote.turns import RemoteTurns
+from durably._engine.run.in_process import InProcessTransport
+from durably._engine.run.resident import ResidentSet
+from durably._engine.triggers import publish
+from durably._engine.worker.deliveries import Deliveries
+from durably._engine.worker.dispatcher import Dispatcher
+from durably._engine.worker.fleet import FleetLink
+from durably._engine.worker.mailbox import ChildMailbox
+from durably._engine.worker.poller import Poller
+from durably._engine.worker.roles import Role, announce_role
+from durably._engine.worker.router import Router
+from durably._engine.worker.settler import ResultSettler
+from durably._engine.worker.turn_driver import TurnDriver
+from durably._engine.worker.wakes import WakeLink
+from durably._read.lists import LocalWorker
+
+if TYPE_CHECKING:
+    from durably._engine.control.signals import SignalBufferPolicy
+    from durably._engine.defs.options import EngineOptions
+    from durably._store.protocol import InstanceHold, StateStore
+    from durably._transport.pool import TransportPool
+    from durably._transport.protocol import WorkerDirectory
+
+log = logging.getLogger("durably")
+
+__all__ = ["Worker"]
+
+
+class Worker:
+    """The runs this process executes, and everything executing them needs."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        *,
+        options: EngineOptions,
+        namespace: str | None,
+        drive_runs: bool,
+        instance_id: str,
+        role: Role = "both",
+        role_given: bool = True,
+        hold_instance: bool,
+        clock: Callable[[], int],
+        signal_buffer: SignalBufferPolicy,
+        workflows: Registry,
+        steps: Registry | None,
+        tenant_token_secret: str | bytes | None = None,
+        transports: TransportPool | None = None,
+        capabilities: Sequence[str] = (),
+        queues: Iterable[Queue] = (),
+        admission: AdmissionSpec = "auto",
+    ):
+        self._store = store
+        self._options = options
+        self._namespace = namespace
+        # The role (roles.py): a step worker drives no run and takes nothing but its steps'
+        # tasks; a control plane serves no step.
+        self._role = role
+        self._role_given = role_given
+        self._serves_steps = drive_runs and role != "control"
+        drive_runs = drive_runs and role != "worker"
+        self._transports = transports
+        self._instance_id = instance_id
+        self._hold_instance = hold_instance
+        self._clock = clock
+        self._workflows = workflows
+        self._steps = steps
+        self._events = EventBus()
+        self._watchers = RunWatchers()
+        self._events.on_run_events(self._wake_watchers)
+        self._dead_listeners: list[Callable[[WorkflowRun], Any]] = []
+        self._cancel_listeners: list[Callable[[str], Any]] = []
+        self._executor: ThreadPoolExecutor | None = None
+        self._background: list[asyncio.Task[Any]] = []
+        self._instance: InstanceHold | None = None
+        self._fleet = (
+            FleetLink(
+                transports,
+                instance_id=instance_id,
+                namespace=namespace,
+                capabilities=capabilities,
+                tenant_token_secret=tenant_token_secret,
+                step_threads=options.step_threads,
+                max_payload_bytes=options.max_payload_bytes,
+            )
+            if transports is not None
+            else None
+        )
+
+        self._resident = ResidentSet(options.max_resident_runs, on_idle=self._after_turn)
+        dispatcher = self._dispatcher = Dispatcher(
+            store, drive_runs=drive_runs, idle=self._resident.idle
+        )
+        self._transport = InProcessTransport(lambda: self.executor)
+        self._plane = ControlPlane(
+            store,
+            clock=clock,
+            signal_buffer=signal_buffer,
+            announce=self._announce,
+            namespace=namespace,
+            local=self,
+        )
+        self._poller = Poller(
+            store,
+            dispatcher,
+            settle=self,
+            plane=self._plane,
+            options=options,
+            clock=clock,
+            instance_id=instance_id,
+            namespace=namespace,
+            signal_buffer=signal_buffer,
+            workflows=self.registered_workflows,
+            on_dead=self._fire_dead,
+        )
+        self._wakes = WakeLink(
+            store, dispatcher, on_settled=self._watchers.wake, pickup=self._poller.pickup
+        )
+        self._mailbox = ChildMailbox(store, dispatcher, clock=clock)
+        self._deliveries = Deliveries(
+            store,
+            clock=clock,
+            signal_buffer=signal_buffer,
+            dispatcher=dispatcher,
+            wakes=self._wakes,
+            mailbox=self._mailbox,
+        )
+        self._mailbox.connect(self._deliveries)
+        self._flow = FlowControl(
+            admission_backend(admission, store, owner=instance_id, clock=clock),
+            queues=queues,
+            runs=dispatcher,
+            redrive=self._deliveries.redrive,
+            spawn=self.spawn,
+        )
+        self._events.on_run_events(self._flow.on_run_event)
+        self._router = Router(
+            self,
+            dispatcher,
+            clock=clock,
+            fallback_wake_at=self.fallback_wake_at,
+            registration=self.registration,
+            workflows=self.registered_workflows,
+            start_child=self.start_child_soon,
+        )
+        self._turns = self._remote_turns(transports)
+        if self._turns is not None:
+            self._router.connect(self._turns.announced_routes)
+            self._poller.serve_by_convention(self._turns.serves_workflow)
+        self._driver = TurnDriver(
+            self,
+            self,
+            dispatcher,
+            self._router,
+            clock=clock,
+            lease_ms=options.lease_ms,
+            instance_id=instance_id,
+            namespace=namespace,
+            registration=self.registration,
+            fallback_wake_at=self.fallback_wake_at,
+            continue_as=self._continue_as,
+            remote=self._turns,
+        )
+        dispatcher.connect(self._driver, nudge=self._deliveries.nudge, after_turn=self._after_turn)
+        self._results = ResultSettler(
+            store,
+            dispatcher,
+            self._deliveries,
+            self._events,
+            clock=clock,
+            release=self._flow.release_settled,
+            max_payload_bytes=options.max_payload_bytes,
+        )
+
+    def _remote_turns(self, transports: TransportPool | None) -> RemoteTurns | None:
+        """Remote workflow turns, over the first member of the pool that carries them (with
+        that member's worker directory, when it has one); None without such a member."""
+        if transports is None:
+            return None
+        for _, member in transports.members:
+            channel = member.turns
+            if member.features.workflow_turns and channel is not None:
+                return RemoteTurns(
+                    self,
+                    self._router,
+                    self._deliveries,
+                    self._plane,
+                    channel=channel,
+                    directory=member.directory,
+                    steps=transports,
+                    registration=self.registration,
+                    start_registered=self._start_registered_child,
+                    spawn=self.spawn,
+                    clock=self._clock,
+                    fallback_wake_at=self.fallback_wake_at,
+                    instance_id=self._instance_id,
+                    namespace=self._namespace,
+                    lease_ms=self._options.lease_ms,
+                    max_payload_bytes=self._options.max_payload_bytes,
+                )
+        return None
+
+    # ================================================================== what others read
+
+    @property
+    def store(self) -> StateStore:
+        return self._store
+
+    @property
+    def options(self) -> EngineOptions:
+        return self._options
+
+    @property
+    def events(self) -> EventBus:
+        return self._events
+
+    @property
+    def resident(self) -> ResidentSet:
+        return self._resident
+
+    @property
+    def transport(self) -> InProcessTransport:
+        return self._transport
+
+    @property
+    def remote(self) -> RemoteSteps | None:
+        return self._fleet.remote if self._fleet is not None else None
+
+    @property
+    def wakes(self) -> WakeLink:
+        return self._wakes
+
+    @property
+    def flow(self) -> FlowControl:
+        return self._flow
+
+    @property
+    def namespace(self) -> str | None:
+        return self._namespace
+
+    @property
+    def instance_id(self) -> str:
+        return self._instance_id
+
+    @property
+    def drive_runs(self) -> bool:
+        return self._dispatcher.drive_runs
+
+    @property
+    def serves_steps(self) -> bool:
+        return self._serves_steps and self._fleet is not None
+
+    @property
+    def plane(self) -> ControlPlane:
+        """The control-plane operations of this process, with this worker's local hooks."""
+        return self._plane
+
+    @property
+    def watchers(self) -> RunWatchers:
+        """The `wait_for_run` calls of this process (woken by its events and wake bus)."""
+        return self._watchers
+
+    @property
+    def deliveries(self) -> Deliveries:
+        """How runs here are woken and signals delivered (the internal signal route)."""
+        return self._deliveries
+
+    @property
+    def poller(self) -> Poller:
+        return self._poller
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The worker's own thread pool for sync user code (never the loop's default)."""
+        if self._executor is None:
+            raise RuntimeError("the engine is not open")
+        return self._executor
+
+    def clock(self) -> int:
+        return self._clock()
+
+    def fallback_wake_at(self) -> int | None:
+        """The reconcile safety-net wake for event-waiting suspends (signal, event, child,
+        handoff): a lost wake is re-driven by the timer poller. None when disabled."""
+        reconcile = self._options.reconcile_ms
+        return self._clock() + reconcile if reconcile > 0 else None
+
+    def local_worker(self) -> LocalWorker | None:
+        """This process as a worker in `worker_health` (None when it does not drive)."""
+        if not self.drive_runs:
+            return None
+        return LocalWorker(
+            self._instance_id, self._options.max_concurrent_runs, self._dispatcher.executing_count
+        )
+
+    def worker_directories(self) -> list[tuple[str, WorkerDirectory]]:
+        """The members of the transport pool that can say which workers are live, by id."""
+        return self._fleet.directories() if self._fleet is not None else []
+
+    def turn_running(self, run_id: str) -> bool:
+        """A turn of the run executes here and its body is not parked (tests wait for it
+        to end before they deliver, to exercise one path at a time)."""
+        execution = self._dispatcher.execution(run_id)
+        return execution is not None and not execution.is_parked
+
+    def poll_interval(self, run_id: str) -> float:
+        """How often a `wait_for_run` on this run re-reads it without a wake: runs driven
+        here announce changes through events, runs driven elsewhere through the wake bus
+        when the store has one; polling is the fallback."""
+        if self._dispatcher.execution(run_id) is not None:
+            return 5.0
+        return 1.0 if self._wakes.active else 0.25
+
+    # ================================================================== lifecycle
+
+    async def open(self) -> None:
+        """Take the instance id (when one was given), start the thread pool, the wake bus
+        and the background loops."""
+        if self._hold_instance and self.drive_runs:
+            await self._take_instance()
+        self._executor = ThreadPoolExecutor(
+            max_workers=self._options.step_threads, thread_name_prefix="durably-step"
+        )
+        self._dispatcher.reopen()
+        await self._wakes.open()
+        announce_role(
+            self._instance_id,
+            self._role,
+            given=self._role_given,
+            namespace=self._namespace,
+            transports=None if self._transports is None else self._transports.members,
+            no_workflows=(
+                self._workflows is not DEFAULT_REGISTRY and not self._workflows.workflows
+            ),
+        )
+        fleet = self._fleet
+        if fleet is not None:
+            if self._role != "worker":
+                await fleet.consume_results(self._results)
+                if self._turns is not None:
+                    await self._turns.start()
+                # Only an engine that runs workflows answers tenants: a step worker must
+                # never take a start-run, which its store could not hold for the fleet.
+                await fleet.open_gateway(self._plane, self._watchers, self._events.subscribe)
+            if self._serves_steps:
+                # Every engine but a control plane is a worker for its own steps (`steps=[]`
+                # serves none).
+                registry = self._steps if self._steps is not None else DEFAULT_REGISTRY
+                await fleet.serve_steps(
+                    list(registry.steps), self.step_definition, lambda: self.executor
+                )
+        if self.drive_runs:
+            self._background = [
+                asyncio.create_task(self._poller.poll_loop(), name="durably-poller"),
+                asyncio.create_task(self._poller.lease_loop(), name="durably-leases"),
+            ]
+        self._router.warn_unserved()  # boot-time warning, never raises
+
+    async def _take_instance(self) -> None:
+        """A restart with the same instance_id: once the previous incarnation is provably
+        gone (the store's instance hold), its leases are void and its runs ours at once. A
+        LIVE predecessor (a rolling restart) is waited for — two live processes never share
+        an instance_id, which would let each renew and release the other's leases."""
+        loop = asyncio.get_running_loop()
+        wait_ms = self._options.effective_instance_wait_ms
+        deadline = loop.time() + wait_ms / 1000.0
+        while True:
+            self._instance = await self._store.hold_instance(self._instance_id)
+            if self._instance is not None:
+                break
+            if loop.time() >= deadline:
+                raise RuntimeError(
+                    f"instance_id {self._instance_id!r} is held by another live process; "
+                    f"gave up after {wait_ms}ms (give each live process its own instance_id, "
+                    "or stop the other one first)"
+                )
+            await asyncio.sleep(0.05)
+        await self._store.release_locks_of(self._instance_id)
+
+    async def drain(self, timeout: float) -> None:
+        """Stop taking work, evict parked runs, wait for turns to finish (or `timeout`)."""
+        if self._fleet is not None:
+            await self._fleet.drain(timeout)
+        await self._poller.drain(timeout)
+
+    async def close(self, drain_timeout: float) -> None:
+        """Drain, stop the loops and the wake bus, release the instance id, cancel the
+        background deliveries still running, stop the thread pool."""
+        await self.drain(drain_timeout)
+        if self._fleet is not None:
+            await self._fleet.close(drain_timeout)
+        await self._flow.close()
+        await self._wakes.close()
+        if self._instance is not None:
+            hold, self._instance = self._instance, None
+            await hold.release()
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._background = []
+        # Background deliveries still running after the drain's grace period would use the
+        # store after it closed (and reopen its connection, never to be closed again):
+        # cancel them; what they did not deliver, the parents' replays recover
+        # (children.recover_completions).
+        await self._dispatcher.cancel_tasks()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    async def wait_idle(self, timeout: float | None) -> None:
+        await self._dispatcher.wait_idle(timeout)
+
+    async def resume(self, run_id: str) -> None:
+        """Run a turn of the run here now (once its lease is free)."""
+        await self._driver.run_one(run_id)
+
+    # ================================================================== registry
+
+    def register(self, item: Workflow[Any, Any] | Step[Any, Any]) -> None:
+        if isinstance(item, Workflow):
+            self._workflows.add_workflow(item)
+        else:
+            if self._steps is None:
+                self._steps = Registry()
+            self._steps.add_step(item)
+
+    def registration(self, name: str, version: str | None = None) -> Workflow[Any, Any] | None:
+        return self._workflows.workflow(name, version)
+
+    def registered_workflows(self) -> list[Workflow[Any, Any]]:
+        return list(self._workflows.workflows.values())
+
+    def latest_workflows(self) -> list[Workflow[Any, Any]]:
+        return list(self._workflows.latest.values())
+
+    def step_definition(self, name: str) -> Step[Any, Any] | None:
+        if self._steps is not None:
+            found = self._steps.step(name)
+            if found is not None:
+                return found
+        return DEFAULT_REGISTRY.step(name)
+
+    def resolve(
+        self, workflow: Workflow[Any, Any] | str, version: str | None
+    ) -> Workflow[Any, Any]:
+        name = workflow.name if isinstance(workflow, Workflow) else str(workflow)
+        if isinstance(workflow, Workflow) and version is None:
+            version = workflow.version
+            if self.registration(name, version) is None:
+                self.register(workflow)
+        found = self.registration(name, version)
+        if found is not None:
+            return found
+        versions = self._workflows.versions_of(name)
+        if version is not None:
+            raise WorkflowNotFoundError(
+                f"workflow {name}@{version} is not registered — a pinned start never falls "
+                f"back to another version (registered: {', '.join(versions) or 'none'})"
+            )
+        raise WorkflowNotFoundError(f"workflow {name} is not registered")
+
+    def prepare_input(self, workflow: Workflow[Any, Any], input: Any) -> JSONValue:
+        """Validate a start input against the workflow's annotation/validator → JSON."""
+        return validated_input(workflow, input)
+
+    def unserved_on_error_routes(self) -> list[dict[str, Any]]:
+        return self._router.unserved_on_error_routes()
+
+    # ================================================================== starting runs
+
+    async def create_run(
+        self,
+        wf: Workflow[Any, Any],
+        json_input: JSONValue,
+        *,
+        run_id: str | None,
+        tags: Sequence[str] | None = None,
+        search_attributes: dict[str, str | int | float | bool] | None = None,
+        priority: int | None = None,
+        namespace: str | None = None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
+    ) -> str:
+        return await self._plane.create_run(
+            wf.name,
+            wf.version,
+            json_input,
+            run_id=run_id,
+            tags=[*wf.tags, *(tags or ())],
+            search_attributes=search_attributes,
+            priority=priority,
+            namespace=namespace,
+            registered=wf,
+            concurrency=concurrency,
+            dedup_id=dedup_id,
+            on_duplicate=on_duplicate,
+        )
+
+    def start_child_soon(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any,
+        child_id: str,
+        parent: WorkflowRun,
+        version: str | None,
+        priority: int | None,
+    ) -> None:
+        """Start a child run after the current turn; a failed start fails the awaiting
+        parent (delivered as a failed child completion). A child not registered here may be
+        a remote workflow (served by inheritance or by convention): remote turns start it."""
+        if self._turns is not None:
+            self._turns.start_child_soon(workflow, input, child_id, parent, version, priority)
+            return
+        self._start_registered_child(workflow, input, child_id, parent, version, priority)
+
+    def _start_registered_child(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any,
+        child_id: str,
+        parent: WorkflowRun,
+        version: str | None,
+        priority: int | None,
+    ) -> None:
+
+        async def start_child() -> None:
+            name = workflow.name if isinstance(workflow, Workflow) else workflow
+            try:
+                wf = self.resolve(workflow, version)
+                await self.create_run(
+                    wf,
+                    self.prepare_input(wf, input),
+                    run_id=child_id,
+                    tags=[parent_tag(parent.id)],
+                    namespace=parent.namespace,
+                    priority=priority,
+                )
+            except Exception as exc:
+                self._deliveries.notify_parent(
+                    child_id,
+                    {"ok": False, "error": f'child workflow "{name}" failed to start: {exc}'},
+                )
+
+        self.spawn(start_child())
+
+    async def _continue_as(self, run: WorkflowRun, input: Any, run_id: str) -> None:
+        """ContinueAsNew's successor: the same workflow, newest version, same tags and
+        priority (a continuation is the same logical run, so it keeps its place)."""
+        wf = self.resolve(run.workflow, None)
+        await self.create_run(
+            wf,
+            self.prepare_input(wf, input),
+            run_id=run_id,
+            tags=run.tags,
+            priority=run.priority,
+            namespace=run.namespace,
+        )
+
+    async def publish_event(
+        self, name: str, payload: Any = None, *, id: str | None = None, buffer: bool = True
+    ) -> int:
+        return await publish.publish_event(
+            self._deliveries,
+            name,
+            payload,
+            id=id,
+            buffer=buffer,
+            workflows=self.latest_workflows(),
+            start=self._start_for_event,
+            clock=self._clock,
+            namespace=self._namespace,
+        )
+
+    async def _start_for_event(self, wf: Workflow[Any, Any], payload: Any, run_id: str) -> str:
+        return await self.create_run(wf, self.prepare_input(wf, payload), run_id=run_id)
+
+    async def start_served_remotely(
+        self,
+        name: str,
+        input: Any,
+        *,
+        run_id: str | None,
+        tags: Sequence[str] | None,
+        search_attributes: dict[str, str | int | float | bool] | None,
+        priority: int | None,
+        namespace: str | None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
+    ) -> str | None:
+        """Start a run of a workflow registered nowhere here but served by live workflow
+        workers (by convention): created by name with its JSON input, the version pinned by
+        its first turn. None when no live worker serves it."""
+        ns = namespace or self._namespace
+        if self._turns is None or not await self._turns.serves_workflow(name, ns):
+            return None
+        return await self._plane.create_run(
+            name,
+            UNPINNED_VERSION,
+            plain_input(name, input),
+            run_id=run_id,
+            tags=tags,
+            search_attributes=search_attributes,
+            priority=priority,
+            namespace=namespace,
+            concurrency=concurrency,
+            dedup_id=dedup_id,
+            on_duplicate=on_duplicate,
+        )
+
+    # ================================================================== RunHost
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        return self._dispatcher.spawn(coro)
+
+    async def cancel(self, run_id: str) -> RunResult | None:
+        return await cancel_run(self._plane, run_id)
+
+    def run_created_here(self, run_id: str) -> None:
+        self._dispatcher.mark_fresh(run_id)  # no checkpoints to read on its first turn
+        if self.drive_runs:
+            self._poller.queue_claim(run_id)
+
+    async def children_created(self, first_id: str) -> None:
+        if self.drive_runs:
+            self._wakes.kick()  # pick the new children up now (claim loop)
+        else:
+            await self._wakes.announce("ready", first_id)
+
+    def post_completion(self, parent_id: str, child_id: str, completion: JSONValue) -> None:
+        self._mailbox.post(parent_id, child_id, completion)
+
+    # ================================================================== SettleHost
+
+    def notify_parent(self, run: WorkflowRun | str, completion: dict[str, Any]) -> None:
+        self._deliveries.notify_parent(run, completion)
+
+    def fire_cancel(self, run_id: str) -> None:
+        for listener in tuple(self._cancel_listeners):
+            try:
+                listener(run_id)
+            except Exception:
+                log.exception("on_cancel listener failed")
+
+    # ================================================================== LocalRuns
+
+    async def run_created(self, run_id: str) -> None:
+        if not self.drive_runs:
+            await self._wakes.announce("ready", run_id)
+        elif self._dispatcher.load < self._options.max_concurrent_runs:
+            self._dispatcher.mark_fresh(run_id)  # no checkpoints to read on its first turn
+            self._dispatcher.dispatch(run_id)
+        else:
+            # Full: the run waits in the pending backlog like one created elsewhere (picked
+            # up by priority, then age, when a turn ends), so a burst of starts cannot drive
+            # more than `max_concurrent_runs` runs here.
+            self._wakes.kick()
+
+    def run_ready(self, run_id: str) -> None:
+        self._dispatcher.dispatch(run_id)
+
+    async def redrive(self, run_id: str, cp: StepCheckpoint | None) -> None:
+        await self._deliveries.redrive(run_id, cp)
+
+    def request_cancel(self, run_id: str) -> bool:
+        execution = self._dispatcher.execution(run_id)
+        if execution is None:
+            return False
+        # A resident turn: end its waits (RunEvicted → the exit runs the unwind); a turn
+        # mid-step reaches its next exit non-resident.
+        execution.cancel_requested = True
+        execution.evict()
+        return True
+
+    def stop(self, run_id: str) -> None:
+        execution = self._dispatcher.execution(run_id)
+        if execution is None:
+            return
+        execution.cancelled = True
+        execution.evict()
+        # Never cancel the task asking for it (a run cancelling itself through a step).
+        if execution.task is not None and execution.task is not current_task():
+            execution.task.cancel()
+
+    def run_cancelled(self, run: WorkflowRun, error: StepError) -> None:
+        self._events.emit(
+            EngineEvent(
+                type="run.failed",
+                run_id=run.id,
+                workflow=run.workflow,
+                namespace=run.namespace,
+                error=error,
+            )
+        )
+        self.fire_cancel(run.id)
+        if self._fleet is not None:
+            self.spawn(self._fleet.broadcast_cancel(run.id))
+
+    # ================================================================== listeners
+
+    def on_dead(self, listener: Callable[[WorkflowRun], Any]) -> Callable[[], None]:
+        self._dead_listeners.append(listener)
+        return lambda: self._dead_listeners.remove(listener)
+
+    def on_cancel(self, listener: Callable[[str], Any]) -> Callable[[], None]:
+        self._cancel_listeners.append(listener)
+        return lambda: self._cancel_listeners.remove(listener)
+
+    def _fire_dead(self, run: WorkflowRun) -> None:
+        for listener in tuple(self._dead_listeners):
+            try:
+                listener(run)
+            except Exception:
+                log.exception("on_dead listener failed")
+
+    # ================================================================== internals
+
+    async def _announce(self, kind: str, run_id: str) -> None:
+        await self._wakes.announce(kind, run_id)
+
+    def _after_turn(self) -> None:
+        if self._poller.backlogged:
+            self._wakes.kick()  # room for more of the pending backlog
+
+    def _wake_watchers(self, event: EngineEvent) -> None:
+        # run.started never settles a run: waking on it would only cost a store read.
+        if event.type == "run.completed":
+            self._watchers.completed(event.run_id, event.output)
+        elif event.type.startswith("run.") and event.type != "run.started":
+            self._watchers.wake(event.run_id)
