@@ -4,6 +4,16 @@ Write a workflow as plain async Python; every step is checkpointed in SQLite (th
 default) so a run survives crashes and restarts and resumes where it stopped.
 """
 
+# `Engine`, `WorkflowCtx` and the fan outcomes (`Settled`, `Fulfilled`, `Rejected`) are
+# loaded on first use (`__getattr__` below): they pull in the worker runtime, and a process
+# that only starts and reads runs through `durably.Client` (a web tier) should not pay for
+# it or depend on it. Everything else here is light and imported at once.
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from durably._core.admission import Queue
 from durably._core.bounds import PayloadRejectedError, PayloadTooLargeError
 from durably._core.buffered_signals import BufferedSignalInfo
@@ -61,9 +71,6 @@ from durably._engine.defs.registry import (
     workflow,
 )
 from durably._engine.defs.remote_workflows import RemoteWorkflow, remote_workflow
-from durably._engine.engine import Engine
-from durably._engine.run.ctx import WorkflowCtx
-from durably._engine.run.fans import Fulfilled, Rejected, Settled
 from durably._read.list_models import (
     GroupHealth,
     RunFacetRow,
@@ -78,6 +85,32 @@ from durably._store.crypto import AesGcmCodec
 from durably._store.memory import InMemoryStateStore
 from durably._store.protocol import StateStore
 from durably.tenant import TenantGateway
+
+if TYPE_CHECKING:
+    from durably._engine.engine import Engine
+    from durably._engine.run.ctx import WorkflowCtx
+    from durably._engine.run.fans import Fulfilled, Rejected, Settled
+
+_LAZY = {
+    "Engine": "durably._engine.engine",
+    "WorkflowCtx": "durably._engine.run.ctx",
+    "Settled": "durably._engine.run.fans",
+    "Fulfilled": "durably._engine.run.fans",
+    "Rejected": "durably._engine.run.fans",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'durably' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups find it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 __version__ = "0.1.0"
 
