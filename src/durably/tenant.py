@@ -40,7 +40,7 @@ from durably._core.errors import DurablyError
 from durably._core.ids import given_run_id
 from durably._core.models import RunResult, WorkflowRun
 from durably._engine.client.client import plain_input
-from durably._engine.control.plane import check_run_text
+from durably._engine.control.start import check_run_text
 from durably._engine.defs.events import EngineEvent
 from durably._engine.gateway.wire import (
     TenantChannel,

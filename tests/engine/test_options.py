@@ -17,7 +17,7 @@ import durably
 from durably import Client, Engine, EngineOptions, SignalBufferFullError, WorkflowCtx
 from durably._cli.common import replica_of
 
-OPTIONS_SOURCE = Path(__file__).resolve().parents[2] / "src/durably/_engine/options.py"
+OPTIONS_SOURCE = Path(__file__).resolve().parents[2] / "src/durably/_engine/defs/options.py"
 FIELDS = [f.name for f in dataclasses.fields(EngineOptions)]
 
 # One wrong value of each option: below its minimum, or of the wrong type.

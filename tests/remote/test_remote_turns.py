@@ -37,6 +37,7 @@ from durably._core.models import (
 )
 from durably._core.wire import RemoteTask, StepResult
 from durably._core.wire_turns import parse_workflow_decision
+from durably._engine.control.start import StartRequest
 from durably._engine.defs.registry import OnErrorRoute, Workflow
 from durably._engine.defs.remote_workflows import remote_workflow
 from durably._engine.remote.turns import RemoteTurns
@@ -730,7 +731,9 @@ async def test_a_child_without_a_registration_is_served_by_convention_or_fails_t
     )
     # Nothing is registered: the parent and its child are both served by convention.
     async with harness(store_url, sdk, [], directory=directory) as h:
-        await h.engine._worker.plane.create_run("family", "", None, run_id="conv")
+        await h.engine._worker.plane.create_run(
+            StartRequest(workflow="family", run_id="conv"), None
+        )
         await h.turn("conv")
         parent = await h.run("conv")
         assert (parent.workflow_version, parent.tags) == ("1", ("version:undeclared",))
@@ -749,7 +752,9 @@ async def test_a_child_without_a_registration_is_served_by_convention_or_fails_t
         # told so instead of waiting forever.
         directory.tokens = {"family"}
         h.turns._live._tokens = None  # forget the cached read (its TTL is a second)
-        await h.engine._worker.plane.create_run("family", "", None, run_id="conv2")
+        await h.engine._worker.plane.create_run(
+            StartRequest(workflow="family", run_id="conv2"), None
+        )
         await h.turn("conv2")
 
         async def failed_start() -> bool:

@@ -1,4 +1,11 @@
-"""`durably.Engine`: start runs, drive them, signal them, observe them."""
+"""`durably.Engine`: start runs, drive them, signal them, observe them.
+
+An engine is a client plus a worker: its `HostedClient` (over the worker's control plane)
+starts, signals, cancels, retries and reads runs, and its `Worker` drives them. Every public
+method of the client's kind is the client's, handed on; what only an engine does (updates
+with validators, worker health, the registry, observing, polling by hand) is the worker's
+or one of the engine's own parts (`Updates`, `WorkerHealth`).
+"""
 
 from __future__ import annotations
 
@@ -8,22 +15,24 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Never, TypeVar
 
 from durably._core.admission import Queue
+from durably._core.buffered_signals import DEFAULT_LIST_LIMIT, BufferedSignalInfo
 from durably._core.durations import Duration
 from durably._core.errors import RunNotFoundError, WorkflowNotFoundError
-from durably._core.ids import given_run_id
-from durably._core.models import RunResult, WorkflowRun
+from durably._core.models import RunResult, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
 from durably._core.triggers import refuse_engine_owned_start
-from durably._engine.client.client import Client
-from durably._engine.client.handle import RunHandle, WaitUntil
-from durably._engine.client.reads import ReadApi, WorkerHealthApi
-from durably._engine.client.signal_api import BufferedSignalsApi, SignalApi
+from durably._engine.client.client import HostedClient
+from durably._engine.client.docs import documented_by
+from durably._engine.client.handle import RunHandle, UpdateResult, WaitUntil
+from durably._engine.client.reads import RunReads, WorkerHealth
+from durably._engine.client.signal_api import BufferedSignals, Updates
 from durably._engine.control import operator
-from durably._engine.control.signals import SignalRoute, buffer_policy
+from durably._engine.control.signals import buffer_policy
+from durably._engine.control.start import StartRequest
 from durably._engine.defs.concurrency import ConcurrencySpec
 from durably._engine.defs.events import Listener, MetricsSnapshot
 from durably._engine.defs.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
@@ -36,7 +45,18 @@ from durably._engine.flow.step_limits import step_limiter
 from durably._engine.triggers.subscribers import ensure_builtins, install
 from durably._engine.worker.roles import Role, resolve_role
 from durably._engine.worker.worker import Worker
+from durably._read.list_models import (
+    GroupHealth,
+    RunFacetRow,
+    RunValueAxis,
+    RunValueFacetOptions,
+    RunValueFacetRow,
+    RunWaiting,
+    WorkflowDirectory,
+)
 from durably._read.lists import LocalWorker
+from durably._read.models import FanPage, RunDetail
+from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 from durably._store.codec import Codec, wrap_store
 from durably._store.memory import InMemoryStateStore
 from durably._store.protocol import StateStore
@@ -46,15 +66,13 @@ from durably._transport.open import TransportSpec, transport_pool
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from durably._transport.protocol import WorkerDirectory
-
 log = logging.getLogger("durably")
 
 I = TypeVar("I")
 O = TypeVar("O")
 
 
-class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
+class Engine:
     """The durable workflow engine.
 
     `Engine()` uses the embedded SQLite default (`DURABLY_STORE`, else `sqlite:///durably.db`).
@@ -197,7 +215,6 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             transport=transports is not None,
             memory_store=isinstance(store_, InMemoryStateStore),
         )
-        self._update_validators: dict[tuple[str, str], Callable[[Any], Any]] = {}
         # What executes runs in this process, and — over its control plane — the client
         # that starts, signals, cancels and reads them.
         self._worker = Worker(
@@ -222,11 +239,21 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         install(self._worker)  # the event accumulators behind debounce=/batch=
         # Worker concurrency: a permit per in-process step handler (None: no limit).
         self._worker.flow.limit_steps(step_limiter(opts.concurrency))
-        self._client = Client._for_engine(
+        self._client = HostedClient(
             self._worker.plane,
-            self._ensure_open,
-            self._worker.watchers,
-            self._worker.poll_interval,
+            opener=self._ensure_open,
+            watchers=self._worker.watchers,
+            poll=self._worker.poll_interval,
+        )
+        self._updates = Updates(self.store, opener=self._ensure_open, route=self._worker.deliveries)
+        self._health = WorkerHealth(
+            self.store,
+            clock=self.clock,
+            lease_ms=opts.lease_ms,
+            namespace=namespace,
+            local_worker=self._local_worker,
+            directories=self._worker.worker_directories,
+            workflows=self.registered_workflows,
         )
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
@@ -335,7 +362,20 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         """Enqueue a run and return at once. Idempotent by `run_id`. Pending runs are picked
         up by `priority` (higher first; None counts as 0), then oldest. `dedup_id`,
         `on_duplicate` and `concurrency` are `Client.start`'s (checked with the insert)."""
-        given_run_id(run_id)  # a bad id is refused before the store is even opened
+        # The request is checked as it is built: a bad option is refused before the store
+        # is even opened.
+        request = StartRequest(
+            workflow=workflow.name if isinstance(workflow, Workflow) else str(workflow),
+            run_id=run_id,
+            tags=tuple(tags or ()),
+            search_attributes=search_attributes,
+            priority=priority,
+            version=version,
+            namespace=namespace,
+            concurrency=concurrency,
+            dedup_id=dedup_id,
+            on_duplicate=on_duplicate,
+        )
         refuse_engine_owned_start(workflow, run_id)
         await self._ensure_open()
         worker = self._worker
@@ -346,33 +386,11 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
             # name (its first turn pins the version); a pinned version never does.
             if not isinstance(workflow, str) or version is not None:
                 raise
-            remote_id = await worker.start_served_remotely(
-                workflow,
-                input,
-                run_id=run_id,
-                tags=tags,
-                search_attributes=search_attributes,
-                priority=priority,
-                namespace=namespace,
-                concurrency=concurrency,
-                dedup_id=dedup_id,
-                on_duplicate=on_duplicate,
-            )
+            remote_id = await worker.start_served_remotely(input, request)
             if remote_id is None:
                 raise
             return RunHandle(self, remote_id)
-        rid = await worker.create_run(
-            wf,
-            worker.prepare_input(wf, input),
-            run_id=run_id,
-            tags=tags,
-            search_attributes=search_attributes,
-            priority=priority,
-            namespace=namespace,
-            concurrency=concurrency,
-            dedup_id=dedup_id,
-            on_duplicate=on_duplicate,
-        )
+        rid = await worker.create_run(wf, worker.prepare_input(wf, input), request)
         return RunHandle(self, rid, wf)
 
     async def execute(
@@ -392,7 +410,16 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
 
     # ================================================================== signals & events
 
-    # `signal(token, payload, *, buffer=True)` and `update(...)`: signal_api.SignalApi.
+    async def signal(
+        self, token: str, payload: Any = None, *, buffer: bool = True
+    ) -> RunResult | None:
+        """Deliver `payload` to the run waiting on `token` and return that
+        run's current state (the engine's client does it: `Client.signal`)."""
+        return await self._client.signal(token, payload, buffer=buffer)
+
+    @documented_by(Updates.update)
+    async def update(self, run_id: str, name: str, arg: Any = None) -> UpdateResult:
+        return await self._updates.update(run_id, name, arg)
 
     async def publish_event(
         self, name: str, payload: Any = None, *, id: str | None = None, buffer: bool = True
@@ -411,10 +438,32 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         """Check every `update(run_id, name, arg)` of this workflow's runs with `fn(arg)`
         first: an exception or a non-empty string rejects the update (nothing delivered)."""
         wf_name = workflow.name if isinstance(workflow, Workflow) else workflow
-        self._update_validators[(wf_name, name)] = fn
+        self._updates.register_validator(wf_name, name, fn)
 
-    def _signal_route(self) -> SignalRoute:
-        return self._worker.deliveries
+    # ================================================================== the signal buffer
+
+    @documented_by(BufferedSignals.list_buffered_signals)
+    async def list_buffered_signals(
+        self, *, prefix: str | None = None, limit: int = DEFAULT_LIST_LIMIT, offset: int = 0
+    ) -> list[BufferedSignalInfo]:
+        return await self._client.list_buffered_signals(prefix=prefix, limit=limit, offset=offset)
+
+    @documented_by(BufferedSignals.count_buffered_signals)
+    async def count_buffered_signals(self, *, prefix: str | None = None) -> int:
+        return await self._client.count_buffered_signals(prefix=prefix)
+
+    @documented_by(BufferedSignals.purge_buffered_signals)
+    async def purge_buffered_signals(
+        self,
+        *,
+        token: str | None = None,
+        prefix: str | None = None,
+        expired_only: bool = False,
+        all: bool = False,
+    ) -> int:
+        return await self._client.purge_buffered_signals(
+            token=token, prefix=prefix, expired_only=expired_only, all=all
+        )
 
     # ================================================================== reading
 
@@ -425,6 +474,89 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         cancelled or dead); `TimeoutError` after `timeout` seconds."""
         return await self._client.wait_for_run(run_id, timeout, until)
 
+    @documented_by(RunReads.get_run)
+    async def get_run(self, run_id: str) -> WorkflowRun | None:
+        return await self._client.get_run(run_id)
+
+    @documented_by(RunReads.list_runs)
+    async def list_runs(self, **query: Any) -> list[WorkflowRun]:
+        return await self._client.list_runs(**query)
+
+    @documented_by(RunReads.list_checkpoints)
+    async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
+        return await self._client.list_checkpoints(run_id)
+
+    @documented_by(RunReads.get_run_children)
+    async def get_run_children(self, run_id: str) -> list[str]:
+        return await self._client.get_run_children(run_id)
+
+    @documented_by(RunReads.get_event)
+    async def get_event(self, run_id: str, key: str) -> Any:
+        return await self._client.get_event(run_id, key)
+
+    @documented_by(RunReads.get_run_detail)
+    async def get_run_detail(
+        self,
+        run_id: str,
+        *,
+        summarize_fans_over: int | None = None,
+        if_none_match: str | None = None,
+    ) -> RunDetail | None:
+        return await self._client.get_run_detail(
+            run_id, summarize_fans_over=summarize_fans_over, if_none_match=if_none_match
+        )
+
+    @documented_by(RunReads.get_fan_members)
+    async def get_fan_members(
+        self,
+        run_id: str,
+        group: str,
+        *,
+        offset: int = 0,
+        limit: int = FAN_PAGE_DEFAULT_LIMIT,
+        failed_only: bool = False,
+        if_none_match: str | None = None,
+    ) -> FanPage | None:
+        return await self._client.get_fan_members(
+            run_id,
+            group,
+            offset=offset,
+            limit=limit,
+            failed_only=failed_only,
+            if_none_match=if_none_match,
+        )
+
+    @documented_by(RunReads.run_facets)
+    async def run_facets(self, **query: Any) -> list[RunFacetRow]:
+        return await self._client.run_facets(**query)
+
+    @documented_by(RunReads.run_value_facets)
+    async def run_value_facets(
+        self,
+        axis: RunValueAxis | Mapping[str, Any] | str,
+        options: RunValueFacetOptions | Mapping[str, Any] | None = None,
+        **query: Any,
+    ) -> list[RunValueFacetRow]:
+        return await self._client.run_value_facets(axis, options, **query)
+
+    @documented_by(RunReads.waiting_for)
+    async def waiting_for(self, run_ids: Iterable[str]) -> dict[str, RunWaiting]:
+        return await self._client.waiting_for(run_ids)
+
+    @documented_by(RunReads.count_runs)
+    async def count_runs(self, **query: Any) -> int:
+        return await self._client.count_runs(**query)
+
+    # ================================================================== worker health
+
+    @documented_by(WorkerHealth.worker_health)
+    async def worker_health(self) -> list[GroupHealth]:
+        return await self._health.worker_health()
+
+    @documented_by(WorkerHealth.workflow_directory)
+    async def workflow_directory(self) -> WorkflowDirectory:
+        return await self._health.workflow_directory()
+
     def _local_worker(self) -> LocalWorker | None:
         local = self._worker.local_worker()
         limiter = self._worker.flow.limiter
@@ -433,9 +565,6 @@ class Engine(ReadApi, WorkerHealthApi, SignalApi, BufferedSignalsApi):
         # Under Engine(concurrency=…) this engine reports its step permits: the current limit
         # (adaptive or fixed), the steps holding one, and what the adaptive limit measured.
         return dataclasses.replace(local, steps=limiter.status())
-
-    def _worker_directories(self) -> list[tuple[str, WorkerDirectory]]:
-        return self._worker.worker_directories()
 
     # ================================================================== observing
 

@@ -7,20 +7,25 @@ first drives it. The client writes to the store and announces what it did on the
 wake bus (PostgreSQL LISTEN/NOTIFY; polling everywhere else); a worker does the rest.
 
 An `Engine` is composed of a client (for these operations) and the worker runtime that
-drives runs; it hands its client the `LocalRuns` hooks (`durably._engine.control.plane`) so that
-a run it starts, signals or cancels is also driven, woken or interrupted in-process.
+drives runs: its client is a `HostedClient` over the worker's control plane, which carries
+the `LocalRuns` hooks (`durably._engine.control.plane`), so that a run it starts, signals or
+cancels is also driven, woken or interrupted in-process.
+
+A client answers its reads through `RunReads` and its signal-buffer verbs through
+`BufferedSignals` (the parts hold the documentation of those methods), and reaches its store
+through a `ClientSession` (`durably._engine.client.session`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import ValidationError
 
+from durably._core.buffered_signals import DEFAULT_LIST_LIMIT, BufferedSignalInfo
 from durably._core.durations import Duration
 from durably._core.errors import (
     InputValidationError,
@@ -28,29 +33,40 @@ from durably._core.errors import (
     WorkflowNotFoundError,
 )
 from durably._core.ids import given_run_id
-from durably._core.models import JSONValue, RunResult, WorkflowRun
+from durably._core.models import JSONValue, RunResult, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
 from durably._core.triggers import refuse_engine_owned_start
+from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, RunWatchers, WaitUntil
-from durably._engine.client.reads import ReadApi
-from durably._engine.client.signal_api import BufferedSignalsApi
+from durably._engine.client.reads import RunReads
+from durably._engine.client.session import ClientSession, HostedSession, StoreSession
+from durably._engine.client.signal_api import BufferedSignals
 from durably._engine.control import operator, signals
-from durably._engine.control.plane import UNPINNED_VERSION, ControlPlane
-from durably._engine.control.signals import SignalBufferPolicy, buffer_policy
+from durably._engine.control.plane import ControlPlane
+from durably._engine.control.signals import buffer_policy
+from durably._engine.control.start import StartRequest
 from durably._engine.defs.options import UNSET, EngineOptions, Unset, merge_options
 from durably._engine.defs.registry import Workflow
 from durably._engine.defs.stores import open_store
 from durably._engine.defs.typed_io import PLAIN, validation_details
 from durably._engine.flow.quotas import OnDuplicate
+from durably._read.list_models import (
+    RunFacetRow,
+    RunValueAxis,
+    RunValueFacetOptions,
+    RunValueFacetRow,
+    RunWaiting,
+)
+from durably._read.models import FanPage, RunDetail
+from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 from durably._store.codec import Codec, wrap_store
-from durably._store.protocol import WakeBus
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from durably._store.protocol import StateStore
 
-__all__ = ["Client", "prepare_input"]
+__all__ = ["Client", "HostedClient", "prepare_input", "workflow_name"]
 
 I = TypeVar("I")
 O = TypeVar("O")
@@ -76,6 +92,16 @@ def prepare_input(workflow: Workflow[Any, Any], input: Any) -> JSONValue:
     return json_input
 
 
+def workflow_name(workflow: Workflow[Any, Any] | str) -> str:
+    """The name a start names its workflow by: a `Workflow`'s, or a non-empty string
+    (`TypeError` for anything else)."""
+    if isinstance(workflow, Workflow):
+        return workflow.name
+    if not isinstance(workflow, str) or not workflow:
+        raise TypeError(f"workflow must be a Workflow or its name, not {workflow!r}")
+    return workflow
+
+
 def plain_input(name: str, input: Any) -> JSONValue:
     """The input of a start by name: it must already be JSON (no annotation to apply)."""
     try:
@@ -85,7 +111,7 @@ def plain_input(name: str, input: Any) -> JSONValue:
     return json_input
 
 
-class Client(ReadApi, BufferedSignalsApi):
+class Client:
     """Start, signal, cancel, retry and read runs; needs only a store.
 
     `store` is a URL (`"sqlite:///app.db"`, `"postgresql+asyncpg://…"`, `"memory"`), an
@@ -131,63 +157,24 @@ class Client(ReadApi, BufferedSignalsApi):
         )
         policy = buffer_policy(settings)
         opened, owns = open_store(store)
-        self._setup(
-            wrap_store(opened, codec),
-            owns_store=owns,
-            namespace=namespace,
-            clock=lambda: int(time.time() * 1000),
-            policy=policy,
+        self._compose(
+            StoreSession(
+                wrap_store(opened, codec),
+                owns_store=owns,
+                namespace=namespace,
+                clock=lambda: int(time.time() * 1000),
+                policy=policy,
+            )
         )
 
-    @classmethod
-    def _for_engine(
-        cls,
-        plane: ControlPlane,
-        opener: Callable[[], Awaitable[None]],
-        watchers: RunWatchers,
-        poll: Callable[[str], float],
-    ) -> Client:
-        """The client an `Engine` is composed of: the engine's control plane (its store,
-        clock, wake bus and the hooks of the runs it drives); opening it opens the engine.
-        Its waits are the engine's (`watchers`, woken by the engine's events and wake bus;
-        `poll` says how often a wait on a run re-reads it without a wake)."""
-        client = cls.__new__(cls)
-        client._setup(plane.store, owns_store=False, plane=plane, opener=opener)
-        client._watchers = watchers
-        client._poll = poll
-        return client
-
-    def _setup(
-        self,
-        store: StateStore,
-        *,
-        owns_store: bool,
-        plane: ControlPlane | None = None,
-        namespace: str | None = None,
-        clock: Callable[[], int] | None = None,
-        policy: SignalBufferPolicy | None = None,
-        opener: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        self.store = store  # what it reads and writes (wrapped by its codec, if any)
-        self._store = store
-        self._owns_store = owns_store
-        self._opener = opener
-        self._bus: WakeBus | None = None
-        self._opened = False
-        self._open_lock: asyncio.Lock | None = None
-        # wait_for_run calls of this client, woken by `settled` messages on the wake bus
-        self._watchers = RunWatchers()
-        self._poll: Callable[[str], float] = self._poll_interval
-        if plane is None:
-            assert clock is not None and policy is not None
-            plane = ControlPlane(
-                store,
-                clock=clock,
-                signal_buffer=policy,
-                announce=self._announce,
-                namespace=namespace,
-            )
-        self._plane = plane
+    def _compose(self, session: ClientSession) -> None:
+        """Assemble the client over `session` (every constructor ends here)."""
+        self._session = session
+        self._plane = session.plane
+        self.store = session.plane.store  # what it reads and writes (wrapped by its codec)
+        self._store = self.store
+        self._reads = RunReads(self.store)
+        self._buffered = BufferedSignals(self.store, opener=session.open)
 
     @property
     def namespace(self) -> str | None:
@@ -196,58 +183,16 @@ class Client(ReadApi, BufferedSignalsApi):
     # ================================================================== lifecycle
 
     async def __aenter__(self) -> Client:
-        await self._ensure_open()
+        await self._session.open()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _ensure_open(self) -> None:
-        if self._opener is not None:
-            await self._opener()
-            return
-        if self._opened:
-            return
-        if self._open_lock is None:
-            self._open_lock = asyncio.Lock()
-        async with self._open_lock:
-            if self._opened:
-                return
-            await self._store.ensure_schema()
-            bus = self._store.wake_bus()  # None: the store has no cross-process channel
-            if bus is not None:
-                await bus.start(self._on_wake)
-                self._bus = bus
-            self._opened = True
-
     async def close(self) -> None:
         """Stop listening to the wake bus and close the store if this client opened it.
         (A client an `Engine` is composed of is closed with the engine.)"""
-        if self._opener is not None:
-            return
-        bus, self._bus = self._bus, None
-        if bus is not None:
-            await bus.close()
-        self._opened = False
-        if self._owns_store:
-            await self._store.close()
-
-    async def _announce(self, kind: str, run_id: str) -> None:
-        """Tell the workers (and other clients); best effort — they poll as well."""
-        if self._bus is not None:
-            try:
-                await self._bus.publish(kind, run_id)
-            except Exception:
-                pass  # a lost wake costs latency only: every worker polls the store
-
-    def _on_wake(self, kind: str, run_id: str) -> None:
-        if kind == "settled":
-            self._watchers.wake(run_id)
-
-    def _poll_interval(self, run_id: str) -> float:
-        # A `settled` message on the wake bus re-reads at once; polling is the fallback
-        # (and the only way on a store without a bus).
-        return 1.0 if self._bus is not None else 0.25
+        await self._session.close()
 
     # ================================================================== starting runs
 
@@ -323,9 +268,29 @@ class Client(ReadApi, BufferedSignalsApi):
         `priority`: pending runs are picked up higher first, then oldest (None counts as 0);
         the run's children, fan members, retries and continuations carry it too.
         """
-        given_run_id(run_id)  # a bad id is refused before the store is even opened
-        refuse_engine_owned_start(workflow, run_id)
-        await self._ensure_open()
+        # The request is checked as it is built: a bad option is refused before the store
+        # is even opened.
+        request = StartRequest(
+            workflow=workflow_name(workflow),
+            run_id=run_id,
+            tags=tuple(tags or ()),
+            search_attributes=search_attributes,
+            priority=priority,
+            version=version,
+            namespace=namespace,
+            concurrency=concurrency,
+            dedup_id=dedup_id,
+            on_duplicate=on_duplicate,
+        )
+        return await self._start(workflow, input, request)
+
+    async def _start(
+        self, workflow: Workflow[Any, Any] | str, input: Any, request: StartRequest
+    ) -> RunHandle[Any]:
+        """Create the run `request` asks for (its workflow given as an object or by name)."""
+        refuse_engine_owned_start(workflow, request.run_id)
+        await self._session.open()
+        version = request.version
         if isinstance(workflow, Workflow):
             if version is not None and version != workflow.version:
                 raise WorkflowNotFoundError(
@@ -334,39 +299,11 @@ class Client(ReadApi, BufferedSignalsApi):
                 )
             wf: Workflow[Any, Any] | None = workflow
         else:
-            if not isinstance(workflow, str) or not workflow:
-                raise TypeError(f"workflow must be a Workflow or its name, not {workflow!r}")
             wf = self._plane.registration(workflow, version)
         if wf is not None:
-            rid = await self._plane.create_run(
-                wf.name,
-                wf.version,
-                prepare_input(wf, input),
-                run_id=run_id,
-                tags=[*wf.tags, *(tags or ())],
-                search_attributes=search_attributes,
-                priority=priority,
-                namespace=namespace,
-                registered=wf,
-                concurrency=concurrency,
-                dedup_id=dedup_id,
-                on_duplicate=on_duplicate,
-            )
+            rid = await self._plane.create_run(request, prepare_input(wf, input), registered=wf)
             return RunHandle(self, rid, wf, self._plane.registration)
-        name = str(workflow)
-        rid = await self._plane.create_run(
-            name,
-            version if version is not None else UNPINNED_VERSION,
-            plain_input(name, input),
-            run_id=run_id,
-            tags=tags,
-            search_attributes=search_attributes,
-            priority=priority,
-            namespace=namespace,
-            concurrency=concurrency,
-            dedup_id=dedup_id,
-            on_duplicate=on_duplicate,
-        )
+        rid = await self._plane.create_run(request, plain_input(request.workflow, input))
         return RunHandle(self, rid, None, self._plane.registration)
 
     def get_handle(self, run_id: str) -> RunHandle[Any]:
@@ -396,7 +333,7 @@ class Client(ReadApi, BufferedSignalsApi):
         signals.check_external_token(token)
         if not isinstance(buffer, bool):
             raise TypeError(f"buffer must be True or False, not {buffer!r}")
-        await self._ensure_open()
+        await self._session.open()
         return await self._plane.signal(
             token, payload, want_result=True, buffer="bounded" if buffer else "none"
         )
@@ -459,15 +396,15 @@ class Client(ReadApi, BufferedSignalsApi):
         signals.check_payload(
             f"signal payload for {token!r}", PLAIN.to_json(payload), self._plane.signal_buffer
         )
-        handle = await self.start(
-            workflow,
-            input,
+        request = StartRequest(
+            workflow=workflow_name(workflow),
             run_id=run_id,
-            tags=tags,
+            tags=tuple(tags or ()),
             search_attributes=search_attributes,
             version=version,
             namespace=namespace,
         )
+        handle = await self._start(workflow, input, request)
         await self.signal(token, payload, buffer=True)
         return handle
 
@@ -476,13 +413,13 @@ class Client(ReadApi, BufferedSignalsApi):
     async def cancel(self, run_id: str, *, compensate: bool = False) -> RunResult | None:
         """Cancel the run (and its children); `compensate=True` unwinds its saga first.
         None when the run is unknown; a settled run is returned untouched."""
-        await self._ensure_open()
+        await self._session.open()
         return await operator.cancel(self._plane, run_id, compensate=compensate)
 
     async def retry(self, run_id: str) -> RunResult | None:
         """Retry a failed or dead run in place (the console's "retry"): its failed steps
         and failed children run again; None when the run is unknown."""
-        await self._ensure_open()
+        await self._session.open()
         return await operator.requeue(self._plane, run_id)
 
     async def retry_with_input(
@@ -492,31 +429,31 @@ class Client(ReadApi, BufferedSignalsApi):
         with `input`; its success is also delivered to the origin's parent. None when the
         run is unknown."""
         given_run_id(new_run_id, what="new run id")  # "" is refused, not made a random id
-        await self._ensure_open()
+        await self._session.open()
         run = await self._store.get_run(run_id)
         if run is None:
             return None
         new_id = new_run_id or f"{run_id}~retry~{uuid.uuid4().hex[:8]}"
         registered = self._plane.registration(run.workflow, None)
         static = registered.tags if registered is not None else ()
-        await self.start(
-            registered or run.workflow,
-            input,
+        request = StartRequest(
+            workflow=run.workflow,
             run_id=new_id,
-            tags=operator.retry_tags(run, static),
+            tags=tuple(operator.retry_tags(run, static)),
             priority=run.priority,  # a fix-and-replay is as urgent as the run it replaces
             namespace=run.namespace,
         )
+        await self._start(registered or run.workflow, input, request)
         return new_id
 
     async def continue_run(self, run_id: str) -> RunResult | None:
         """Release the run's first pending breakpoint; None when it has none."""
-        await self._ensure_open()
+        await self._session.open()
         return await operator.continue_run(self._plane, run_id)
 
     async def delete_run(self, run_id: str) -> int:
         """Delete the run and its children; the number of runs deleted."""
-        await self._ensure_open()
+        await self._session.open()
         return await operator.delete_run(self._plane, run_id)
 
     # ================================================================== waiting
@@ -526,7 +463,129 @@ class Client(ReadApi, BufferedSignalsApi):
     ) -> WorkflowRun:
         """Resolve when the run is settled (`until="terminal"`: completed, failed,
         cancelled or dead); `TimeoutError` after `timeout` seconds."""
-        await self._ensure_open()
-        return await self._watchers.wait(
-            self._store, run_id, timeout=timeout, until=until, poll=self._poll
+        await self._session.open()
+        session = self._session
+        return await session.watchers.wait(
+            self._store, run_id, timeout=timeout, until=until, poll=session.poll_interval
         )
+
+    # ================================================================== reading (RunReads)
+
+    @documented_by(RunReads.get_run)
+    async def get_run(self, run_id: str) -> WorkflowRun | None:
+        return await self._reads.get_run(run_id)
+
+    @documented_by(RunReads.list_runs)
+    async def list_runs(self, **query: Any) -> list[WorkflowRun]:
+        return await self._reads.list_runs(**query)
+
+    @documented_by(RunReads.list_checkpoints)
+    async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
+        return await self._reads.list_checkpoints(run_id)
+
+    @documented_by(RunReads.get_run_children)
+    async def get_run_children(self, run_id: str) -> list[str]:
+        return await self._reads.get_run_children(run_id)
+
+    @documented_by(RunReads.get_event)
+    async def get_event(self, run_id: str, key: str) -> Any:
+        return await self._reads.get_event(run_id, key)
+
+    @documented_by(RunReads.get_run_detail)
+    async def get_run_detail(
+        self,
+        run_id: str,
+        *,
+        summarize_fans_over: int | None = None,
+        if_none_match: str | None = None,
+    ) -> RunDetail | None:
+        return await self._reads.get_run_detail(
+            run_id, summarize_fans_over=summarize_fans_over, if_none_match=if_none_match
+        )
+
+    @documented_by(RunReads.get_fan_members)
+    async def get_fan_members(
+        self,
+        run_id: str,
+        group: str,
+        *,
+        offset: int = 0,
+        limit: int = FAN_PAGE_DEFAULT_LIMIT,
+        failed_only: bool = False,
+        if_none_match: str | None = None,
+    ) -> FanPage | None:
+        return await self._reads.get_fan_members(
+            run_id,
+            group,
+            offset=offset,
+            limit=limit,
+            failed_only=failed_only,
+            if_none_match=if_none_match,
+        )
+
+    @documented_by(RunReads.run_facets)
+    async def run_facets(self, **query: Any) -> list[RunFacetRow]:
+        return await self._reads.run_facets(**query)
+
+    @documented_by(RunReads.run_value_facets)
+    async def run_value_facets(
+        self,
+        axis: RunValueAxis | Mapping[str, Any] | str,
+        options: RunValueFacetOptions | Mapping[str, Any] | None = None,
+        **query: Any,
+    ) -> list[RunValueFacetRow]:
+        return await self._reads.run_value_facets(axis, options, **query)
+
+    @documented_by(RunReads.waiting_for)
+    async def waiting_for(self, run_ids: Iterable[str]) -> dict[str, RunWaiting]:
+        return await self._reads.waiting_for(run_ids)
+
+    @documented_by(RunReads.count_runs)
+    async def count_runs(self, **query: Any) -> int:
+        return await self._reads.count_runs(**query)
+
+    # ================================================================== the signal buffer
+
+    @documented_by(BufferedSignals.list_buffered_signals)
+    async def list_buffered_signals(
+        self, *, prefix: str | None = None, limit: int = DEFAULT_LIST_LIMIT, offset: int = 0
+    ) -> list[BufferedSignalInfo]:
+        return await self._buffered.list_buffered_signals(prefix=prefix, limit=limit, offset=offset)
+
+    @documented_by(BufferedSignals.count_buffered_signals)
+    async def count_buffered_signals(self, *, prefix: str | None = None) -> int:
+        return await self._buffered.count_buffered_signals(prefix=prefix)
+
+    @documented_by(BufferedSignals.purge_buffered_signals)
+    async def purge_buffered_signals(
+        self,
+        *,
+        token: str | None = None,
+        prefix: str | None = None,
+        expired_only: bool = False,
+        all: bool = False,
+    ) -> int:
+        return await self._buffered.purge_buffered_signals(
+            token=token, prefix=prefix, expired_only=expired_only, all=all
+        )
+
+
+class HostedClient(Client):
+    """The client over a control plane something else runs: an `Engine`'s (the engine is
+    this client plus its worker), or a gateway's inside an engine's worker.
+
+    Opening it runs `opener` (the host's open); its waits are the host's `watchers`, and
+    `poll` says how often a wait on a run re-reads it without a wake. Closing it closes
+    nothing: the host closes with itself. It has no store of its own to open, so it does not
+    take `Client`'s constructor: it is assembled over its session directly.
+    """
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        *,
+        opener: Callable[[], Awaitable[None]],
+        watchers: RunWatchers,
+        poll: Callable[[str], float],
+    ):
+        self._compose(HostedSession(plane, opener=opener, watchers=watchers, poll=poll))

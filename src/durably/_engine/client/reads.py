@@ -1,11 +1,13 @@
-"""The public read methods of `Client` and `Engine`: runs, run detail, fan pages, facets.
+"""The reads behind the public read methods of `Client` and `Engine`: runs, run detail, fan
+pages, facets, and the health of the fleet.
 
-`ReadApi` needs nothing but the store, so a `Client` in a process without any workflow code
-answers exactly what an `Engine` does. `get_run_detail` and `get_fan_members` answer through
-the store-backed gateway functions (`durably._read.gateway`), so an aggregating store (every
-first-party store) summarises wide fans from a `GROUP BY` plus a bounded number of rows, and
-a matching `if_none_match` answers not-modified without reading the timeline.
-`WorkerHealthApi` (the health of worker groups, this engine included, and the workflow
+`RunReads` needs nothing but the store, so a `Client` in a process without any workflow code
+answers exactly what an `Engine` does (an engine answers through its client).
+`get_run_detail` and `get_fan_members` answer through the store-backed gateway functions
+(`durably._read.gateway`), so an aggregating store (every first-party store) summarises wide
+fans from a `GROUP BY` plus a bounded number of rows, and a matching `if_none_match` answers
+not-modified without reading the timeline.
+`WorkerHealth` (the health of worker groups, this engine included, and the workflow
 directory of the live workers) is the engine's alone: only an engine has transports.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from durably._core.models import RunQuery, StepCheckpoint, WorkflowRun
@@ -34,12 +36,11 @@ from durably._read.models import FanPage, FanPageQuery, RunDetail, RunDetailOpti
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 
 if TYPE_CHECKING:
-    from durably._engine.defs.options import EngineOptions
     from durably._engine.defs.registry import Workflow
     from durably._store.protocol import StateStore
     from durably._transport.protocol import WorkerDirectory
 
-__all__ = ["ReadApi", "WorkerHealthApi", "read_fleet"]
+__all__ = ["RunReads", "WorkerHealth", "read_fleet"]
 
 log = logging.getLogger("durably")
 
@@ -48,11 +49,13 @@ log = logging.getLogger("durably")
 _DEPTH_READS_AT_ONCE = 32
 
 
-class ReadApi:
-    """Mixed into `Client` and `Engine` (which provide `store`)."""
+class RunReads:
+    """The run reads of one store (`Client`'s read methods answer through it)."""
 
-    if TYPE_CHECKING:
-        store: StateStore
+    __slots__ = ("store",)
+
+    def __init__(self, store: StateStore):
+        self.store = store
 
     async def get_run(self, run_id: str) -> WorkflowRun | None:
         """The run, or None when unknown."""
@@ -171,36 +174,46 @@ async def read_fleet(
     return fleet.FleetRead(transport, tuple(beats), fleet.parse_descriptors(raw), depths)
 
 
-class WorkerHealthApi:
-    """Mixed into `Engine`: worker health lists this engine itself when it drives runs, and
-    the workers its transports report."""
+class WorkerHealth:
+    """Worker health as one engine sees it: itself when it drives runs, and the workers its
+    transports report.
 
-    if TYPE_CHECKING:
-        store: StateStore
-        namespace: str | None
-        options: EngineOptions
+    Collaborators: the store and clock (run leases), the lease length and the engine's
+    namespace, and three views of the engine's worker — this process as a worker
+    (`local_worker`), the transport members that list live workers (`directories`) and the
+    workflows registered here (`workflows`).
+    """
 
-        def clock(self) -> int: ...
-
-        def _local_worker(self) -> lists.LocalWorker | None: ...
-
-        def _worker_directories(self) -> list[tuple[str, WorkerDirectory]]: ...
-
-        def registered_workflows(self) -> list[Workflow[Any, Any]]: ...
+    def __init__(
+        self,
+        store: StateStore,
+        *,
+        clock: Callable[[], int],
+        lease_ms: int,
+        namespace: str | None,
+        local_worker: Callable[[], lists.LocalWorker | None],
+        directories: Callable[[], list[tuple[str, WorkerDirectory]]],
+        workflows: Callable[[], list[Workflow[Any, Any]]],
+    ):
+        self._store = store
+        self._clock = clock
+        self._lease_ms = lease_ms
+        self._namespace = namespace
+        self._local_worker = local_worker
+        self._directories = directories
+        self._workflows = workflows
 
     def _remote_workflow_tokens(self) -> set[str]:
         """The tokens this engine sends workflow turns to (its remote workflows')."""
         return {
-            wf.token_for(self.namespace)
-            for wf in self.registered_workflows()
+            wf.token_for(self._namespace)
+            for wf in self._workflows()
             if isinstance(wf, RemoteWorkflow)
         }
 
     async def _read_fleet(self, known: Iterable[str] = ()) -> Sequence[fleet.FleetRead]:
         wanted = tuple(known)
-        return await asyncio.gather(
-            *(read_fleet(i, d, wanted) for i, d in self._worker_directories())
-        )
+        return await asyncio.gather(*(read_fleet(i, d, wanted) for i, d in self._directories()))
 
     async def worker_health(self) -> list[GroupHealth]:
         """Worker groups and their health.
@@ -217,10 +230,10 @@ class WorkerHealthApi:
         known = self._remote_workflow_tokens()
         stored, reads = await asyncio.gather(
             lists.worker_health(
-                self.store,
-                now_ms=self.clock(),
-                lease_ms=self.options.lease_ms,
-                namespace=self.namespace,
+                self._store,
+                now_ms=self._clock(),
+                lease_ms=self._lease_ms,
+                namespace=self._namespace,
                 local=self._local_worker(),
             ),
             self._read_fleet(known),
@@ -237,4 +250,4 @@ class WorkerHealthApi:
         workers disagree on them. Workers beating on a token no descriptor accounts for are
         listed as `observed`. An engine in a namespace sees that namespace's workers and
         counts the others in `other_partitions`; `detail` says what the answer means."""
-        return fleet.workflow_directory(await self._read_fleet(), namespace=self.namespace)
+        return fleet.workflow_directory(await self._read_fleet(), namespace=self._namespace)

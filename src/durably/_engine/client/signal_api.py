@@ -1,8 +1,9 @@
-"""The public signal methods: `signal`, `update`, and operator access to the signal buffer
+"""What the public signal methods do: `update`, and operator access to the signal buffer
 (`list_buffered_signals`, `count_buffered_signals`, `purge_buffered_signals`).
 
-`SignalApi` is mixed into `Engine` (its `signal` is its client's); `BufferedSignalsApi` into
-both `Client` and `Engine`. Every signal that enters here came from outside the engine, so:
+`Updates` is an `Engine`'s (only an engine validates updates and drives the runs they
+wake); `BufferedSignals` is a `Client`'s, and an engine's through its client. `signal` itself
+is `Client.signal`. Every signal that enters here came from outside the engine, so:
 
 - its token must not belong to one of the engine's own waiter namespaces (a child's
   completion, a breakpoint, an update, an event wait, …: `durably._core.tokens`) —
@@ -16,7 +17,7 @@ both `Client` and `Engine`. Every signal that enters here came from outside the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from durably._core.buffered_signals import (
@@ -24,19 +25,16 @@ from durably._core.buffered_signals import (
     MAX_LIST_LIMIT,
     BufferedSignalInfo,
 )
-from durably._core.models import RunResult
 from durably._engine.client.handle import UpdateResult
 from durably._engine.control import signals
-from durably._engine.control.signals import SignalBufferPolicy
 
 if TYPE_CHECKING:
-    from durably._engine.client.client import Client
     from durably._store.protocol import StateStore
 
-__all__ = [
-    "BufferedSignalsApi",
-    "SignalApi",
-]
+__all__ = ["BufferedSignals", "Opener", "Updates"]
+
+# Opens the store (and whatever else its owner runs) before a call that needs it; idempotent.
+Opener = Callable[[], Awaitable[None]]
 
 # Largest offset accepted by the listing (a 32-bit integer in every store's SQL).
 _MAX_OFFSET = 2**31 - 1
@@ -60,34 +58,32 @@ def _prefix(value: str | None) -> str | None:
     return value
 
 
-class SignalApi:
-    """Mixed into `Engine` (which provides what is declared here)."""
+class Updates:
+    """`Engine.update`: the update validators registered on an engine, and the delivery of
+    an accepted update over the engine's internal signal route.
 
-    if TYPE_CHECKING:
-        store: StateStore
-        signal_buffer: SignalBufferPolicy
-        _client: Client
-        _update_validators: dict[tuple[str, str], Callable[[Any], Any]]
+    Collaborators: the store (the run an update is for), `opener` (opens the engine) and
+    `route` (how the engine delivers a signal and wakes the run, `signals.SignalRoute`).
+    """
 
-        async def _ensure_open(self) -> None: ...
+    def __init__(self, store: StateStore, *, opener: Opener, route: signals.SignalRoute):
+        self._store = store
+        self._opener = opener
+        self._route = route
+        self._validators: dict[tuple[str, str], Callable[[Any], Any]] = {}
 
-        def _signal_route(self) -> signals.SignalRoute: ...
-
-    async def signal(
-        self, token: str, payload: Any = None, *, buffer: bool = True
-    ) -> RunResult | None:
-        """Deliver `payload` to the run waiting on `token` and return that
-        run's current state (the engine's client does it: `Client.signal`)."""
-        return await self._client.signal(token, payload, buffer=buffer)
+    def register_validator(self, workflow: str, name: str, fn: Callable[[Any], Any]) -> None:
+        """Check every update `name` of `workflow`'s runs with `fn(arg)` first."""
+        self._validators[(workflow, name)] = fn
 
     async def update(self, run_id: str, name: str, arg: Any = None) -> UpdateResult:
         """Validate, then deliver to `ctx.on_update(name)`. An update sent
         before the run waits for it is buffered like any external signal (bounded;
         `SignalBufferFullError` over a cap)."""
-        run = await self.store.get_run(run_id)
+        run = await self._store.get_run(run_id)
         if run is None:
             return UpdateResult(False, f"run {run_id} not found")
-        validator = self._update_validators.get((run.workflow, name))
+        validator = self._validators.get((run.workflow, name))
         if validator is not None:
             try:
                 verdict = validator(arg)
@@ -95,9 +91,9 @@ class SignalApi:
                 return UpdateResult(False, str(exc) or type(exc).__name__)
             if isinstance(verdict, str) and verdict:
                 return UpdateResult(False, verdict)
-        await self._ensure_open()
+        await self._opener()
         result = await signals.signal(
-            self._signal_route(),
+            self._route,
             f"update:{run_id}:{name}",
             arg,
             want_result=True,
@@ -106,13 +102,12 @@ class SignalApi:
         return UpdateResult(True, None, result is not None)
 
 
-class BufferedSignalsApi:
-    """Operator access to the signal buffer; mixed into `Client` and `Engine`."""
+class BufferedSignals:
+    """Operator access to the signal buffer of one store; `opener` opens it first."""
 
-    if TYPE_CHECKING:
-        store: StateStore
-
-        async def _ensure_open(self) -> None: ...
+    def __init__(self, store: StateStore, *, opener: Opener):
+        self._store = store
+        self._opener = opener
 
     async def list_buffered_signals(
         self, *, prefix: str | None = None, limit: int = DEFAULT_LIST_LIMIT, offset: int = 0
@@ -123,14 +118,14 @@ class BufferedSignalsApi:
         prefix = _prefix(prefix)
         limit = _whole("limit", limit, 1, MAX_LIST_LIMIT)
         offset = _whole("offset", offset, 0, _MAX_OFFSET)
-        await self._ensure_open()
-        return await self.store.list_buffered_signals(prefix=prefix, limit=limit, offset=offset)
+        await self._opener()
+        return await self._store.list_buffered_signals(prefix=prefix, limit=limit, offset=offset)
 
     async def count_buffered_signals(self, *, prefix: str | None = None) -> int:
         """How many signals are buffered (tokens starting with `prefix` when given)."""
         prefix = _prefix(prefix)
-        await self._ensure_open()
-        return await self.store.count_buffered_signals(prefix=prefix)
+        await self._opener()
+        return await self._store.count_buffered_signals(prefix=prefix)
 
     async def purge_buffered_signals(
         self,
@@ -164,7 +159,7 @@ class BufferedSignalsApi:
                 "purge_buffered_signals needs an explicit choice: token=…, prefix=…, "
                 "expired_only=True, or all=True to delete every buffered signal"
             )
-        await self._ensure_open()
-        return await self.store.purge_buffered_signals(
+        await self._opener()
+        return await self._store.purge_buffered_signals(
             token=token, prefix=prefix, expired_only=expired_only
         )

@@ -13,9 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from durably._core.bounds import PayloadRejectedError, check_json_value, check_text
 from durably._core.errors import SerializationError
-from durably._core.ids import given_run_id
 from durably._core.models import (
     LIVE_RUN_STATUSES,
     JSONValue,
@@ -25,17 +23,12 @@ from durably._core.models import (
     WorkflowRun,
     now_utc,
 )
-from durably._core.quota import SINGLETON_ADMITTED_TAG, ConcurrencyQuota
+from durably._core.quota import SINGLETON_ADMITTED_TAG
 from durably._engine.control import signals
 from durably._engine.control.signals import SignalBufferPolicy
-from durably._engine.defs.vocab import check_priority, may_have_parent
-from durably._engine.flow.quotas import (
-    OnDuplicate,
-    check_existing_run,
-    check_start_options,
-    refuse,
-    start_gate,
-)
+from durably._engine.control.start import StartRequest, check_run_text
+from durably._engine.defs.vocab import may_have_parent
+from durably._engine.flow.quotas import check_existing_run, refuse, start_gate
 
 if TYPE_CHECKING:
     from durably._engine.defs.registry import Workflow
@@ -50,31 +43,6 @@ __all__ = ["UNPINNED_VERSION", "ControlPlane", "LocalRuns"]
 UNPINNED_VERSION = ""
 
 Announce = Callable[[str, str], Awaitable[None]]
-
-
-def check_run_text(
-    workflow: str,
-    tags: Sequence[str] | None,
-    search_attributes: dict[str, str | int | float | bool] | None,
-) -> None:
-    """Refuse, before anything is written, a start whose workflow name, tags or search
-    attributes a store cannot hold: a NUL (PostgreSQL's text refuses it, SQLite and the memory
-    store keep it), a lone surrogate, a number that is not finite. Refused here, the same
-    start fails the same way on every store, with a `PayloadRejectedError` naming the value,
-    instead of a driver error on one store only."""
-    check_text("workflow name", workflow)
-    for tag in tags or ():
-        if not isinstance(tag, str):
-            raise PayloadRejectedError("run tag", f"{type(tag).__name__} is not a string")
-        check_text("run tag", tag)
-    for key, value in (search_attributes or {}).items():
-        if not isinstance(key, str):
-            raise PayloadRejectedError("search attribute name", f"{key!r} is not a string")
-        check_text("search attribute name", key)
-        if isinstance(value, str):
-            check_text(f"search attribute {key!r}", value)
-        else:
-            check_json_value(f"search attribute {key!r}", value)
 
 
 class LocalRuns(Protocol):
@@ -144,43 +112,42 @@ class ControlPlane:
 
     async def create_run(
         self,
-        workflow: str,
-        version: str,
+        request: StartRequest,
         json_input: JSONValue,
         *,
-        run_id: str | None,
-        tags: Sequence[str] | None = None,
-        search_attributes: dict[str, str | int | float | bool] | None = None,
-        priority: int | None = None,
-        namespace: str | None = None,
         registered: Workflow[Any, Any] | None = None,
-        concurrency: ConcurrencyQuota | None = None,
-        dedup_id: str | None = None,
-        on_duplicate: OnDuplicate = "return",
     ) -> str:
-        """Insert a `pending` run (idempotent by `run_id`: a run of the same workflow in the
-        same namespace is returned as it is; another workflow, or a run of another namespace,
-        is a `RunIdConflictError`), then have it driven.
-        `priority`: pending runs are picked up higher first, then oldest (None counts as 0).
-        The workflow's quota and singleton options (`registered`, else the registration
-        here) and the start's own `concurrency`/`dedup_id` are checked with the insert
-        (`quotas.py`); a refused start creates nothing."""
-        check_priority(priority, f"start of {workflow}")  # nothing is created when refused
-        check_start_options(concurrency, dedup_id, on_duplicate)
-        check_run_text(workflow, tags, search_attributes)
-        rid = given_run_id(run_id) or str(uuid.uuid4())  # every start, derived ids included
-        ns = namespace or self.namespace or "default"
+        """Insert the `pending` run `request` asks for (idempotent by its run id: a run of
+        the same workflow in the same namespace is returned as it is; another workflow, or a
+        run of another namespace, is a `RunIdConflictError`), then have it driven.
+        `registered`: the workflow it runs, when known here — the run is pinned to its
+        version and carries its tags; without it the run is created by name, pinned to
+        `request.version` (or unpinned). The workflow's quota and singleton options
+        (`registered`, else the registration here) and the start's own
+        `concurrency`/`dedup_id` are checked with the insert (`quotas.py`); a refused start
+        creates nothing."""
+        workflow = request.workflow
+        if registered is not None:
+            version = registered.version
+            # A workflow's own tags come first; they are code, not the caller's input, but
+            # are held to the same rules so a bad one fails alike on every store.
+            check_run_text(workflow, registered.tags, None)
+            tags: Sequence[str] = [*registered.tags, *request.tags]
+        else:
+            version = request.version if request.version is not None else UNPINNED_VERSION
+            tags = request.tags
+        rid = request.run_id or str(uuid.uuid4())
+        ns = request.namespace or self.namespace or "default"
         prepared = await start_gate(
             registered or self.registration(workflow, version or None),
             json_input,
             name=workflow,
             namespace=ns,
-            concurrency=concurrency,
-            dedup_id=dedup_id,
+            concurrency=request.concurrency,
+            dedup_id=request.dedup_id,
         )
-        merged = [
-            t for t in dict.fromkeys([*(tags or ()), *prepared.tags]) if t != SINGLETON_ADMITTED_TAG
-        ]
+        merged = [t for t in dict.fromkeys([*tags, *prepared.tags]) if t != SINGLETON_ADMITTED_TAG]
+        search_attributes = request.search_attributes
         now = now_utc()
         run = WorkflowRun(
             id=rid,
@@ -191,13 +158,15 @@ class ControlPlane:
             tags=tuple(merged) if merged else None,
             search_attributes=dict(search_attributes) if search_attributes else None,
             namespace=ns,
-            priority=priority,
+            priority=request.priority,
             created_at=now,
             updated_at=now,
         )
         if prepared.gate is not None:
             outcome = await self.store.create_run_gated(run, prepared.gate)
-            given = refuse(outcome, prepared, name=workflow, run_id=rid, on_duplicate=on_duplicate)
+            given = refuse(
+                outcome, prepared, name=workflow, run_id=rid, on_duplicate=request.on_duplicate
+            )
             if outcome.verdict == "exists":
                 await self._check_existing(rid, workflow, ns)
             if outcome.verdict != "created":

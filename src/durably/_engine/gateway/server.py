@@ -47,7 +47,7 @@ from durably._core.errors import (
     WorkflowNotFoundError,
 )
 from durably._core.models import RunResult, WorkflowRun
-from durably._engine.client.client import Client
+from durably._engine.client.client import Client, HostedClient
 from durably._engine.client.handle import RunWatchers
 from durably._engine.control import operator
 from durably._engine.control.plane import ControlPlane
@@ -176,7 +176,7 @@ class Gateway:
     ) -> Gateway:
         """The gateway of an engine's worker, over its control plane (already open): runs it
         starts are driven by that worker, and `redispatch` re-sends through it."""
-        client = Client._for_engine(plane, _opened, watchers, lambda _run_id: 1.0)
+        client = HostedClient(plane, opener=_opened, watchers=watchers, poll=lambda _run_id: 1.0)
         return cls(
             client,
             channel,

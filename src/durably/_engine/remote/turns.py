@@ -66,6 +66,7 @@ from durably._engine.control.settle import (
     settle_terminal,
     update_if_status,
 )
+from durably._engine.control.start import StartRequest
 from durably._engine.defs.events import EngineEvent
 from durably._engine.defs.registry import OnErrorRoute, Workflow
 from durably._engine.defs.remote_workflows import RemoteWorkflow
@@ -135,17 +136,7 @@ class RunWaker(Protocol):
 class RunCreator(Protocol):
     """Creates a run by workflow name (the control plane)."""
 
-    async def create_run(
-        self,
-        workflow: str,
-        version: str,
-        json_input: JSONValue,
-        *,
-        run_id: str | None,
-        tags: Sequence[str] | None = None,
-        priority: int | None = None,
-        namespace: str | None = None,
-    ) -> str: ...
+    async def create_run(self, request: StartRequest, json_input: JSONValue) -> str: ...
 
 
 class RemoteTurns:
@@ -655,15 +646,15 @@ class RemoteTurns:
                 if not await self._live.serves(token):
                     raise WorkflowNotFoundError(f"workflow {name} is not registered")
             version, tags = await start_version(self._live, name, token)
-            await self._creator.create_run(
-                name,
-                version,
-                PLAIN.to_json(input),
+            request = StartRequest(
+                workflow=name,
                 run_id=child_id,
-                tags=[parent_tag(parent.id), *tags],
+                tags=(parent_tag(parent.id), *tags),
                 priority=priority,
+                version=version,
                 namespace=parent.namespace,
             )
+            await self._creator.create_run(request, PLAIN.to_json(input))
         except Exception as exc:
             self._host.notify_parent(
                 child_id, {"ok": False, "error": f'child workflow "{name}" failed to start: {exc}'}

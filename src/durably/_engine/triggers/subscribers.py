@@ -86,8 +86,9 @@ from durably._core.triggers import (
     accumulator_id,
     key_of,
 )
-from durably._engine.control.plane import UNPINNED_VERSION, ControlPlane
+from durably._engine.control.plane import ControlPlane
 from durably._engine.control.signals import SignalRoute, signal
+from durably._engine.control.start import StartRequest
 from durably._engine.defs.event_tokens import event_matches
 from durably._engine.defs.registry import Workflow
 from durably._engine.run.ctx import WorkflowCtx
@@ -133,12 +134,7 @@ class TriggerHost(Protocol):
     def prepare_input(self, workflow: Workflow[Any, Any], input: Any) -> JSONValue: ...
 
     async def create_run(
-        self,
-        wf: Workflow[Any, Any],
-        json_input: JSONValue,
-        *,
-        run_id: str | None,
-        namespace: str | None = None,
+        self, wf: Workflow[Any, Any], json_input: JSONValue, request: StartRequest
     ) -> str: ...
 
 
@@ -451,18 +447,17 @@ async def _deliver(
 
     async def fire(_log: Any) -> dict[str, Any]:
         try:
+            request = StartRequest(workflow=target, run_id=run_id, namespace=namespace)
             try:
                 wf = host.resolve(target, None)
             except WorkflowNotFoundError:
                 # Not registered in the engine that runs the accumulator (a fleet whose
                 # engines register different workflows): started by name, the engine that
                 # has it validates the input at its first turn. Never dropped for that.
-                await host.plane.create_run(
-                    target, UNPINNED_VERSION, payload, run_id=run_id, namespace=namespace
-                )
+                await host.plane.create_run(request, payload)
                 return {"target": target, "started": run_id}
             json_input = host.prepare_input(wf, payload)
-            await host.create_run(wf, json_input, run_id=run_id, namespace=namespace)
+            await host.create_run(wf, json_input, request)
         except (DurablyError, ValueError, TypeError, LookupError) as exc:
             # As for an event that starts its workflow directly: a target that is gone or
             # refuses the input is skipped (logged), and the accumulator carries on.
@@ -543,7 +538,8 @@ async def _hand_over(
             successor = acc.input_for(target, chain.name, namespace, key)
         successor.update(_carry_as(builtin.name, carry))
         try:
-            await host.create_run(builtin, successor, run_id=next_id, namespace=chain.namespace)
+            request = StartRequest(workflow=builtin.name, run_id=next_id, namespace=chain.namespace)
+            await host.create_run(builtin, successor, request)
         except RunIdConflictError:
             pass  # created by an earlier attempt of this step, before a deploy
         except Exception as exc:

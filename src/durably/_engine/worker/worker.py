@@ -35,18 +35,17 @@ from typing import TYPE_CHECKING, Any
 from durably._core.admission import Queue
 from durably._core.errors import WorkflowNotFoundError
 from durably._core.models import JSONValue, RunResult, StepCheckpoint, StepError, WorkflowRun
-from durably._core.quota import ConcurrencyQuota
 from durably._engine.client.client import plain_input
 from durably._engine.client.client import prepare_input as validated_input
 from durably._engine.client.handle import RunWatchers
 from durably._engine.control.operator import cancel as cancel_run
 from durably._engine.control.operator import current_task
-from durably._engine.control.plane import UNPINNED_VERSION, ControlPlane
+from durably._engine.control.plane import ControlPlane
+from durably._engine.control.start import StartRequest
 from durably._engine.defs.events import EngineEvent, EventBus
 from durably._engine.defs.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
 from durably._engine.defs.vocab import parent_tag
 from durably._engine.flow.queues import AdmissionSpec, FlowControl, admission_backend
-from durably._engine.flow.quotas import OnDuplicate
 from durably._engine.remote.steps import RemoteSteps
 from durably._engine.remote.turns import RemoteTurns
 from durably._engine.run.in_process import InProcessTransport
@@ -523,33 +522,9 @@ class Worker:
     # ================================================================== starting runs
 
     async def create_run(
-        self,
-        wf: Workflow[Any, Any],
-        json_input: JSONValue,
-        *,
-        run_id: str | None,
-        tags: Sequence[str] | None = None,
-        search_attributes: dict[str, str | int | float | bool] | None = None,
-        priority: int | None = None,
-        namespace: str | None = None,
-        concurrency: ConcurrencyQuota | None = None,
-        dedup_id: str | None = None,
-        on_duplicate: OnDuplicate = "return",
+        self, wf: Workflow[Any, Any], json_input: JSONValue, request: StartRequest
     ) -> str:
-        return await self._plane.create_run(
-            wf.name,
-            wf.version,
-            json_input,
-            run_id=run_id,
-            tags=[*wf.tags, *(tags or ())],
-            search_attributes=search_attributes,
-            priority=priority,
-            namespace=namespace,
-            registered=wf,
-            concurrency=concurrency,
-            dedup_id=dedup_id,
-            on_duplicate=on_duplicate,
-        )
+        return await self._plane.create_run(request, json_input, registered=wf)
 
     def start_child_soon(
         self,
@@ -582,14 +557,14 @@ class Worker:
             name = workflow.name if isinstance(workflow, Workflow) else workflow
             try:
                 wf = self.resolve(workflow, version)
-                await self.create_run(
-                    wf,
-                    self.prepare_input(wf, input),
+                request = StartRequest(
+                    workflow=wf.name,
                     run_id=child_id,
-                    tags=[parent_tag(parent.id)],
+                    tags=(parent_tag(parent.id),),
                     namespace=parent.namespace,
                     priority=priority,
                 )
+                await self.create_run(wf, self.prepare_input(wf, input), request)
             except Exception as exc:
                 self._deliveries.notify_parent(
                     child_id,
@@ -602,14 +577,14 @@ class Worker:
         """ContinueAsNew's successor: the same workflow, newest version, same tags and
         priority (a continuation is the same logical run, so it keeps its place)."""
         wf = self.resolve(run.workflow, None)
-        await self.create_run(
-            wf,
-            self.prepare_input(wf, input),
+        request = StartRequest(
+            workflow=wf.name,
             run_id=run_id,
-            tags=run.tags,
+            tags=tuple(run.tags or ()),
             priority=run.priority,
             namespace=run.namespace,
         )
+        await self.create_run(wf, self.prepare_input(wf, input), request)
 
     async def publish_event(
         self, name: str, payload: Any = None, *, id: str | None = None, buffer: bool = True
@@ -627,41 +602,18 @@ class Worker:
         )
 
     async def _start_for_event(self, wf: Workflow[Any, Any], payload: Any, run_id: str) -> str:
-        return await self.create_run(wf, self.prepare_input(wf, payload), run_id=run_id)
+        request = StartRequest(workflow=wf.name, run_id=run_id)
+        return await self.create_run(wf, self.prepare_input(wf, payload), request)
 
-    async def start_served_remotely(
-        self,
-        name: str,
-        input: Any,
-        *,
-        run_id: str | None,
-        tags: Sequence[str] | None,
-        search_attributes: dict[str, str | int | float | bool] | None,
-        priority: int | None,
-        namespace: str | None,
-        concurrency: ConcurrencyQuota | None = None,
-        dedup_id: str | None = None,
-        on_duplicate: OnDuplicate = "return",
-    ) -> str | None:
+    async def start_served_remotely(self, input: Any, request: StartRequest) -> str | None:
         """Start a run of a workflow registered nowhere here but served by live workflow
         workers (by convention): created by name with its JSON input, the version pinned by
         its first turn. None when no live worker serves it."""
-        ns = namespace or self._namespace
+        name = request.workflow
+        ns = request.namespace or self._namespace
         if self._turns is None or not await self._turns.serves_workflow(name, ns):
             return None
-        return await self._plane.create_run(
-            name,
-            UNPINNED_VERSION,
-            plain_input(name, input),
-            run_id=run_id,
-            tags=tags,
-            search_attributes=search_attributes,
-            priority=priority,
-            namespace=namespace,
-            concurrency=concurrency,
-            dedup_id=dedup_id,
-            on_duplicate=on_duplicate,
-        )
+        return await self._plane.create_run(request, plain_input(name, input))
 
     # ================================================================== RunHost
 
