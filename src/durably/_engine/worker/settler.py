@@ -22,10 +22,10 @@ from durably._core.wire import (
 from durably._engine.defs.events import EngineEvent, EventBus
 from durably._engine.remote.steps import late_for
 from durably._engine.run.children import fan_span
+from durably._engine.worker.runs import ExecutingRuns
 
 if TYPE_CHECKING:
     from durably._engine.worker.deliveries import Deliveries
-    from durably._engine.worker.dispatcher import Dispatcher
     from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
@@ -37,7 +37,7 @@ class ResultSettler:
     def __init__(
         self,
         store: StateStore,
-        dispatcher: Dispatcher,
+        runs: ExecutingRuns,
         deliveries: Deliveries,
         events: EventBus,
         *,
@@ -47,7 +47,7 @@ class ResultSettler:
     ):
         self._store = store
         self._max_payload_bytes = max_payload_bytes
-        self._dispatcher = dispatcher
+        self._runs = runs
         self._deliveries = deliveries
         self._events = events
         self._clock = clock
@@ -79,7 +79,7 @@ class ResultSettler:
 
     async def _settle_run(self, run_id: str, results: list[StepResult]) -> None:
         store = self._store
-        execution = self._dispatcher.execution(run_id)
+        execution = self._runs.execution(run_id)
         if execution is not None and execution.resident and not execution.cancelled:
             # Driven here: the run is in memory. Were it settled elsewhere meanwhile, the
             # results are still its steps' real results, and the body's next status write
@@ -141,7 +141,7 @@ class ResultSettler:
         memory: those need no read (a stale one only loses the compare-and-set). Otherwise one
         read per result: listing the whole run for every batch would make a wide fan's
         settlement quadratic (every batch re-reads every member)."""
-        execution = self._dispatcher.execution(run_id)
+        execution = self._runs.execution(run_id)
         snapshot = execution.snapshot if execution is not None else {}
         rows: list[StepCheckpoint | None] = []
         for result in results:
@@ -176,7 +176,7 @@ class ResultSettler:
         )
 
     async def _wake(self, run_id: str, written: list[StepCheckpoint]) -> None:
-        execution = self._dispatcher.execution(run_id)
+        execution = self._runs.execution(run_id)
         if execution is not None and execution.resident:
             for cp in written:
                 execution.deliver(cp.seq, cp)  # in memory: no replay, no store work

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -43,16 +43,14 @@ from durably._engine.defs.registry import Workflow
 from durably._engine.defs.typed_io import validation_details
 from durably._engine.defs.vocab import next_continuation_id
 from durably._engine.flow import quotas, singleton
+from durably._engine.remote.turns import FailureRouting
 from durably._engine.run import saga
 from durably._engine.run.ctx import WorkflowCtx
 from durably._engine.run.execution import AMBIENT_CTX, Execution, ReplayNow
 from durably._engine.run.host import RunHost
 from durably._engine.run.saga import CancelHost
 from durably._engine.worker import unserved
-from durably._engine.worker.router import Router
-
-if TYPE_CHECKING:
-    from durably._engine.worker.dispatcher import Dispatcher
+from durably._engine.worker.runs import BackgroundTasks, ExecutingRuns, Redispatch
 
 log = logging.getLogger("durably")
 
@@ -78,11 +76,28 @@ class RemoteRuns(Protocol):
         ...
 
 
+class TurnRuns(ExecutingRuns, Redispatch, BackgroundTasks, Protocol):
+    """What a turn asks of the runs here: is one of the run's turns executing already, may
+    a new one start, the bracket around the turn, whether the run was created here a moment
+    ago, one more turn, and where a continued run's successor starts."""
+
+    @property
+    def draining(self) -> bool: ...
+
+    def take_fresh(self, run_id: str) -> bool:
+        """True (once) when this process created the run and no turn of it ran yet."""
+        ...
+
+    def turn_began(self, execution: Execution) -> None: ...
+
+    def turn_ended(self, run_id: str) -> None: ...
+
+
 class TurnDriver:
     """Drives runs on this process: lease → one turn (resident or replay) → settle.
 
     Collaborators: the runtime a turn executes in (`host`), how runs are settled
-    (`settle`), which runs execute here (`dispatcher`), onError routing (`router`), the
+    (`settle`), which runs execute here (`runs`), onError routing (`router`), the
     workflows registered here, and how a continued run starts its successor.
     """
 
@@ -90,8 +105,8 @@ class TurnDriver:
         self,
         host: RunHost,
         settle: CancelHost,
-        dispatcher: Dispatcher,
-        router: Router,
+        runs: TurnRuns,
+        router: FailureRouting,
         *,
         clock: Callable[[], int],
         lease_ms: int,
@@ -105,7 +120,7 @@ class TurnDriver:
         self._host = host
         self._settle = settle
         self._store = settle.store
-        self._dispatcher = dispatcher
+        self._runs = runs
         self._router = router
         self._clock = clock
         self._lease_ms = lease_ms
@@ -121,17 +136,17 @@ class TurnDriver:
 
         Returns False when the lease could not be taken (another instance holds it).
         """
-        dispatcher = self._dispatcher
-        if dispatcher.execution(run_id) is not None:
+        here = self._runs
+        if here.execution(run_id) is not None:
             return True
-        if dispatcher.draining:
+        if here.draining:
             return False
         now = self._clock()
         lease_until = now + self._lease_ms
         run = await self._store.claim_run(run_id, self._instance_id, lease_until, now)
         if run is None:
             return False
-        if dispatcher.execution(run_id) is not None:  # raced with another local dispatch
+        if here.execution(run_id) is not None:  # raced with another local dispatch
             return True
         await self.drive(run)
         return True
@@ -183,12 +198,12 @@ class TurnDriver:
                 await release_quietly(self._settle, run.id)
             return
         execution = Execution(self._host, *prepared)
-        self._dispatcher.turn_began(execution)
+        self._runs.turn_began(execution)
         execution.task = asyncio.current_task()
         try:
             await self._turn(execution)
         finally:
-            self._dispatcher.turn_ended(run.id)
+            self._runs.turn_ended(run.id)
 
     def _in_namespace(self, run: WorkflowRun) -> bool:
         return self._namespace is None or run.namespace in (self._namespace, None)
@@ -207,7 +222,7 @@ class TurnDriver:
             return False
 
     async def _park_unserved(self, run: WorkflowRun, parked_before: int | None = None) -> None:
-        self._dispatcher.take_fresh(run.id)  # its first turn is not now
+        self._runs.take_fresh(run.id)  # its first turn is not now
         try:
             await unserved.park(
                 self._settle, run, self._clock(), parked_before=parked_before or None
@@ -244,7 +259,7 @@ class TurnDriver:
         # A run created here has no checkpoints to read on its first turn — only while it is
         # still pending: one another engine claimed first may have run turns meanwhile, and
         # replaying it from nothing would run its completed steps again.
-        fresh = self._dispatcher.take_fresh(run.id) and run.status == "pending"
+        fresh = self._runs.take_fresh(run.id) and run.status == "pending"
         # The workflow's key functions run here, where its code is: a run started by name
         # without the code is checked against its quota and singleton depth at its first
         # turn (`quotas.late_start`). A key or limit function that refuses the input fails
@@ -327,7 +342,7 @@ class TurnDriver:
         except ReplayNow:
             await ex.close()
             await self._store.release_run_lock(ex.run_id)
-            self._dispatcher.dispatch(ex.run_id)
+            self._runs.dispatch(ex.run_id)
             return
         except StoreFailure as failure:
             await ex.close()
@@ -452,12 +467,12 @@ class TurnDriver:
             # A fan waits on many rows: one listing instead of a read per member.
             rows = await self._store.list_checkpoints(ex.run_id)
             if any(cp.seq in ex.waiting_seqs and _wakes(cp) for cp in rows):
-                self._dispatcher.dispatch(ex.run_id)
+                self._runs.dispatch(ex.run_id)
             return
         for seq in sorted(ex.waiting_seqs):
             cp = await self._store.get_checkpoint(ex.run_id, seq)
             if cp is not None and _wakes(cp):
-                self._dispatcher.dispatch(ex.run_id)
+                self._runs.dispatch(ex.run_id)
                 return
 
     async def _park_blocked(self, ex: Execution, blocked: WorkflowBlocked) -> None:
@@ -500,7 +515,7 @@ class TurnDriver:
             {"ok": True, "value": None},
         )
         if completed:
-            self._dispatcher.spawn(self._continue_as(run, new_input, next_continuation_id(run.id)))
+            self._runs.spawn(self._continue_as(run, new_input, next_continuation_id(run.id)))
 
 
 def _wakes(cp: StepCheckpoint) -> bool:
