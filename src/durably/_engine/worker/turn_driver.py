@@ -333,90 +333,127 @@ class TurnDriver:
         return run, workflow, checkpoints
 
     async def _turn(self, ex: Execution) -> None:
+        """One turn of the body, then the settle of how it ended (one method per outcome).
+        The ambient ctx stays set while an exit unwinds (compensations may use it), and is
+        reset before a body that returned is settled."""
         ctx = WorkflowCtx(ex)
-        workflow = ex.workflow
         token = AMBIENT_CTX.set(ctx)
         try:
-            input_value = _decode_input(workflow, ex.run.input)
-            result = await workflow.invoke(ctx, input_value)
+            result = await ex.workflow.invoke(ctx, _decode_input(ex.workflow, ex.run.input))
         except ReplayNow:
-            await ex.close()
-            await self._store.release_run_lock(ex.run_id)
-            self._runs.dispatch(ex.run_id)
-            return
+            return await self._replay_now(ex)
         except StoreFailure as failure:
-            await ex.close()
-            log.error(
-                "run %s: the store failed during its turn (%s); the run resumes from its last "
-                "checkpoint once the store is back",
-                ex.run_id,
-                failure.cause,
-            )
-            await release_quietly(self._settle, ex.run_id)
-            return
+            return await self._store_failed(ex, failure)
         except RunEvicted:
-            await ex.close()
-            if ex.cancel_requested and not ex.cancelled:
-                await saga.compensate_and_cancel(self._settle, ex)
-                return
-            if ex.cancelled:
-                return
-            if ex.evicted_unsuspended:
-                # Evicted while only waiting for steps in flight, before `suspended` was
-                # written: write it now, or the run would read `running` with no lease and
-                # recovery would count an attempt against it.
-                await self._settle_suspended(ex, ex.evicted_wake_at)
-                return
-            await self._store.release_run_lock(ex.run_id)
-            return
+            return await self._evicted(ex)
         except WorkflowBlocked as blocked:
-            await ex.close()
-            if ex.cancel_requested:
-                await saga.compensate_and_cancel(self._settle, ex)
-                return
-            await self._park_blocked(ex, blocked)
-            return
+            return await self._blocked(ex, blocked)
         except WorkflowSuspended as suspended:
-            await ex.close()
-            if ex.cancel_requested:  # cancel-requested wins over any outcome
-                await saga.compensate_and_cancel(self._settle, ex)
-                return
-            await self._settle_suspended(ex, suspended.wake_at)
-            return
+            return await self._suspended(ex, suspended.wake_at)
         except ContinueAsNew as cont:
-            await ex.close()
-            if ex.cancel_requested:
-                await saga.compensate_and_cancel(self._settle, ex)
-                return
-            await self._settle_continued(ex, cont.input)
-            return
+            return await self._continued(ex, cont.input)
         except asyncio.CancelledError:
-            if ex.cancelled:
-                return  # engine.cancel wrote the outcome and released the lease
-            await release_quietly(self._settle, ex.run_id)
+            await self._interrupted(ex)
             raise
         except Exception as exc:
-            await ex.close()
-            if ex.cancelled:
-                return
-            if ex.cancel_requested:
-                await saga.compensate_and_cancel(self._settle, ex)
-                return
-            # Unwind the saga BEFORE settle(failed) and its onError routing; the run fails
-            # with the ORIGINAL error.
-            if ex.compensations and not await saga.unwind(ex):
-                await release_quietly(self._settle, ex.run_id)  # store failed: recovery re-drives
-                return
-            await self.settle_failed(ex.run, error_of(exc))
-            return
+            return await self._failed(ex, exc)
         finally:
             AMBIENT_CTX.reset(token)
+        await self._completed(ex, result)
+
+    async def _cancel_wins(self, ex: Execution) -> bool:
+        """A cancel asked for while the turn ran wins over how it ended: the saga unwinds
+        and the run is cancelled. True when that happened."""
+        if not ex.cancel_requested:
+            return False
+        await saga.compensate_and_cancel(self._settle, ex)
+        return True
+
+    async def _replay_now(self, ex: Execution) -> None:
+        """The body must replay from its history at once: a new turn, right after this one."""
+        await ex.close()
+        await self._store.release_run_lock(ex.run_id)
+        self._runs.dispatch(ex.run_id)
+
+    async def _store_failed(self, ex: Execution, failure: StoreFailure) -> None:
+        """The store failed under the body: nothing is settled, the lease is given back, and
+        the run resumes from its last checkpoint once the store answers again."""
+        await ex.close()
+        log.error(
+            "run %s: the store failed during its turn (%s); the run resumes from its last "
+            "checkpoint once the store is back",
+            ex.run_id,
+            failure.cause,
+        )
+        await release_quietly(self._settle, ex.run_id)
+
+    async def _evicted(self, ex: Execution) -> None:
+        """The body's waits were ended from outside (a cancel, a stop, the drain, room for
+        other resident runs)."""
+        await ex.close()
+        if ex.cancel_requested and not ex.cancelled:
+            await saga.compensate_and_cancel(self._settle, ex)
+            return
+        if ex.cancelled:
+            return
+        if ex.evicted_unsuspended:
+            # Evicted while only waiting for steps in flight, before `suspended` was
+            # written: write it now, or the run would read `running` with no lease and
+            # recovery would count an attempt against it.
+            await self._settle_suspended(ex, ex.evicted_wake_at)
+            return
+        await self._store.release_run_lock(ex.run_id)
+
+    async def _blocked(self, ex: Execution, blocked: WorkflowBlocked) -> None:
+        """No live worker offers what the next step requires."""
+        await ex.close()
+        if await self._cancel_wins(ex):
+            return
+        await self._park_blocked(ex, blocked)
+
+    async def _suspended(self, ex: Execution, wake_at: int | None) -> None:
+        """The body waits for something outside it (a timer, a signal, a child, a step)."""
+        await ex.close()
+        if await self._cancel_wins(ex):
+            return
+        await self._settle_suspended(ex, wake_at)
+
+    async def _continued(self, ex: Execution, new_input: Any) -> None:
+        """The body continued as new."""
+        await ex.close()
+        if await self._cancel_wins(ex):
+            return
+        await self._settle_continued(ex, new_input)
+
+    async def _interrupted(self, ex: Execution) -> None:
+        """The turn's task was cancelled (a stop, a lost lease, the close); the caller
+        re-raises."""
+        if ex.cancelled:
+            return  # engine.cancel wrote the outcome and released the lease
+        await release_quietly(self._settle, ex.run_id)
+
+    async def _failed(self, ex: Execution, exc: Exception) -> None:
+        """The body raised: its saga unwinds, then the run fails (or is routed onError)."""
         await ex.close()
         if ex.cancelled:
             return
-        if ex.cancel_requested:
-            await saga.compensate_and_cancel(self._settle, ex)
+        if await self._cancel_wins(ex):
             return
+        # Unwind the saga BEFORE settle(failed) and its onError routing; the run fails
+        # with the ORIGINAL error.
+        if ex.compensations and not await saga.unwind(ex):
+            await release_quietly(self._settle, ex.run_id)  # store failed: recovery re-drives
+            return
+        await self.settle_failed(ex.run, error_of(exc))
+
+    async def _completed(self, ex: Execution, result: Any) -> None:
+        """The body returned: its output is stored and the run completes."""
+        await ex.close()
+        if ex.cancelled:
+            return
+        if await self._cancel_wins(ex):
+            return
+        workflow = ex.workflow
         try:
             output = workflow.output_codec.to_json(result)
         except SerializationError as exc:
