@@ -119,7 +119,8 @@ class Settle:
 
 class Runs(Tasks):
     """The runs here as the turn driver, the router and the poller see them: executions by
-    id, dispatches recorded (not run), the drain flag, the room taken."""
+    id, dispatches recorded (not run; a dispatched run is held, as the dispatcher holds it),
+    the drain flag, the room taken."""
 
     def __init__(self, *, drive_runs: bool = True) -> None:
         super().__init__()
@@ -130,7 +131,6 @@ class Runs(Tasks):
         self._drive_runs = drive_runs
         self._draining = False
         self.held: set[str] = set()
-        self.load = 0
 
     @property
     def drive_runs(self) -> bool:
@@ -139,6 +139,10 @@ class Runs(Tasks):
     @property
     def draining(self) -> bool:
         return self._draining
+
+    @property
+    def load(self) -> int:
+        return len(self.held | set(self._executions))
 
     @property
     def busy(self) -> bool:
@@ -163,6 +167,7 @@ class Runs(Tasks):
         self, run_id: str, *, nudge: bool = False, claimed: WorkflowRun | None = None
     ) -> None:
         self.dispatched.append((run_id, claimed))
+        self.held.add(run_id)
 
     def take_fresh(self, run_id: str) -> bool:
         if run_id in self.fresh:
