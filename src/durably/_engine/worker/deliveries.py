@@ -1,4 +1,11 @@
-"""TODO docstring"""
+"""`Deliveries`: waking runs in this process, and the runtime's internal signal route.
+
+A signal's delivery, a re-drive after something a run waits for happened, a nudge for a run
+driven elsewhere, and a finished run's completion on its way to its parent all go through
+it. As a `SignalRoute` it may address any token, the engine's own waiter namespaces
+included (child completions, breakpoints, updates); the public `Engine.signal` checks the
+token first.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,12 @@
-"""TODO docstring"""
+"""`ChildMailbox`: child completions delivered to their parents in batches.
+
+A finished child's completion is queued per parent; one drain per parent delivers the
+queued completions with ONE `deliver_signals` transaction per batch, then wakes the parent at
+most once per batch. A parent that is not resident here is re-driven only when the fan's
+join barrier opens: no member of the fan is still `running` (a failed completion always
+opens it). So a parent waiting on N children costs O(N) store work in total, never O(N²),
+and one replay per settled wave at most.
+"""
 
 from __future__ import annotations
 

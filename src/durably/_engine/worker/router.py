@@ -1,4 +1,10 @@
-"""TODO docstring"""
+"""onError routing: a failed run handed to a handler workflow by error code.
+
+Only routes of LOCALLY registered workflows apply. Routes announced by remote workers for
+workflows they serve without a local registration (and the `run.unrouted` report when
+those workers disagree) need remote worker groups, which this engine does not have yet: a
+run without a local registration is never routed.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,16 @@
-"""TODO docstring"""
+"""`ResultSettler`: the transports' `ResultSink`, settling step results on their rows.
+
+A batch of results is settled on their `pending` rows with one compare-and-set statement
+(`save_checkpoints_if_pending`), so a duplicate or late result (the row is no longer pending)
+writes nothing, and each run is woken at most once per batch — in memory when its body is
+parked here, else through a re-drive that a step fan's join barrier may hold back while
+members are still pending. A result that answers an earlier attempt than the pending one is
+dropped too (`late_for`): a retry reuses the step id, so the row alone cannot tell the
+attempts apart.
+
+Results are acknowledged to the broker only after `step_results` returned, so a crash between
+consuming and writing leaves the result in the broker for the next engine.
+"""
 
 from __future__ import annotations
 
