@@ -169,6 +169,9 @@ class Runs(Tasks):
         self.dispatched.append((run_id, claimed))
         self.held.add(run_id)
 
+    def mark_fresh(self, run_id: str) -> None:
+        self.fresh.add(run_id)
+
     def take_fresh(self, run_id: str) -> bool:
         if run_id in self.fresh:
             self.fresh.discard(run_id)
