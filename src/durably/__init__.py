@@ -112,6 +112,7 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
+
 __version__ = "0.1.0"
 
 __all__ = [

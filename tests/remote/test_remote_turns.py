@@ -321,7 +321,7 @@ async def harness(
         worker = engine._worker  # the runtime's parts, until the lead wires RemoteTurns in
         channel = MemoryTurns()
         turns = RemoteTurns(
-            worker,
+            worker.settling,
             worker._router,
             worker.deliveries,
             worker.plane,

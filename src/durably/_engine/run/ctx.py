@@ -646,7 +646,16 @@ class WorkflowCtx:
         if is_step:
             assert not isinstance(target, Workflow)
             return _step_fan(
-                self, target, inputs, first, mode, concurrency, step_opts, settled, admission
+                self._ex,
+                self._host,
+                target,
+                inputs,
+                first,
+                mode,
+                concurrency,
+                step_opts,
+                settled,
+                admission,
             )
         assert not isinstance(target, Step)
         return fans.workflow_fan(
@@ -747,7 +756,8 @@ async def _empty() -> list[Any]:
 
 
 def _step_fan(
-    ctx: WorkflowCtx,
+    ex: Execution,
+    host: RunHost,
     step: Step[Any, Any] | str,
     inputs: list[Any],
     first: int,
@@ -757,7 +767,7 @@ def _step_fan(
     settled: bool,
     queue: QueueCall | None,
 ) -> Coroutine[Any, Any, list[Any]]:
-    definition = step if isinstance(step, Step) else ctx._host.step_definition(step)
+    definition = step if isinstance(step, Step) else host.step_definition(step)
     name = step.name if isinstance(step, Step) else step
     base = definition.policy if definition is not None else RetryPolicy()
     kind, base_ms = _backoff_from(opts.get("backoff"))
@@ -770,7 +780,7 @@ def _step_fan(
         jitter=opts.get("jitter"),
     )
     return fans.step_fan(
-        ctx._ex,
+        ex,
         name,
         definition,
         inputs,

@@ -1,9 +1,9 @@
 """What a run executing in this process needs from the worker runtime that drives it.
 
 `RunHost` is the whole of it: `Execution`, `WorkflowCtx`, fans, children and sagas name their
-collaborators here instead of holding an engine, and the worker runtime (`worker.Worker`)
-implements it. Being protocols, these let those modules be read (and tested) without the
-worker, and keep the runtime's imports free of cycles.
+collaborators here instead of holding an engine, and the worker runtime implements it (its
+`worker.hosts.ExecutionHost`). Being protocols, these let those modules be read (and tested)
+without the worker, and keep the runtime's imports free of cycles.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class RunHost(Protocol):
     of it, so the execution, its context, fans, children and saga name their collaborators
     here instead of reaching into an engine.
 
-    The worker runtime (`worker.Worker`) implements it.
+    The worker runtime implements it (`worker.hosts.ExecutionHost`).
     """
 
     @property

@@ -64,11 +64,10 @@ import logging
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.errors import (
     DurablyError,
@@ -138,14 +137,8 @@ class TriggerHost(Protocol):
     ) -> str: ...
 
 
-# The runtimes an Engine installed (`install`): an accumulator body finds its runtime as its
-# ctx's host. Weak, so an engine that is gone is not kept alive by it.
-_HOSTS: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
 def install(host: TriggerHost) -> None:
     """Make `host` able to run the accumulators (called by the Engine's constructor)."""
-    _HOSTS.add(host)
     ensure_builtins(host)
 
 
@@ -156,8 +149,26 @@ def ensure_builtins(host: TriggerHost) -> None:
     if host.registration(DEBOUNCE_WORKFLOW, "1") is not None:
         return
     if any(wf.accumulate is not None for wf in host.latest_workflows()):
-        host.register(DEBOUNCE)
-        host.register(BATCH)
+        for accumulator in accumulators(host):
+            host.register(accumulator)
+
+
+def accumulators(host: TriggerHost) -> tuple[Workflow[Any, Any], Workflow[Any, Any]]:
+    """The debounce and batch accumulators as workflows of `host`: their bodies are given
+    the runtime they store events in and start runs through, instead of finding it in the
+    run's context."""
+
+    async def debounce(ctx: WorkflowCtx, input: dict[str, Any]) -> dict[str, Any]:
+        return await _debounce(ctx, host, input)
+
+    async def batch(ctx: WorkflowCtx, input: dict[str, Any]) -> dict[str, Any]:
+        return await _batch(ctx, host, input)
+
+    debounce.__doc__, batch.__doc__ = _debounce.__doc__, _batch.__doc__
+    return (
+        Workflow(debounce, DEBOUNCE_WORKFLOW, DEBOUNCE.version),
+        Workflow(batch, BATCH_WORKFLOW, BATCH.version),
+    )
 
 
 # ------------------------------------------------------------------ routing
@@ -328,13 +339,6 @@ class _Chain:
         return cls(name, str(input["target"]), ns, _index_of(name, ctx.run_id))
 
 
-def _host_of(ctx: WorkflowCtx) -> TriggerHost:
-    host = ctx._host
-    if host not in _HOSTS:
-        raise RuntimeError("event accumulators run only inside a durably.Engine")
-    return cast(TriggerHost, host)
-
-
 def _ms(ms: int) -> timedelta:
     return timedelta(milliseconds=max(ms, 1))
 
@@ -377,10 +381,9 @@ async def _wake_or(ctx: WorkflowCtx, token: str, ms: int) -> None:
         pass
 
 
-async def _debounce(ctx: WorkflowCtx, input: dict[str, Any]) -> dict[str, Any]:
+async def _debounce(ctx: WorkflowCtx, host: TriggerHost, input: dict[str, Any]) -> dict[str, Any]:
     """Wait for events until none came for `windowMs`; start the target with the last
     payload; close the chain, or hand over when more events came."""
-    host = _host_of(ctx)
     chain = _Chain.of(ctx, input)
     window = int(input["windowMs"])
     have = "pending" in input
@@ -406,11 +409,10 @@ async def _debounce(ctx: WorkflowCtx, input: dict[str, Any]) -> dict[str, Any]:
     return await _hand_over(ctx, host, chain, input, carry)
 
 
-async def _batch(ctx: WorkflowCtx, input: dict[str, Any]) -> dict[str, Any]:
+async def _batch(ctx: WorkflowCtx, host: TriggerHost, input: dict[str, Any]) -> dict[str, Any]:
     """Collect events until `maxSize` of them, or `windowMs` after the first was taken;
     start the target with `{"events": [...]}` in publish order; close the chain, or hand
     over when more events came."""
-    host = _host_of(ctx)
     chain = _Chain.of(ctx, input)
     window, max_size = int(input["windowMs"]), int(input["maxSize"])
     events: list[Any] = list(input.get("events") or [])
@@ -566,8 +568,15 @@ def _carry_as(kind: str, carry: dict[str, Any]) -> dict[str, Any]:
     return {"events": [carry["pending"]]}
 
 
-DEBOUNCE: Workflow[dict[str, Any], dict[str, Any]] = Workflow(_debounce, DEBOUNCE_WORKFLOW, "1")
-BATCH: Workflow[dict[str, Any], dict[str, Any]] = Workflow(_batch, BATCH_WORKFLOW, "1")
+async def _unhosted(ctx: WorkflowCtx, input: dict[str, Any]) -> dict[str, Any]:
+    raise RuntimeError("event accumulators run only inside a durably.Engine")
+
+
+# The accumulators as the runs a publisher or a closing run creates (name, version, input
+# codec). Registered as is, their body refuses to run: an engine registers the ones
+# `accumulators` binds to it.
+DEBOUNCE: Workflow[dict[str, Any], dict[str, Any]] = Workflow(_unhosted, DEBOUNCE_WORKFLOW, "1")
+BATCH: Workflow[dict[str, Any], dict[str, Any]] = Workflow(_unhosted, BATCH_WORKFLOW, "1")
 
 
 __all__ = [
@@ -576,6 +585,7 @@ __all__ = [
     "FOLD_LIMIT",
     "Subscriber",
     "accepts",
+    "accumulators",
     "ensure_builtins",
     "install",
     "plan_subscribers",

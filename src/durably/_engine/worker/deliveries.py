@@ -1,10 +1,17 @@
-"""TODO docstring"""
+"""`Deliveries`: waking runs in this process, and the runtime's internal signal route.
+
+A signal's delivery, a re-drive after something a run waits for happened, a nudge for a run
+driven elsewhere, and a finished run's completion on its way to its parent all go through
+it. As a `SignalRoute` it may address any token, the engine's own waiter namespaces
+included (child completions, breakpoints, updates); the public `Engine.signal` checks the
+token first.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.models import (
     LIVE_RUN_STATUSES,
@@ -14,12 +21,18 @@ from durably._core.models import (
 )
 from durably._engine.control.signals import Announcer, BufferBounds, CompletionMailbox, signal
 from durably._engine.defs.vocab import PARENT_TAG_PREFIX, may_have_parent
+from durably._engine.worker.runs import BackgroundTasks, DriveState, ExecutingRuns, Redispatch
 
 if TYPE_CHECKING:
-    from durably._engine.worker.dispatcher import Dispatcher
     from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
+
+
+class DeliveryRuns(ExecutingRuns, Redispatch, DriveState, BackgroundTasks, Protocol):
+    """What waking a run asks of the runs here: is a turn of it executing (resident, to
+    deliver to in memory), run a turn of it, may this process drive it now, and where the
+    background notification of a parent runs."""
 
 
 class Deliveries:
@@ -33,14 +46,14 @@ class Deliveries:
         *,
         clock: Callable[[], int],
         signal_buffer: BufferBounds,
-        dispatcher: Dispatcher,
+        runs: DeliveryRuns,
         wakes: Announcer,
         mailbox: CompletionMailbox,
     ):
         self._store = store
         self._clock = clock
         self._signal_buffer = signal_buffer
-        self._dispatcher = dispatcher
+        self._runs = runs
         self._wakes = wakes
         self._mailbox = mailbox
 
@@ -58,18 +71,18 @@ class Deliveries:
 
     async def redrive(self, run_id: str, cp: StepCheckpoint | None = None) -> None:
         """Wake a run after something it waits for happened."""
-        dispatcher = self._dispatcher
-        execution = dispatcher.execution(run_id)
+        runs = self._runs
+        execution = runs.execution(run_id)
         if execution is not None:
             if execution.resident:
                 execution.deliver(cp.seq if cp else None, cp)
             else:
                 # A classic turn is ending: queue one more turn after it, so a delivery
                 # racing its settle is never left to the reconcile fallback.
-                dispatcher.dispatch(run_id)
+                runs.dispatch(run_id)
             return
-        if dispatcher.drive_runs and not dispatcher.draining:
-            dispatcher.dispatch(run_id, nudge=True)
+        if runs.drive_runs and not runs.draining:
+            runs.dispatch(run_id, nudge=True)
         else:
             await self.nudge(run_id)
 
@@ -111,4 +124,4 @@ class Deliveries:
             if "~retry~" in run_id and completion.get("ok"):
                 await signal(self, f"child:{run_id.split('~retry~')[0]}", completion)
 
-        self._dispatcher.spawn(notify())
+        self._runs.spawn(notify())

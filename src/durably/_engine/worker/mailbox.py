@@ -1,4 +1,12 @@
-"""TODO docstring"""
+"""`ChildMailbox`: child completions delivered to their parents in batches.
+
+A finished child's completion is queued per parent; one drain per parent delivers the
+queued completions with ONE `deliver_signals` transaction per batch, then wakes the parent at
+most once per batch. A parent that is not resident here is re-driven only when the fan's
+join barrier opens: no member of the fan is still `running` (a failed completion always
+opens it). So a parent waiting on N children costs O(N) store work in total, never O(N²),
+and one replay per settled wave at most.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +22,9 @@ from durably._core.models import (
 )
 from durably._engine.control import signals
 from durably._engine.run.children import deliver_signals, fan_span
+from durably._engine.worker.runs import BackgroundTasks, ExecutingRuns
 
 if TYPE_CHECKING:
-    from durably._engine.worker.dispatcher import Dispatcher
     from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
@@ -33,12 +41,17 @@ class MailboxRoute(signals.SignalRoute, Protocol):
     async def redrive(self, run_id: str, cp: StepCheckpoint | None = None) -> None: ...
 
 
+class MailboxRuns(ExecutingRuns, BackgroundTasks, Protocol):
+    """What the mailbox asks of the runs here: is the parent resident (delivered to in
+    memory), and where a parent's delivery runs in the background."""
+
+
 class ChildMailbox:
     """Child completions queued per parent run, delivered in batches (module docstring)."""
 
-    def __init__(self, store: StateStore, dispatcher: Dispatcher, *, clock: Callable[[], int]):
+    def __init__(self, store: StateStore, runs: MailboxRuns, *, clock: Callable[[], int]):
         self._store = store
-        self._dispatcher = dispatcher
+        self._runs = runs
         self._clock = clock
         self._route: MailboxRoute | None = None
         self._queues: dict[str, list[tuple[str, JSONValue]]] = {}
@@ -57,7 +70,7 @@ class ChildMailbox:
             queue.append((f"child:{child_id}", completion))
             return
         self._queues[parent_id] = [(f"child:{child_id}", completion)]
-        self._dispatcher.spawn(self._drain(parent_id))
+        self._runs.spawn(self._drain(parent_id))
 
     async def _drain(self, parent_id: str) -> None:
         await asyncio.sleep(0)  # let the rest of a burst of completions queue up
@@ -110,7 +123,7 @@ class ChildMailbox:
 
     async def _wake_parent(self, run_id: str, cps: list[StepCheckpoint]) -> None:
         """At most one wake of the parent per delivered batch, behind the join barrier."""
-        execution = self._dispatcher.execution(run_id)
+        execution = self._runs.execution(run_id)
         if execution is not None and execution.resident:
             for cp in cps:
                 execution.deliver(cp.seq, cp)  # in memory: no replay, no store work

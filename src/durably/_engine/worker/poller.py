@@ -12,20 +12,21 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.models import RunQuery, StepError, WorkflowRun, replace
 from durably._engine.control import operator, signals
 from durably._engine.control.settle import SettleHost, settle_terminal, update_if_status
 from durably._engine.defs.events import EngineEvent
 from durably._engine.worker import unserved
+from durably._engine.worker.runs import BackgroundTasks, DriveState, ExecutingRuns
 
 if TYPE_CHECKING:
     from durably._engine.control.plane import ControlPlane
     from durably._engine.control.signals import SignalBufferPolicy
     from durably._engine.defs.options import EngineOptions
     from durably._engine.defs.registry import Workflow
-    from durably._engine.worker.dispatcher import Dispatcher
+    from durably._engine.run.execution import Execution
     from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
@@ -35,13 +36,45 @@ log = logging.getLogger("durably")
 _CONVENTION_CHECKS = 20
 
 
+class PolledRuns(ExecutingRuns, DriveState, BackgroundTasks, Protocol):
+    """What the poller asks of the runs here: how much room is left, which runs it holds
+    already, to run a turn (of a run it may have leased already), the executions whose
+    leases it renews, and the drain."""
+
+    @property
+    def load(self) -> int:
+        """Turns counted against `max_concurrent_runs`."""
+        ...
+
+    @property
+    def busy(self) -> bool:
+        """A turn executes or is being dispatched here."""
+        ...
+
+    def holds(self, run_id: str) -> bool:
+        """A turn of the run executes here or is being dispatched here."""
+        ...
+
+    def dispatch(
+        self, run_id: str, *, nudge: bool = False, claimed: WorkflowRun | None = None
+    ) -> None: ...
+
+    def executions(self) -> list[Execution]: ...
+
+    def executing_ids(self) -> list[str]: ...
+
+    def begin_drain(self) -> None: ...
+
+    def pending_tasks(self) -> list[asyncio.Task[Any]]: ...
+
+
 class Poller:
     """Claims, recovers and re-drives runs for one engine; renews its leases; drains it."""
 
     def __init__(
         self,
         store: StateStore,
-        dispatcher: Dispatcher,
+        runs: PolledRuns,
         *,
         settle: SettleHost,
         plane: ControlPlane,
@@ -54,7 +87,7 @@ class Poller:
         on_dead: Callable[[WorkflowRun], None],
     ):
         self._store = store
-        self._dispatcher = dispatcher
+        self._runs = runs
         self._settle = settle
         self._plane = plane
         self._options = options
@@ -101,7 +134,7 @@ class Poller:
         self._local_backlog.append(run_id)
 
     def _room(self) -> int:
-        return self._options.max_concurrent_runs - self._dispatcher.load - self._reserved
+        return self._options.max_concurrent_runs - self._runs.load - self._reserved
 
     async def pickup(self) -> None:
         """The pick-up half of a pass: pending runs, then due timers."""
@@ -123,7 +156,7 @@ class Poller:
             await asyncio.sleep(self._options.timer_poll_ms / 1000.0)
 
     async def poll_once(self) -> None:
-        if self._dispatcher.draining:
+        if self._runs.draining:
             return
         await self.run_pending()
         await self.recover_incomplete()
@@ -142,8 +175,8 @@ class Poller:
         PostgreSQL), so engines sharing a database split the backlog instead of racing for
         the same rows; at most `max_concurrent_runs` run here.
         """
-        dispatcher = self._dispatcher
-        if dispatcher.draining:
+        here = self._runs
+        if here.draining:
             return 0
         # The runs this engine created for itself (a wide fan's children) are claimed by id
         # at once, by every caller: serialising them would make a fan's members trickle in.
@@ -161,16 +194,16 @@ class Poller:
             while True:
                 self._pick_again = False
                 claimed += await self._claim_backlog()
-                if not self._pick_again or dispatcher.draining:
+                if not self._pick_again or here.draining:
                     return claimed
         finally:
             self._picking = False
 
     async def _claim_backlog(self) -> int:
         """Claim pending runs in pick-up order while there is room (one pass)."""
-        dispatcher = self._dispatcher
+        here = self._runs
         claimed = 0
-        while not dispatcher.draining:
+        while not here.draining:
             batch = min(self._options.claim_batch, self._room())
             if batch <= 0:
                 # Full: the end of a turn kicks another pick-up, so a wide fan's pending
@@ -201,10 +234,10 @@ class Poller:
         children, children.create_children): primary-key lookups instead of a scan of the
         pending backlog. Ids another engine took meanwhile are simply not returned."""
         backlog = self._local_backlog
-        dispatcher = self._dispatcher
+        here = self._runs
         claimed = 0
         self._backlogged = False
-        while backlog and not dispatcher.draining:
+        while backlog and not here.draining:
             room = self._room()
             if room <= 0:
                 self._backlogged = True
@@ -233,12 +266,12 @@ class Poller:
         The room was counted before the claim's round trip, and a start made here meanwhile
         may have taken some of it (a start with room runs at once): dispatching everything
         would then run more than `max_concurrent_runs`."""
-        dispatcher = self._dispatcher
+        here = self._runs
         surplus: list[str] = []
         for run in runs:
             # A run already being dispatched here is one more turn of it, not more load.
-            if dispatcher.holds(run.id) or self._room() > 0:
-                dispatcher.dispatch(run.id, claimed=run)
+            if here.holds(run.id) or self._room() > 0:
+                here.dispatch(run.id, claimed=run)
             else:
                 surplus.append(run.id)
         for run_id in surplus:
@@ -253,28 +286,28 @@ class Poller:
         their `wakeAt` — for a signal or child wait the reconcile fallback, minutes away. A
         re-driven run replays and waits again; a wait that is still pending costs one
         replay."""
-        dispatcher = self._dispatcher
-        if dispatcher.draining or not dispatcher.drive_runs:
+        here = self._runs
+        if here.draining or not here.drive_runs:
             return 0
         count = 0
         for run in await self._store.list_orphaned_suspended(
             self._clock(), self._namespace, self._options.pending_batch
         ):
-            if not dispatcher.holds(run.id):
-                dispatcher.dispatch(run.id)  # run_one leases it (the old lease lapsed)
+            if not here.holds(run.id):
+                here.dispatch(run.id)  # run_one leases it (the old lease lapsed)
                 count += 1
         return count
 
     async def recover_incomplete(self) -> int:
         """Re-enqueue `running`/`cancelling` runs whose owner's lease lapsed (the owner
         crashed), counting a recovery attempt; past `max_recovery_attempts` a run is dead."""
-        dispatcher = self._dispatcher
-        if dispatcher.draining:
+        here = self._runs
+        if here.draining:
             return 0
         store = self._store
         recovered = await self.recover_orphaned_suspended()
         for run in await store.list_incomplete_runs(self._namespace):
-            if dispatcher.holds(run.id):
+            if here.holds(run.id):
                 continue
             now = self._clock()
             if run.locked_until is not None and run.locked_until > now:
@@ -338,22 +371,22 @@ class Poller:
             await self._store.release_run_lock(run.id)
             return False
         log.info("recovered run %s (attempt %d)", run.id, attempts)
-        self._dispatcher.dispatch(run.id)
+        self._runs.dispatch(run.id)
         return True
 
     # ------------------------------------------------------------------ timers
 
     async def resume_due_timers(self) -> int:
         """Re-drive suspended runs whose wakeAt is due."""
-        dispatcher = self._dispatcher
-        if dispatcher.draining:
+        here = self._runs
+        if here.draining:
             return 0
         due = await self._store.list_due_timers(
             self._clock(), self._namespace, self._options.pending_batch * 10
         )
         count = 0
         for run in due:
-            execution = dispatcher.execution(run.id)
+            execution = here.execution(run.id)
             if execution is not None:
                 if execution.resident:
                     execution.deliver(None, None)  # re-check what it waits for
@@ -363,7 +396,7 @@ class Poller:
             if unserved.is_parked(run) and not unserved.serves(self._workflows(), run):
                 self._queue_recheck(run.id)
                 continue
-            dispatcher.dispatch(run.id)
+            here.dispatch(run.id)
             count += 1
         return count
 
@@ -377,14 +410,14 @@ class Poller:
         self._rechecking.add(run_id)
         self._recheck_queue.append(run_id)
         if self._recheck_task is None or self._recheck_task.done():
-            self._recheck_task = self._dispatcher.spawn(self._recheck_parked())
+            self._recheck_task = self._runs.spawn(self._recheck_parked())
 
     async def _recheck_parked(self) -> None:
-        dispatcher = self._dispatcher
-        while self._recheck_queue and not dispatcher.draining:
+        here = self._runs
+        while self._recheck_queue and not here.draining:
             run_id = self._recheck_queue.popleft()
             try:
-                if not dispatcher.holds(run_id):
+                if not here.holds(run_id):
                     await self._recheck_one(run_id)
             except Exception as exc:
                 log.debug("could not re-check parked run %s (%s)", run_id, exc)
@@ -409,7 +442,7 @@ class Poller:
             return
         # Changed meanwhile, or a remote worker may serve it: the driver decides, as for any
         # leased run (it runs it, or parks it again).
-        self._dispatcher.dispatch(run_id, claimed=leased)
+        self._runs.dispatch(run_id, claimed=leased)
 
     async def rescue_unserved(self) -> int:
         """Take, at once, the runs another engine (or this one, before a workflow was
@@ -419,8 +452,8 @@ class Poller:
         minutes) for them. One read per poll, bounded, through the (workflow, status) index;
         capability-blocked runs of the same workflows are listed too and skipped here (the
         due-timer poll re-checks those)."""
-        dispatcher = self._dispatcher
-        if dispatcher.draining or not dispatcher.drive_runs:
+        here = self._runs
+        if here.draining or not here.drive_runs:
             return 0
         workflows = self._workflows()
         names = sorted({wf.name for wf in workflows})
@@ -457,11 +490,11 @@ class Poller:
                         remote[key] = False
                 if not remote[key]:
                     continue
-            if dispatcher.holds(run.id):
+            if here.holds(run.id):
                 continue
             if run.locked_until is not None and run.locked_until > now:
                 continue  # being re-checked elsewhere right now
-            dispatcher.dispatch(run.id)  # run_one leases it; the driver unparks it
+            here.dispatch(run.id)  # run_one leases it; the driver unparks it
             count += 1
         return count
 
@@ -505,8 +538,8 @@ class Poller:
                 log.exception("durably lease renewal failed")
 
     async def renew_leases(self) -> None:
-        dispatcher = self._dispatcher
-        held = dispatcher.executing_ids()
+        here = self._runs
+        held = here.executing_ids()
         if not held:
             return
         until = self._clock() + self._options.lease_ms
@@ -515,17 +548,17 @@ class Poller:
             return
         lost: list[str] = []
         for run_id in held:
-            if dispatcher.execution(run_id) is None:
+            if here.execution(run_id) is None:
                 continue
             run = await self._store.get_run(run_id)
             if (
                 run is not None
                 and run.locked_by != self._instance_id
-                and dispatcher.execution(run_id) is not None
+                and here.execution(run_id) is not None
             ):
                 lost.append(run_id)
         for run_id in lost:
-            execution = dispatcher.execution(run_id)
+            execution = here.execution(run_id)
             if execution is None:
                 continue
             # Another instance owns the run now: stop driving it here (no more writes).
@@ -541,22 +574,22 @@ class Poller:
         """Stop taking work; parked runs are evicted (they are durably suspended and their
         leases released so another instance can take them at once); turns still executing
         get `timeout` seconds, then are cancelled and their leases released."""
-        dispatcher = self._dispatcher
-        dispatcher.begin_drain()
-        for execution in dispatcher.executions():
+        here = self._runs
+        here.begin_drain()
+        for execution in here.executions():
             if execution.is_parked:
                 execution.evict()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while dispatcher.busy:
+        while here.busy:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            for execution in dispatcher.executions():
+            for execution in here.executions():
                 if execution.is_parked:
                     execution.evict()
             await asyncio.sleep(min(0.02, remaining))
-        for execution in dispatcher.executions():
+        for execution in here.executions():
             execution.cancelled = True
             if execution.task is not None:
                 execution.task.cancel()
@@ -569,7 +602,7 @@ class Poller:
         # delivery).
         settle_by = loop.time() + max(0.0, min(1.0, deadline - loop.time()))
         while True:
-            pending = dispatcher.pending_tasks()
+            pending = here.pending_tasks()
             remaining = settle_by - loop.time()
             if not pending or remaining <= 0:
                 break

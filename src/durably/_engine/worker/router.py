@@ -1,10 +1,16 @@
-"""TODO docstring"""
+"""onError routing: a failed run handed to a handler workflow by error code.
+
+Only routes of LOCALLY registered workflows apply. Routes announced by remote workers for
+workflows they serve without a local registration (and the `run.unrouted` report when
+those workers disagree) need remote worker groups, which this engine does not have yet: a
+run without a local registration is never routed.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from durably._core.models import (
     HANDOFF_SEQ_BASE,
@@ -34,9 +40,7 @@ from durably._engine.control.settle import (
 )
 from durably._engine.defs.events import EngineEvent
 from durably._engine.defs.registry import OnErrorRoute, Workflow
-
-if TYPE_CHECKING:
-    from durably._engine.worker.dispatcher import Dispatcher
+from durably._engine.worker.runs import ExecutingRuns
 
 log = logging.getLogger("durably")
 
@@ -47,7 +51,7 @@ AnnouncedRoutes = Callable[[WorkflowRun], Awaitable[tuple[OnErrorRoute, ...]]]
 class Router:
     """Hands failed runs to their onError handlers and follows the handoff on later turns.
 
-    Collaborators: how a run is settled (`settle`), which runs execute here (`dispatcher`),
+    Collaborators: how a run is settled (`settle`), which runs execute here (`runs`),
     the clock and reconcile fallback wake, the workflows registered here, and how a handler
     (a child of the failed run) is started.
     """
@@ -55,7 +59,7 @@ class Router:
     def __init__(
         self,
         settle: SettleHost,
-        dispatcher: Dispatcher,
+        runs: ExecutingRuns,
         *,
         clock: Callable[[], int],
         fallback_wake_at: Callable[[], int | None],
@@ -64,7 +68,7 @@ class Router:
         start_child: ChildStarter,
     ):
         self._settle = settle
-        self._dispatcher = dispatcher
+        self._runs = runs
         self._clock = clock
         self._fallback_wake_at = fallback_wake_at
         self._registration = registration
@@ -125,7 +129,7 @@ class Router:
         )
         # The turn that failed is over: a completion delivered from now on must start a new
         # turn (which follows the handoff), not wake the closed resident execution.
-        ex = self._dispatcher.execution(run.id)
+        ex = self._runs.execution(run.id)
         if ex is not None:
             ex.resident = False
         # `suspended`, reconcile fallback wake, `error` keeps the original failure,

@@ -1,4 +1,16 @@
-"""TODO docstring"""
+"""`ResultSettler`: the transports' `ResultSink`, settling step results on their rows.
+
+A batch of results is settled on their `pending` rows with one compare-and-set statement
+(`save_checkpoints_if_pending`), so a duplicate or late result (the row is no longer pending)
+writes nothing, and each run is woken at most once per batch — in memory when its body is
+parked here, else through a re-drive that a step fan's join barrier may hold back while
+members are still pending. A result that answers an earlier attempt than the pending one is
+dropped too (`late_for`): a retry reuses the step id, so the row alone cannot tell the
+attempts apart.
+
+Results are acknowledged to the broker only after `step_results` returned, so a crash between
+consuming and writing leaves the result in the broker for the next engine.
+"""
 
 from __future__ import annotations
 
@@ -22,10 +34,10 @@ from durably._core.wire import (
 from durably._engine.defs.events import EngineEvent, EventBus
 from durably._engine.remote.steps import late_for
 from durably._engine.run.children import fan_span
+from durably._engine.worker.runs import ExecutingRuns
 
 if TYPE_CHECKING:
     from durably._engine.worker.deliveries import Deliveries
-    from durably._engine.worker.dispatcher import Dispatcher
     from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
@@ -37,7 +49,7 @@ class ResultSettler:
     def __init__(
         self,
         store: StateStore,
-        dispatcher: Dispatcher,
+        runs: ExecutingRuns,
         deliveries: Deliveries,
         events: EventBus,
         *,
@@ -47,7 +59,7 @@ class ResultSettler:
     ):
         self._store = store
         self._max_payload_bytes = max_payload_bytes
-        self._dispatcher = dispatcher
+        self._runs = runs
         self._deliveries = deliveries
         self._events = events
         self._clock = clock
@@ -79,7 +91,7 @@ class ResultSettler:
 
     async def _settle_run(self, run_id: str, results: list[StepResult]) -> None:
         store = self._store
-        execution = self._dispatcher.execution(run_id)
+        execution = self._runs.execution(run_id)
         if execution is not None and execution.resident and not execution.cancelled:
             # Driven here: the run is in memory. Were it settled elsewhere meanwhile, the
             # results are still its steps' real results, and the body's next status write
@@ -141,7 +153,7 @@ class ResultSettler:
         memory: those need no read (a stale one only loses the compare-and-set). Otherwise one
         read per result: listing the whole run for every batch would make a wide fan's
         settlement quadratic (every batch re-reads every member)."""
-        execution = self._dispatcher.execution(run_id)
+        execution = self._runs.execution(run_id)
         snapshot = execution.snapshot if execution is not None else {}
         rows: list[StepCheckpoint | None] = []
         for result in results:
@@ -176,7 +188,7 @@ class ResultSettler:
         )
 
     async def _wake(self, run_id: str, written: list[StepCheckpoint]) -> None:
-        execution = self._dispatcher.execution(run_id)
+        execution = self._runs.execution(run_id)
         if execution is not None and execution.resident:
             for cp in written:
                 execution.deliver(cp.seq, cp)  # in memory: no replay, no store work

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -43,16 +43,14 @@ from durably._engine.defs.registry import Workflow
 from durably._engine.defs.typed_io import validation_details
 from durably._engine.defs.vocab import next_continuation_id
 from durably._engine.flow import quotas, singleton
+from durably._engine.remote.turns import FailureRouting
 from durably._engine.run import saga
 from durably._engine.run.ctx import WorkflowCtx
 from durably._engine.run.execution import AMBIENT_CTX, Execution, ReplayNow
 from durably._engine.run.host import RunHost
 from durably._engine.run.saga import CancelHost
 from durably._engine.worker import unserved
-from durably._engine.worker.router import Router
-
-if TYPE_CHECKING:
-    from durably._engine.worker.dispatcher import Dispatcher
+from durably._engine.worker.runs import BackgroundTasks, ExecutingRuns, Redispatch
 
 log = logging.getLogger("durably")
 
@@ -78,11 +76,28 @@ class RemoteRuns(Protocol):
         ...
 
 
+class TurnRuns(ExecutingRuns, Redispatch, BackgroundTasks, Protocol):
+    """What a turn asks of the runs here: is one of the run's turns executing already, may
+    a new one start, the bracket around the turn, whether the run was created here a moment
+    ago, one more turn, and where a continued run's successor starts."""
+
+    @property
+    def draining(self) -> bool: ...
+
+    def take_fresh(self, run_id: str) -> bool:
+        """True (once) when this process created the run and no turn of it ran yet."""
+        ...
+
+    def turn_began(self, execution: Execution) -> None: ...
+
+    def turn_ended(self, run_id: str) -> None: ...
+
+
 class TurnDriver:
     """Drives runs on this process: lease → one turn (resident or replay) → settle.
 
     Collaborators: the runtime a turn executes in (`host`), how runs are settled
-    (`settle`), which runs execute here (`dispatcher`), onError routing (`router`), the
+    (`settle`), which runs execute here (`runs`), onError routing (`router`), the
     workflows registered here, and how a continued run starts its successor.
     """
 
@@ -90,8 +105,8 @@ class TurnDriver:
         self,
         host: RunHost,
         settle: CancelHost,
-        dispatcher: Dispatcher,
-        router: Router,
+        runs: TurnRuns,
+        router: FailureRouting,
         *,
         clock: Callable[[], int],
         lease_ms: int,
@@ -105,7 +120,7 @@ class TurnDriver:
         self._host = host
         self._settle = settle
         self._store = settle.store
-        self._dispatcher = dispatcher
+        self._runs = runs
         self._router = router
         self._clock = clock
         self._lease_ms = lease_ms
@@ -121,17 +136,17 @@ class TurnDriver:
 
         Returns False when the lease could not be taken (another instance holds it).
         """
-        dispatcher = self._dispatcher
-        if dispatcher.execution(run_id) is not None:
+        here = self._runs
+        if here.execution(run_id) is not None:
             return True
-        if dispatcher.draining:
+        if here.draining:
             return False
         now = self._clock()
         lease_until = now + self._lease_ms
         run = await self._store.claim_run(run_id, self._instance_id, lease_until, now)
         if run is None:
             return False
-        if dispatcher.execution(run_id) is not None:  # raced with another local dispatch
+        if here.execution(run_id) is not None:  # raced with another local dispatch
             return True
         await self.drive(run)
         return True
@@ -183,12 +198,12 @@ class TurnDriver:
                 await release_quietly(self._settle, run.id)
             return
         execution = Execution(self._host, *prepared)
-        self._dispatcher.turn_began(execution)
+        self._runs.turn_began(execution)
         execution.task = asyncio.current_task()
         try:
             await self._turn(execution)
         finally:
-            self._dispatcher.turn_ended(run.id)
+            self._runs.turn_ended(run.id)
 
     def _in_namespace(self, run: WorkflowRun) -> bool:
         return self._namespace is None or run.namespace in (self._namespace, None)
@@ -207,7 +222,7 @@ class TurnDriver:
             return False
 
     async def _park_unserved(self, run: WorkflowRun, parked_before: int | None = None) -> None:
-        self._dispatcher.take_fresh(run.id)  # its first turn is not now
+        self._runs.take_fresh(run.id)  # its first turn is not now
         try:
             await unserved.park(
                 self._settle, run, self._clock(), parked_before=parked_before or None
@@ -244,7 +259,7 @@ class TurnDriver:
         # A run created here has no checkpoints to read on its first turn — only while it is
         # still pending: one another engine claimed first may have run turns meanwhile, and
         # replaying it from nothing would run its completed steps again.
-        fresh = self._dispatcher.take_fresh(run.id) and run.status == "pending"
+        fresh = self._runs.take_fresh(run.id) and run.status == "pending"
         # The workflow's key functions run here, where its code is: a run started by name
         # without the code is checked against its quota and singleton depth at its first
         # turn (`quotas.late_start`). A key or limit function that refuses the input fails
@@ -318,90 +333,127 @@ class TurnDriver:
         return run, workflow, checkpoints
 
     async def _turn(self, ex: Execution) -> None:
+        """One turn of the body, then the settle of how it ended (one method per outcome).
+        The ambient ctx stays set while an exit unwinds (compensations may use it), and is
+        reset before a body that returned is settled."""
         ctx = WorkflowCtx(ex)
-        workflow = ex.workflow
         token = AMBIENT_CTX.set(ctx)
         try:
-            input_value = _decode_input(workflow, ex.run.input)
-            result = await workflow.invoke(ctx, input_value)
+            result = await ex.workflow.invoke(ctx, _decode_input(ex.workflow, ex.run.input))
         except ReplayNow:
-            await ex.close()
-            await self._store.release_run_lock(ex.run_id)
-            self._dispatcher.dispatch(ex.run_id)
-            return
+            return await self._replay_now(ex)
         except StoreFailure as failure:
-            await ex.close()
-            log.error(
-                "run %s: the store failed during its turn (%s); the run resumes from its last "
-                "checkpoint once the store is back",
-                ex.run_id,
-                failure.cause,
-            )
-            await release_quietly(self._settle, ex.run_id)
-            return
+            return await self._store_failed(ex, failure)
         except RunEvicted:
-            await ex.close()
-            if ex.cancel_requested and not ex.cancelled:
-                await saga.compensate_and_cancel(self._settle, ex)
-                return
-            if ex.cancelled:
-                return
-            if ex.evicted_unsuspended:
-                # Evicted while only waiting for steps in flight, before `suspended` was
-                # written: write it now, or the run would read `running` with no lease and
-                # recovery would count an attempt against it.
-                await self._settle_suspended(ex, ex.evicted_wake_at)
-                return
-            await self._store.release_run_lock(ex.run_id)
-            return
+            return await self._evicted(ex)
         except WorkflowBlocked as blocked:
-            await ex.close()
-            if ex.cancel_requested:
-                await saga.compensate_and_cancel(self._settle, ex)
-                return
-            await self._park_blocked(ex, blocked)
-            return
+            return await self._blocked(ex, blocked)
         except WorkflowSuspended as suspended:
-            await ex.close()
-            if ex.cancel_requested:  # cancel-requested wins over any outcome
-                await saga.compensate_and_cancel(self._settle, ex)
-                return
-            await self._settle_suspended(ex, suspended.wake_at)
-            return
+            return await self._suspended(ex, suspended.wake_at)
         except ContinueAsNew as cont:
-            await ex.close()
-            if ex.cancel_requested:
-                await saga.compensate_and_cancel(self._settle, ex)
-                return
-            await self._settle_continued(ex, cont.input)
-            return
+            return await self._continued(ex, cont.input)
         except asyncio.CancelledError:
-            if ex.cancelled:
-                return  # engine.cancel wrote the outcome and released the lease
-            await release_quietly(self._settle, ex.run_id)
+            await self._interrupted(ex)
             raise
         except Exception as exc:
-            await ex.close()
-            if ex.cancelled:
-                return
-            if ex.cancel_requested:
-                await saga.compensate_and_cancel(self._settle, ex)
-                return
-            # Unwind the saga BEFORE settle(failed) and its onError routing; the run fails
-            # with the ORIGINAL error.
-            if ex.compensations and not await saga.unwind(ex):
-                await release_quietly(self._settle, ex.run_id)  # store failed: recovery re-drives
-                return
-            await self.settle_failed(ex.run, error_of(exc))
-            return
+            return await self._failed(ex, exc)
         finally:
             AMBIENT_CTX.reset(token)
+        await self._completed(ex, result)
+
+    async def _cancel_wins(self, ex: Execution) -> bool:
+        """A cancel asked for while the turn ran wins over how it ended: the saga unwinds
+        and the run is cancelled. True when that happened."""
+        if not ex.cancel_requested:
+            return False
+        await saga.compensate_and_cancel(self._settle, ex)
+        return True
+
+    async def _replay_now(self, ex: Execution) -> None:
+        """The body must replay from its history at once: a new turn, right after this one."""
+        await ex.close()
+        await self._store.release_run_lock(ex.run_id)
+        self._runs.dispatch(ex.run_id)
+
+    async def _store_failed(self, ex: Execution, failure: StoreFailure) -> None:
+        """The store failed under the body: nothing is settled, the lease is given back, and
+        the run resumes from its last checkpoint once the store answers again."""
+        await ex.close()
+        log.error(
+            "run %s: the store failed during its turn (%s); the run resumes from its last "
+            "checkpoint once the store is back",
+            ex.run_id,
+            failure.cause,
+        )
+        await release_quietly(self._settle, ex.run_id)
+
+    async def _evicted(self, ex: Execution) -> None:
+        """The body's waits were ended from outside (a cancel, a stop, the drain, room for
+        other resident runs)."""
+        await ex.close()
+        if ex.cancel_requested and not ex.cancelled:
+            await saga.compensate_and_cancel(self._settle, ex)
+            return
+        if ex.cancelled:
+            return
+        if ex.evicted_unsuspended:
+            # Evicted while only waiting for steps in flight, before `suspended` was
+            # written: write it now, or the run would read `running` with no lease and
+            # recovery would count an attempt against it.
+            await self._settle_suspended(ex, ex.evicted_wake_at)
+            return
+        await self._store.release_run_lock(ex.run_id)
+
+    async def _blocked(self, ex: Execution, blocked: WorkflowBlocked) -> None:
+        """No live worker offers what the next step requires."""
+        await ex.close()
+        if await self._cancel_wins(ex):
+            return
+        await self._park_blocked(ex, blocked)
+
+    async def _suspended(self, ex: Execution, wake_at: int | None) -> None:
+        """The body waits for something outside it (a timer, a signal, a child, a step)."""
+        await ex.close()
+        if await self._cancel_wins(ex):
+            return
+        await self._settle_suspended(ex, wake_at)
+
+    async def _continued(self, ex: Execution, new_input: Any) -> None:
+        """The body continued as new."""
+        await ex.close()
+        if await self._cancel_wins(ex):
+            return
+        await self._settle_continued(ex, new_input)
+
+    async def _interrupted(self, ex: Execution) -> None:
+        """The turn's task was cancelled (a stop, a lost lease, the close); the caller
+        re-raises."""
+        if ex.cancelled:
+            return  # engine.cancel wrote the outcome and released the lease
+        await release_quietly(self._settle, ex.run_id)
+
+    async def _failed(self, ex: Execution, exc: Exception) -> None:
+        """The body raised: its saga unwinds, then the run fails (or is routed onError)."""
         await ex.close()
         if ex.cancelled:
             return
-        if ex.cancel_requested:
-            await saga.compensate_and_cancel(self._settle, ex)
+        if await self._cancel_wins(ex):
             return
+        # Unwind the saga BEFORE settle(failed) and its onError routing; the run fails
+        # with the ORIGINAL error.
+        if ex.compensations and not await saga.unwind(ex):
+            await release_quietly(self._settle, ex.run_id)  # store failed: recovery re-drives
+            return
+        await self.settle_failed(ex.run, error_of(exc))
+
+    async def _completed(self, ex: Execution, result: Any) -> None:
+        """The body returned: its output is stored and the run completes."""
+        await ex.close()
+        if ex.cancelled:
+            return
+        if await self._cancel_wins(ex):
+            return
+        workflow = ex.workflow
         try:
             output = workflow.output_codec.to_json(result)
         except SerializationError as exc:
@@ -452,12 +504,12 @@ class TurnDriver:
             # A fan waits on many rows: one listing instead of a read per member.
             rows = await self._store.list_checkpoints(ex.run_id)
             if any(cp.seq in ex.waiting_seqs and _wakes(cp) for cp in rows):
-                self._dispatcher.dispatch(ex.run_id)
+                self._runs.dispatch(ex.run_id)
             return
         for seq in sorted(ex.waiting_seqs):
             cp = await self._store.get_checkpoint(ex.run_id, seq)
             if cp is not None and _wakes(cp):
-                self._dispatcher.dispatch(ex.run_id)
+                self._runs.dispatch(ex.run_id)
                 return
 
     async def _park_blocked(self, ex: Execution, blocked: WorkflowBlocked) -> None:
@@ -500,7 +552,7 @@ class TurnDriver:
             {"ok": True, "value": None},
         )
         if completed:
-            self._dispatcher.spawn(self._continue_as(run, new_input, next_continuation_id(run.id)))
+            self._runs.spawn(self._continue_as(run, new_input, next_continuation_id(run.id)))
 
 
 def _wakes(cp: StepCheckpoint) -> bool:

@@ -10,15 +10,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
+from durably._engine.worker.runs import BackgroundTasks, DriveState, ExecutingRuns
 from durably._store.protocol import WakeBus
 
 if TYPE_CHECKING:
-    from durably._engine.worker.dispatcher import Dispatcher
     from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
+
+
+class WakeRuns(ExecutingRuns, DriveState, BackgroundTasks, Protocol):
+    """What a wake message asks of the runs here: is the run resident (woken in memory),
+    may this process pick work up now, and where publishing and the pick-up run."""
 
 
 class WakeLink:
@@ -32,13 +37,13 @@ class WakeLink:
     def __init__(
         self,
         store: StateStore,
-        dispatcher: Dispatcher,
+        runs: WakeRuns,
         *,
         on_settled: Callable[[str], None],
         pickup: Callable[[], Awaitable[None]],
     ):
         self._store = store
-        self._dispatcher = dispatcher
+        self._runs = runs
         self._on_settled = on_settled
         self._pickup = pickup
         self._bus: WakeBus | None = None
@@ -73,13 +78,13 @@ class WakeLink:
 
     def announce_soon(self, kind: str, run_id: str) -> None:
         if self._bus is not None:
-            self._dispatcher.spawn(self.announce(kind, run_id))
+            self._runs.spawn(self.announce(kind, run_id))
 
     def _on_wake(self, kind: str, run_id: str) -> None:
         if kind == "settled":
             self._on_settled(run_id)
             return
-        execution = self._dispatcher.execution(run_id)
+        execution = self._runs.execution(run_id)
         if execution is not None:
             if execution.resident:
                 execution.deliver(None, None)  # re-check what it waits for
@@ -89,8 +94,8 @@ class WakeLink:
     def kick(self) -> None:
         """Pick up runnable work now instead of at the next poll; a burst of wake messages
         costs one pick-up pass (claim pending runs, then due timers)."""
-        dispatcher = self._dispatcher
-        if self._kick_scheduled or not dispatcher.drive_runs or dispatcher.draining:
+        runs = self._runs
+        if self._kick_scheduled or not runs.drive_runs or runs.draining:
             return
         self._kick_scheduled = True
 
@@ -99,4 +104,4 @@ class WakeLink:
             self._kick_scheduled = False
             await self._pickup()
 
-        dispatcher.spawn(pickup())
+        runs.spawn(pickup())

@@ -3,25 +3,26 @@
 An `Engine` is a `Client` (start, signal, cancel, read) composed with a `Worker`. The
 worker builds its parts and hands each its collaborators explicitly:
 
-- `Dispatcher` (dispatch.py): which runs execute here, one turn of a run at a time, and
+- `Dispatcher` (dispatcher.py): which runs execute here, one turn of a run at a time, and
   the background tasks of this process;
-- `TurnDriver` (driver.py): lease → one turn of a run's body → settle;
+- `TurnDriver` (turn_driver.py): lease → one turn of a run's body → settle;
 - `Poller` (poller.py): pick-up of pending runs, recovery of runs whose owner died, due
   timers, execution timeouts, lease renewal and the drain;
-- `Router` (routing.py): onError handoffs;
-- `Deliveries` (signals.py) and `ChildMailbox` (children.py): waking runs and delivering
+- `Router` (router.py): onError handoffs;
+- `Deliveries` (deliveries.py) and `ChildMailbox` (mailbox.py): waking runs and delivering
   child completions in batches;
 - `WakeLink` (wakes.py): this process's end of the store's wake bus;
-- `InProcessTransport` (transport.py): where step handlers run;
-- `ControlPlane` (control.py): the store-level operations its client uses, with this
-  worker as their local hooks (`LocalRuns`: drive a run just created here, interrupt one
-  cancelled here, …);
+- `InProcessTransport` (run/in_process.py): where step handlers run;
+- `ControlPlane` (control/plane.py): the store-level operations its client uses;
 - `FleetLink` (fleet.py): with a transport, this process's ends of it — step dispatch, the
   steps it serves, the tenant gateway and the cancel broadcast.
 
-The worker itself is what a run executing here sees (`execution.RunHost`), how a turn is
-settled (`settle.SettleHost`) and the local side of the control plane (`control.LocalRuns`):
-small protocols, so none of those modules imports this one.
+The roles the worker plays for those parts are small objects of their own (hosts.py), each
+handed only to the parts that need that role: what a run executing here sees
+(`ExecutionHost`, a `run.host.RunHost`), how runs are settled (`Settling`, a
+`saga.CancelHost`), the local side of the control plane (`LocalHooks`, a
+`plane.LocalRuns`), the registrations and the runs started from inside the runtime. The
+worker itself is what the `Engine` uses, and the host of the event accumulators.
 """
 
 from __future__ import annotations
@@ -33,27 +34,27 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from durably._core.admission import Queue
-from durably._core.errors import WorkflowNotFoundError
-from durably._core.models import JSONValue, RunResult, StepCheckpoint, StepError, WorkflowRun
-from durably._engine.client.client import plain_input
-from durably._engine.client.client import prepare_input as validated_input
+from durably._core.models import JSONValue, WorkflowRun
 from durably._engine.client.handle import RunWatchers
-from durably._engine.control.operator import cancel as cancel_run
-from durably._engine.control.operator import current_task
 from durably._engine.control.plane import ControlPlane
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.events import EngineEvent, EventBus
-from durably._engine.defs.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
-from durably._engine.defs.vocab import parent_tag
+from durably._engine.defs.registry import Registry, Step, Workflow
 from durably._engine.flow.queues import AdmissionSpec, FlowControl, admission_backend
-from durably._engine.remote.steps import RemoteSteps
 from durably._engine.remote.turns import RemoteTurns
 from durably._engine.run.in_process import InProcessTransport
 from durably._engine.run.resident import ResidentSet
-from durably._engine.triggers import publish
 from durably._engine.worker.deliveries import Deliveries
 from durably._engine.worker.dispatcher import Dispatcher
 from durably._engine.worker.fleet import FleetLink
+from durably._engine.worker.hosts import (
+    ExecutionHost,
+    Listeners,
+    LocalHooks,
+    Registrations,
+    RunStarts,
+    Settling,
+)
 from durably._engine.worker.mailbox import ChildMailbox
 from durably._engine.worker.poller import Poller
 from durably._engine.worker.roles import Role, announce_role
@@ -112,17 +113,16 @@ class Worker:
         self._instance_id = instance_id
         self._hold_instance = hold_instance
         self._clock = clock
-        self._workflows = workflows
-        self._steps = steps
-        self._events = EventBus()
+        self._registrations = registrations = Registrations(workflows, steps)
+        self._events = events = EventBus()
         self._watchers = RunWatchers()
-        self._events.on_run_events(self._wake_watchers)
-        self._dead_listeners: list[Callable[[WorkflowRun], Any]] = []
-        self._cancel_listeners: list[Callable[[str], Any]] = []
+        events.on_run_events(self._wake_watchers)
+        self._dead = Listeners[WorkflowRun]("on_dead")
+        cancelled = self._cancelled = Listeners[str]("on_cancel")
         self._executor: ThreadPoolExecutor | None = None
         self._background: list[asyncio.Task[Any]] = []
         self._instance: InstanceHold | None = None
-        self._fleet = (
+        fleet = self._fleet = (
             FleetLink(
                 transports,
                 instance_id=instance_id,
@@ -136,88 +136,122 @@ class Worker:
             else None
         )
 
-        self._resident = ResidentSet(options.max_resident_runs, on_idle=self._after_turn)
-        dispatcher = self._dispatcher = Dispatcher(
-            store, drive_runs=drive_runs, idle=self._resident.idle
+        resident = ResidentSet(options.max_resident_runs, on_idle=self._after_turn)
+        dispatcher = self._dispatcher = Dispatcher(store, drive_runs=drive_runs, idle=resident.idle)
+        # The pick-up a wake message starts is the poller's, built below with the
+        # settle role, which needs the wake link first.
+        wakes = self._wakes = WakeLink(
+            store, dispatcher, on_settled=self._watchers.wake, pickup=self._pickup
         )
-        self._transport = InProcessTransport(lambda: self.executor)
-        self._plane = ControlPlane(
+        mailbox = ChildMailbox(store, dispatcher, clock=clock)
+        deliveries = self._deliveries = Deliveries(
             store,
             clock=clock,
             signal_buffer=signal_buffer,
-            announce=self._announce,
-            namespace=namespace,
-            local=self,
+            runs=dispatcher,
+            wakes=wakes,
+            mailbox=mailbox,
         )
-        self._poller = Poller(
+        mailbox.connect(deliveries)
+        settling = self._settling = Settling(store, events, wakes, deliveries, cancelled)
+        plane = self._plane = ControlPlane(
+            store,
+            clock=clock,
+            signal_buffer=signal_buffer,
+            announce=wakes.announce,
+            namespace=namespace,
+            local=LocalHooks(
+                dispatcher,
+                registrations,
+                wakes,
+                deliveries,
+                events,
+                cancelled,
+                max_concurrent_runs=options.max_concurrent_runs,
+                fleet=fleet,
+            ),
+        )
+        starts = self._starts = RunStarts(
+            plane, registrations, deliveries, dispatcher, clock=clock, namespace=namespace
+        )
+        poller = self._poller = Poller(
             store,
             dispatcher,
-            settle=self,
-            plane=self._plane,
+            settle=settling,
+            plane=plane,
             options=options,
             clock=clock,
             instance_id=instance_id,
             namespace=namespace,
             signal_buffer=signal_buffer,
-            workflows=self.registered_workflows,
-            on_dead=self._fire_dead,
+            workflows=registrations.registered_workflows,
+            on_dead=self._dead.fire,
         )
-        self._wakes = WakeLink(
-            store, dispatcher, on_settled=self._watchers.wake, pickup=self._poller.pickup
-        )
-        self._mailbox = ChildMailbox(store, dispatcher, clock=clock)
-        self._deliveries = Deliveries(
-            store,
-            clock=clock,
-            signal_buffer=signal_buffer,
-            dispatcher=dispatcher,
-            wakes=self._wakes,
-            mailbox=self._mailbox,
-        )
-        self._mailbox.connect(self._deliveries)
-        self._flow = FlowControl(
+        flow = self._flow = FlowControl(
             admission_backend(admission, store, owner=instance_id, clock=clock),
             queues=queues,
             runs=dispatcher,
-            redrive=self._deliveries.redrive,
-            spawn=self.spawn,
+            redrive=deliveries.redrive,
+            spawn=dispatcher.spawn,
         )
-        self._events.on_run_events(self._flow.on_run_event)
-        self._router = Router(
-            self,
+        events.on_run_events(flow.on_run_event)
+        router = self._router = Router(
+            settling,
             dispatcher,
             clock=clock,
             fallback_wake_at=self.fallback_wake_at,
-            registration=self.registration,
-            workflows=self.registered_workflows,
-            start_child=self.start_child_soon,
+            registration=registrations.registration,
+            workflows=registrations.registered_workflows,
+            start_child=starts.start_child_soon,
         )
-        self._turns = self._remote_turns(transports)
-        if self._turns is not None:
-            self._router.connect(self._turns.announced_routes)
-            self._poller.serve_by_convention(self._turns.serves_workflow)
+        turns = self._turns = self._remote_turns(transports)
+        if turns is not None:
+            router.connect(turns.announced_routes)
+            poller.serve_by_convention(turns.serves_workflow)
+            starts.connect(turns)
+        host = ExecutionHost(
+            store=store,
+            options=options,
+            events=events,
+            resident=resident,
+            transport=InProcessTransport(lambda: self.executor),
+            remote=fleet.remote if fleet is not None else None,
+            wakes=wakes,
+            flow=flow,
+            namespace=namespace,
+            instance_id=instance_id,
+            executor=lambda: self.executor,
+            clock=clock,
+            fallback_wake_at=self.fallback_wake_at,
+            registrations=registrations,
+            starts=starts,
+            plane=plane,
+            runs=dispatcher,
+            claims=poller,
+            mailbox=mailbox,
+        )
         self._driver = TurnDriver(
-            self,
-            self,
+            host,
+            settling,
             dispatcher,
-            self._router,
+            router,
             clock=clock,
             lease_ms=options.lease_ms,
             instance_id=instance_id,
             namespace=namespace,
-            registration=self.registration,
+            registration=registrations.registration,
             fallback_wake_at=self.fallback_wake_at,
-            continue_as=self._continue_as,
-            remote=self._turns,
+            continue_as=starts.continue_as,
+            remote=turns,
         )
-        dispatcher.connect(self._driver, nudge=self._deliveries.nudge, after_turn=self._after_turn)
+        dispatcher.connect(self._driver, nudge=deliveries.nudge, after_turn=self._after_turn)
         self._results = ResultSettler(
             store,
             dispatcher,
-            self._deliveries,
-            self._events,
+            deliveries,
+            events,
             clock=clock,
-            release=self._flow.release_settled,
+            release=flow.release_settled,
             max_payload_bytes=options.max_payload_bytes,
         )
 
@@ -230,16 +264,16 @@ class Worker:
             channel = member.turns
             if member.features.workflow_turns and channel is not None:
                 return RemoteTurns(
-                    self,
+                    self._settling,
                     self._router,
                     self._deliveries,
                     self._plane,
                     channel=channel,
                     directory=member.directory,
                     steps=transports,
-                    registration=self.registration,
-                    start_registered=self._start_registered_child,
-                    spawn=self.spawn,
+                    registration=self._registrations.registration,
+                    start_registered=self._starts.start_registered_child,
+                    spawn=self._dispatcher.spawn,
                     clock=self._clock,
                     fallback_wake_at=self.fallback_wake_at,
                     instance_id=self._instance_id,
@@ -262,22 +296,6 @@ class Worker:
     @property
     def events(self) -> EventBus:
         return self._events
-
-    @property
-    def resident(self) -> ResidentSet:
-        return self._resident
-
-    @property
-    def transport(self) -> InProcessTransport:
-        return self._transport
-
-    @property
-    def remote(self) -> RemoteSteps | None:
-        return self._fleet.remote if self._fleet is not None else None
-
-    @property
-    def wakes(self) -> WakeLink:
-        return self._wakes
 
     @property
     def flow(self) -> FlowControl:
@@ -303,6 +321,11 @@ class Worker:
     def plane(self) -> ControlPlane:
         """The control-plane operations of this process, with this worker's local hooks."""
         return self._plane
+
+    @property
+    def settling(self) -> Settling:
+        """How runs are settled here (what remote workflow turns are given)."""
+        return self._settling
 
     @property
     def watchers(self) -> RunWatchers:
@@ -333,6 +356,10 @@ class Worker:
         handoff): a lost wake is re-driven by the timer poller. None when disabled."""
         reconcile = self._options.reconcile_ms
         return self._clock() + reconcile if reconcile > 0 else None
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run a coroutine in the background, tracked by the dispatcher."""
+        return self._dispatcher.spawn(coro)
 
     def local_worker(self) -> LocalWorker | None:
         """This process as a worker in `worker_health` (None when it does not drive)."""
@@ -378,9 +405,7 @@ class Worker:
             given=self._role_given,
             namespace=self._namespace,
             transports=None if self._transports is None else self._transports.members,
-            no_workflows=(
-                self._workflows is not DEFAULT_REGISTRY and not self._workflows.workflows
-            ),
+            no_workflows=self._registrations.none_given,
         )
         fleet = self._fleet
         if fleet is not None:
@@ -394,9 +419,10 @@ class Worker:
             if self._serves_steps:
                 # Every engine but a control plane is a worker for its own steps (`steps=[]`
                 # serves none).
-                registry = self._steps if self._steps is not None else DEFAULT_REGISTRY
                 await fleet.serve_steps(
-                    list(registry.steps), self.step_definition, lambda: self.executor
+                    self._registrations.served_steps(),
+                    self._registrations.step_definition,
+                    lambda: self.executor,
                 )
         if self.drive_runs:
             self._background = [
@@ -470,51 +496,25 @@ class Worker:
     # ================================================================== registry
 
     def register(self, item: Workflow[Any, Any] | Step[Any, Any]) -> None:
-        if isinstance(item, Workflow):
-            self._workflows.add_workflow(item)
-        else:
-            if self._steps is None:
-                self._steps = Registry()
-            self._steps.add_step(item)
+        self._registrations.register(item)
 
     def registration(self, name: str, version: str | None = None) -> Workflow[Any, Any] | None:
-        return self._workflows.workflow(name, version)
+        return self._registrations.registration(name, version)
 
     def registered_workflows(self) -> list[Workflow[Any, Any]]:
-        return list(self._workflows.workflows.values())
+        return self._registrations.registered_workflows()
 
     def latest_workflows(self) -> list[Workflow[Any, Any]]:
-        return list(self._workflows.latest.values())
-
-    def step_definition(self, name: str) -> Step[Any, Any] | None:
-        if self._steps is not None:
-            found = self._steps.step(name)
-            if found is not None:
-                return found
-        return DEFAULT_REGISTRY.step(name)
+        return self._registrations.latest_workflows()
 
     def resolve(
         self, workflow: Workflow[Any, Any] | str, version: str | None
     ) -> Workflow[Any, Any]:
-        name = workflow.name if isinstance(workflow, Workflow) else str(workflow)
-        if isinstance(workflow, Workflow) and version is None:
-            version = workflow.version
-            if self.registration(name, version) is None:
-                self.register(workflow)
-        found = self.registration(name, version)
-        if found is not None:
-            return found
-        versions = self._workflows.versions_of(name)
-        if version is not None:
-            raise WorkflowNotFoundError(
-                f"workflow {name}@{version} is not registered — a pinned start never falls "
-                f"back to another version (registered: {', '.join(versions) or 'none'})"
-            )
-        raise WorkflowNotFoundError(f"workflow {name} is not registered")
+        return self._registrations.resolve(workflow, version)
 
     def prepare_input(self, workflow: Workflow[Any, Any], input: Any) -> JSONValue:
         """Validate a start input against the workflow's annotation/validator → JSON."""
-        return validated_input(workflow, input)
+        return self._registrations.prepare_input(workflow, input)
 
     def unserved_on_error_routes(self) -> list[dict[str, Any]]:
         return self._router.unserved_on_error_routes()
@@ -524,7 +524,7 @@ class Worker:
     async def create_run(
         self, wf: Workflow[Any, Any], json_input: JSONValue, request: StartRequest
     ) -> str:
-        return await self._plane.create_run(request, json_input, registered=wf)
+        return await self._starts.create_run(wf, json_input, request)
 
     def start_child_soon(
         self,
@@ -535,195 +535,31 @@ class Worker:
         version: str | None,
         priority: int | None,
     ) -> None:
-        """Start a child run after the current turn; a failed start fails the awaiting
-        parent (delivered as a failed child completion). A child not registered here may be
-        a remote workflow (served by inheritance or by convention): remote turns start it."""
-        if self._turns is not None:
-            self._turns.start_child_soon(workflow, input, child_id, parent, version, priority)
-            return
-        self._start_registered_child(workflow, input, child_id, parent, version, priority)
-
-    def _start_registered_child(
-        self,
-        workflow: Workflow[Any, Any] | str,
-        input: Any,
-        child_id: str,
-        parent: WorkflowRun,
-        version: str | None,
-        priority: int | None,
-    ) -> None:
-
-        async def start_child() -> None:
-            name = workflow.name if isinstance(workflow, Workflow) else workflow
-            try:
-                wf = self.resolve(workflow, version)
-                request = StartRequest(
-                    workflow=wf.name,
-                    run_id=child_id,
-                    tags=(parent_tag(parent.id),),
-                    namespace=parent.namespace,
-                    priority=priority,
-                )
-                await self.create_run(wf, self.prepare_input(wf, input), request)
-            except Exception as exc:
-                self._deliveries.notify_parent(
-                    child_id,
-                    {"ok": False, "error": f'child workflow "{name}" failed to start: {exc}'},
-                )
-
-        self.spawn(start_child())
-
-    async def _continue_as(self, run: WorkflowRun, input: Any, run_id: str) -> None:
-        """ContinueAsNew's successor: the same workflow, newest version, same tags and
-        priority (a continuation is the same logical run, so it keeps its place)."""
-        wf = self.resolve(run.workflow, None)
-        request = StartRequest(
-            workflow=wf.name,
-            run_id=run_id,
-            tags=tuple(run.tags or ()),
-            priority=run.priority,
-            namespace=run.namespace,
-        )
-        await self.create_run(wf, self.prepare_input(wf, input), request)
+        """Start a child run after the current turn (`RunStarts.start_child_soon`)."""
+        self._starts.start_child_soon(workflow, input, child_id, parent, version, priority)
 
     async def publish_event(
         self, name: str, payload: Any = None, *, id: str | None = None, buffer: bool = True
     ) -> int:
-        return await publish.publish_event(
-            self._deliveries,
-            name,
-            payload,
-            id=id,
-            buffer=buffer,
-            workflows=self.latest_workflows(),
-            start=self._start_for_event,
-            clock=self._clock,
-            namespace=self._namespace,
-        )
-
-    async def _start_for_event(self, wf: Workflow[Any, Any], payload: Any, run_id: str) -> str:
-        request = StartRequest(workflow=wf.name, run_id=run_id)
-        return await self.create_run(wf, self.prepare_input(wf, payload), request)
+        return await self._starts.publish_event(name, payload, id=id, buffer=buffer)
 
     async def start_served_remotely(self, input: Any, request: StartRequest) -> str | None:
-        """Start a run of a workflow registered nowhere here but served by live workflow
-        workers (by convention): created by name with its JSON input, the version pinned by
-        its first turn. None when no live worker serves it."""
-        name = request.workflow
-        ns = request.namespace or self._namespace
-        if self._turns is None or not await self._turns.serves_workflow(name, ns):
-            return None
-        return await self._plane.create_run(request, plain_input(name, input))
-
-    # ================================================================== RunHost
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        return self._dispatcher.spawn(coro)
-
-    async def cancel(self, run_id: str) -> RunResult | None:
-        return await cancel_run(self._plane, run_id)
-
-    def run_created_here(self, run_id: str) -> None:
-        self._dispatcher.mark_fresh(run_id)  # no checkpoints to read on its first turn
-        if self.drive_runs:
-            self._poller.queue_claim(run_id)
-
-    async def children_created(self, first_id: str) -> None:
-        if self.drive_runs:
-            self._wakes.kick()  # pick the new children up now (claim loop)
-        else:
-            await self._wakes.announce("ready", first_id)
-
-    def post_completion(self, parent_id: str, child_id: str, completion: JSONValue) -> None:
-        self._mailbox.post(parent_id, child_id, completion)
-
-    # ================================================================== SettleHost
-
-    def notify_parent(self, run: WorkflowRun | str, completion: dict[str, Any]) -> None:
-        self._deliveries.notify_parent(run, completion)
-
-    def fire_cancel(self, run_id: str) -> None:
-        for listener in tuple(self._cancel_listeners):
-            try:
-                listener(run_id)
-            except Exception:
-                log.exception("on_cancel listener failed")
-
-    # ================================================================== LocalRuns
-
-    async def run_created(self, run_id: str) -> None:
-        if not self.drive_runs:
-            await self._wakes.announce("ready", run_id)
-        elif self._dispatcher.load < self._options.max_concurrent_runs:
-            self._dispatcher.mark_fresh(run_id)  # no checkpoints to read on its first turn
-            self._dispatcher.dispatch(run_id)
-        else:
-            # Full: the run waits in the pending backlog like one created elsewhere (picked
-            # up by priority, then age, when a turn ends), so a burst of starts cannot drive
-            # more than `max_concurrent_runs` runs here.
-            self._wakes.kick()
-
-    def run_ready(self, run_id: str) -> None:
-        self._dispatcher.dispatch(run_id)
-
-    async def redrive(self, run_id: str, cp: StepCheckpoint | None) -> None:
-        await self._deliveries.redrive(run_id, cp)
-
-    def request_cancel(self, run_id: str) -> bool:
-        execution = self._dispatcher.execution(run_id)
-        if execution is None:
-            return False
-        # A resident turn: end its waits (RunEvicted → the exit runs the unwind); a turn
-        # mid-step reaches its next exit non-resident.
-        execution.cancel_requested = True
-        execution.evict()
-        return True
-
-    def stop(self, run_id: str) -> None:
-        execution = self._dispatcher.execution(run_id)
-        if execution is None:
-            return
-        execution.cancelled = True
-        execution.evict()
-        # Never cancel the task asking for it (a run cancelling itself through a step).
-        if execution.task is not None and execution.task is not current_task():
-            execution.task.cancel()
-
-    def run_cancelled(self, run: WorkflowRun, error: StepError) -> None:
-        self._events.emit(
-            EngineEvent(
-                type="run.failed",
-                run_id=run.id,
-                workflow=run.workflow,
-                namespace=run.namespace,
-                error=error,
-            )
-        )
-        self.fire_cancel(run.id)
-        if self._fleet is not None:
-            self.spawn(self._fleet.broadcast_cancel(run.id))
+        """A run of a workflow served only by live workflow workers; None when none serves
+        it (`RunStarts.start_served_remotely`)."""
+        return await self._starts.start_served_remotely(input, request)
 
     # ================================================================== listeners
 
     def on_dead(self, listener: Callable[[WorkflowRun], Any]) -> Callable[[], None]:
-        self._dead_listeners.append(listener)
-        return lambda: self._dead_listeners.remove(listener)
+        return self._dead.add(listener)
 
     def on_cancel(self, listener: Callable[[str], Any]) -> Callable[[], None]:
-        self._cancel_listeners.append(listener)
-        return lambda: self._cancel_listeners.remove(listener)
-
-    def _fire_dead(self, run: WorkflowRun) -> None:
-        for listener in tuple(self._dead_listeners):
-            try:
-                listener(run)
-            except Exception:
-                log.exception("on_dead listener failed")
+        return self._cancelled.add(listener)
 
     # ================================================================== internals
 
-    async def _announce(self, kind: str, run_id: str) -> None:
-        await self._wakes.announce(kind, run_id)
+    async def _pickup(self) -> None:
+        await self._poller.pickup()
 
     def _after_turn(self) -> None:
         if self._poller.backlogged:
