@@ -89,13 +89,11 @@ HAND_WRITTEN_DECODED = {
     "query_checkpoints",
     "deliver_signals",
     "list_incomplete_runs",
-    "list_pending_runs",
     "list_due_timers",
     "list_orphaned_suspended",
     "claim_run",
     "claim_runs",
     "claim_pending_runs",
-    "take_buffered_signal",
     "list_buffered_events",
     "list_runs",
 }
@@ -104,11 +102,11 @@ HAND_WRITTEN_METHODS = (
     "delete_run get_checkpoint save_checkpoint save_checkpoint_if_pending "
     "save_checkpoints_if_pending list_checkpoints get_latest_checkpoint_by_name "
     "list_checkpoints_by_name_prefix count_checkpoints fold_checkpoints checkpoint_stats "
-    "query_checkpoints list_incomplete_runs list_pending_runs list_due_timers "
-    "list_orphaned_suspended try_lock_run release_run_lock renew_run_lock renew_run_locks "
+    "query_checkpoints list_incomplete_runs list_due_timers "
+    "list_orphaned_suspended release_run_lock renew_run_locks "
     "release_locks_of claim_run claim_runs claim_pending_runs hold_instance wake_bus "
-    "put_signal_waiter take_signal_waiter list_signal_waiters remove_signal_waiter "
-    "register_child_waits deliver_signals buffer_signal take_buffered_signal "
+    "put_signal_waiter list_signal_waiters remove_signal_waiter "
+    "register_child_waits deliver_signals buffer_signal "
     "buffer_signal_bounded list_buffered_signals count_buffered_signals "
     "purge_buffered_signals buffer_event list_buffered_events remove_buffered_event "
     "list_runs count_runs run_facets run_value_facets lease_owners"
