@@ -12,13 +12,14 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.models import RunQuery, StepError, WorkflowRun, replace
 from durably._engine.control import operator, signals
 from durably._engine.control.settle import SettleHost, settle_terminal, update_if_status
 from durably._engine.defs.events import EngineEvent
 from durably._engine.worker import unserved
+from durably._store.protocol import LeaseStore, ReadStore, RunStore, ScanStore
 
 if TYPE_CHECKING:
     from durably._engine.control.plane import ControlPlane
@@ -26,9 +27,15 @@ if TYPE_CHECKING:
     from durably._engine.defs.options import EngineOptions
     from durably._engine.defs.registry import Workflow
     from durably._engine.worker.dispatcher import Dispatcher
-    from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
+
+
+class PollerStore(ScanStore, LeaseStore, RunStore, ReadStore, signals.ExpiringBuffers, Protocol):
+    """What the poller asks of the store: the pick-up scans and the leases they lead to, the
+    runs it re-reads, the lists of its sweeps (blocked runs, timeouts) and the purge of
+    expired buffers."""
+
 
 # At most this many workflow names asked of the workers' liveness per poll, when parked runs
 # are looked at for convention routing: each may be a round trip to the transport.
@@ -40,7 +47,7 @@ class Poller:
 
     def __init__(
         self,
-        store: StateStore,
+        store: PollerStore,
         dispatcher: Dispatcher,
         *,
         settle: SettleHost,

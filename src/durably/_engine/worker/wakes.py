@@ -16,7 +16,7 @@ from durably._store.protocol import WakeBus
 
 if TYPE_CHECKING:
     from durably._engine.worker.dispatcher import Dispatcher
-    from durably._store.protocol import StateStore
+    from durably._store.protocol import WakeSource
 
 log = logging.getLogger("durably")
 
@@ -31,7 +31,7 @@ class WakeLink:
 
     def __init__(
         self,
-        store: StateStore,
+        store: WakeSource,
         dispatcher: Dispatcher,
         *,
         on_settled: Callable[[str], None],
