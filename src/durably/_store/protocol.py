@@ -21,8 +21,8 @@ and a test can hand it a small fake of just those roles.
 - `ScanStore`: the pick-up scans that find work without claiming it (incomplete runs to
   recover, due timers, suspended runs orphaned by a dead process): the worker's poller.
 - `LeaseStore`: claiming runs, renewing and releasing leases, and holding an engine
-  instance id for the life of its process: the poller and the worker; a run's turn
-  releases its own lease.
+  instance id for the life of its process: the poller, the dispatcher (which releases a
+  run's lease when its turn ends), remote turns and the worker.
 - `WakeSource` (`wake_bus`): the cross-process wake channel, where the store has one: the
   worker's wake listener and the client publishing starts.
 - `SignalStore`: signal waiters and the signal buffer as waits and senders use them (put,
@@ -34,7 +34,8 @@ and a test can hand it a small fake of just those roles.
   and taken into checkpoints: event triggers (publish, subscribers) and a run's event waits.
 - `ReadStore`: whole-set reads for people (lists, counts, facets, live lease owners,
   checkpoint aggregates and paged checkpoint queries): the read side (`durably._read`), the
-  client's reads, the gateway and the dashboard.
+  client's reads, the gateway and the dashboard; the poller's sweeps and a parent reading
+  its children list runs too.
 - `AdmissionStore`: workflow start admission under dedup keys, singletons and quotas, each
   call one transaction: the control plane's starts, the flow-control singleton and the
   worker's first turn of a run started by name.
