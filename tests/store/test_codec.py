@@ -187,6 +187,9 @@ def test_a_partial_store_is_refused_naming_what_it_lacks() -> None:
         CodecStateStore(bare, TagCodec())
     for name in lacking:
         assert name in str(err.value)
+    # and the roles the missing methods belong to, with how many of each are missing
+    assert "RunStore: 2" in str(err.value)  # create_runs, update_run_if_status
+    assert "AdmissionStore: 4" in str(err.value) and "ReadStore:" in str(err.value)
     with pytest.raises(TypeError, match="lacks ensure_schema, close, create_runs"):
         Engine(bare)
     with pytest.raises(TypeError, match="update_run_if_status"):

@@ -42,7 +42,13 @@ from durably._store.codec import (
     plan_method,
 )
 from durably._store.memory import InMemoryStateStore
-from durably._store.protocol import STORE_METHODS, Payload, StateStore
+from durably._store.protocol import (
+    METHOD_ROLES,
+    STORE_METHODS,
+    STORE_ROLES,
+    Payload,
+    StateStore,
+)
 from tests.store.support import make_cp, make_run
 
 
@@ -121,6 +127,13 @@ def test_the_derived_plan_equals_the_hand_written_one() -> None:
         encoded, result = plan_method(StateStore, name, methods[name])
         assert list(encoded) == HAND_WRITTEN_ENCODED.get(name, []), name
         assert (result is not None) == (name in HAND_WRITTEN_DECODED), name
+
+
+def test_every_contract_method_belongs_to_exactly_one_role() -> None:
+    by_role = [name for role in STORE_ROLES for name in contract_methods(role)]
+    assert len(by_role) == len(set(by_role)), "a method declared by two roles"
+    assert tuple(by_role) == STORE_METHODS == tuple(contract_methods(StateStore))
+    assert {METHOD_ROLES[name] for name in STORE_METHODS} == {r.__name__ for r in STORE_ROLES}
 
 
 def test_derived_methods_keep_the_protocol_signatures() -> None:

@@ -7,8 +7,11 @@ when it is handed to an `Engine` or a `CodecStateStore` (`require_store`), with 
 names what is missing and the role it belongs to.
 
 The roles. A store implements all of them (`StateStore` inherits every one); each part of the
-runtime is typed with the roles it calls, so its signature says what it needs from a store
-and a test can hand it a small fake of just those roles.
+runtime is typed with the roles it calls (the poller's `PollerStore`, a run's `RunSideStore`,
+the read side's `RunListStore`), so its signature says what it needs from a store and a test
+can hand it a small fake of just those roles. The contract holds only what the runtime and
+the read side call: tests take a buffered signal or a waiter the way the engine does (into a
+checkpoint), so no store carries a method for tests alone.
 
 - `StoreLifecycle` (`ensure_schema`, `close`): the engine and the client that own a store
   create its schema at boot and release it at shutdown.
