@@ -17,7 +17,7 @@ worker``) share the backlog through the store. The measured window is from the A
   add throughput).
 * ``claims``: how the workers picked runs up. With ``FOR UPDATE SKIP LOCKED`` a worker never
   sees a run another one took: its claim returns fewer rows, or none (``empty``).
-  ``conflicts`` counts claims of one named run (``claim_run``/``try_lock_run``/``claim_runs``)
+  ``conflicts`` counts claims of one named run (``claim_run``/``claim_runs``)
   that another worker had already taken. Counted by wrapping each process's store methods
   (``store_calls_per_1k_steps`` lists every store call), not by the engine.
 * ``runs_executed_twice`` / ``steps_executed_twice``: each step appends ``<run> <step> <pid>``
@@ -124,7 +124,7 @@ class CallCounter:
                 self.claims["statements"] += 1
                 self.claims["rows"] += len(result)
                 self.claims["empty"] += not result
-            elif name in ("claim_run", "try_lock_run"):
+            elif name == "claim_run":
                 self.claims["conflicts"] += not result
             elif name == "claim_runs":
                 self.claims["conflicts"] += len(args[0]) - len(result)

@@ -27,7 +27,6 @@ _WRITES = {
     "update_run",
     "update_run_if_status",
     "claim_run",
-    "try_lock_run",
     "save_checkpoint",
     "release_run_lock",
 }

@@ -44,12 +44,12 @@ DIE = os.environ.get("SIGBUF_DIE", "")
 
 # Store methods that consume a buffered row of their first argument's token, and those that
 # take a waiter for a delivery (`deliver_signals` takes a list of (token, payload) pairs).
-CONSUMERS = ("take_buffered_signal", "take_buffered_signal_into", "deliver_buffered_signal")
-WAITER_TAKERS = ("take_signal_waiter", "deliver_signals", "deliver_buffered_signal")
+CONSUMERS = ("take_buffered_signal_into", "deliver_buffered_signal")
+WAITER_TAKERS = ("deliver_signals", "deliver_buffered_signal")
 # Store methods that consume the buffered event named by their first argument (its id), and
 # those that take a waiter of an event (its token second for `deliver_buffered_event`).
 EVENT_CONSUMERS = ("remove_buffered_event", "take_buffered_event_into", "deliver_buffered_event")
-EVENT_WAITER_TAKERS = ("take_signal_waiter", "deliver_signals", "deliver_buffered_event")
+EVENT_WAITER_TAKERS = ("deliver_signals", "deliver_buffered_event")
 
 
 @durably.workflow("sigbuf.wait")

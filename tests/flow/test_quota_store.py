@@ -21,6 +21,7 @@ from durably._core.quota import SINGLETON_ADMITTED_TAG, StartGate
 from durably._store.codec import wrap_store
 from durably._store.protocol import StateStore
 from tests.sql.conftest import open_store
+from tests.store.support import try_lock
 
 T0 = now_utc()
 
@@ -135,7 +136,7 @@ async def test_singleton_admission_in_creation_order(store: StateStore) -> None:
     for i, rid in enumerate(("w1", "w2", "w3")):
         await store.create_run(run(rid, tags=(tag,), at=i))
     # the youngest asks first: denied, parked suspended with the retry wake, lease dropped
-    await store.try_lock_run("w3", "me", 10**13, 0)
+    await try_lock(store, "w3", "me", 10**13, 0)
     assert not await store.try_admit_singleton("w3", tag, "wf", 1, 123)
     parked = await store.get_run("w3")
     assert parked is not None

@@ -41,7 +41,7 @@ from durably._read.lists import (
     waiting_for,
     worker_health,
 )
-from tests.store.support import at, make_run
+from tests.store.support import at, make_run, try_lock
 
 
 def b64(text: str) -> str:
@@ -261,8 +261,8 @@ async def test_worker_health_from_leases() -> None:
     for i, status in enumerate(["pending", "running", "running", "completed"]):
         await store.create_run(make_run(f"a{i}", namespace="acme", status=status))
     await store.create_run(make_run("g0", namespace="globex", status="pending"))
-    assert await store.try_lock_run("a1", "other", 10_800, 10_000)
-    assert await store.try_lock_run("a2", "stale", 9_000, 8_000)  # expired
+    assert await try_lock(store, "a1", "other", 10_800, 10_000)
+    assert await try_lock(store, "a2", "stale", 9_000, 8_000)  # expired
     me_local = LocalWorker("me", limit=8, in_flight=1)
     got = await worker_health(store, now_ms=10_000, lease_ms=1000, namespace="acme", local=me_local)
     assert [g.group for g in got] == ["runs@acme"]

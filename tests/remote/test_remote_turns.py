@@ -45,6 +45,7 @@ from durably._transport.memory import InMemoryTransport
 from durably._transport.pool import TransportPool
 from tests.pg_support import fresh_schema, schema_url
 from tests.remote.durable_worker_env import durable_worker_python
+from tests.store.support import try_lock
 
 # ------------------------------------------------------------------ the SDK side
 
@@ -537,7 +538,7 @@ async def test_a_decision_is_dropped_while_another_process_holds_the_lease(
         task = await h.issue("held")
         decision, _ = await h.sdk.replay(task)
         now = h.clock()
-        assert await h.store.try_lock_run("held", "another-engine", now + 30_000, now)
+        assert await try_lock(h.store, "held", "another-engine", now + 30_000, now)
         assert not await h.turns.apply_decision(parse_workflow_decision(decision))
         run = await h.run("held")
         assert (run.awaiting_decision_task_id, run.locked_by) == (task["taskId"], "another-engine")

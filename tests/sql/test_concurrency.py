@@ -10,6 +10,7 @@ from pathlib import Path
 
 from durably._core.models import RunQuery, replace
 from durably._store.sql import SqlStateStore
+from tests.store.support import take_buffered, take_waiter, try_lock
 
 from .conftest import at, make_cp, make_run, sqlite_url
 
@@ -44,7 +45,7 @@ async def test_300_concurrent_coroutines_on_one_file(store: SqlStateStore, db_pa
 async def test_concurrent_leases_have_one_winner(store: SqlStateStore) -> None:
     await store.create_run(make_run())
     results = await asyncio.gather(
-        *(store.try_lock_run("r1", f"owner-{i}", 5_000, 1_000) for i in range(50))
+        *(try_lock(store, "r1", f"owner-{i}", 5_000, 1_000) for i in range(50))
     )
     assert results.count(True) == 1
     claims = await asyncio.gather(
@@ -59,9 +60,9 @@ async def test_take_once_under_concurrency(store: SqlStateStore) -> None:
     await store.put_signal_waiter(SignalWaiter("tok", "r1", 0))
     for n in range(20):
         await store.buffer_signal("buf", n)
-    waiters = await asyncio.gather(*(store.take_signal_waiter("tok") for _ in range(30)))
+    waiters = await asyncio.gather(*(take_waiter(store, "tok") for _ in range(30)))
     assert sum(w is not None for w in waiters) == 1
-    taken = await asyncio.gather(*(store.take_buffered_signal("buf") for _ in range(30)))
+    taken = await asyncio.gather(*(take_buffered(store, "buf") for _ in range(30)))
     payloads = sorted(t.payload for t in taken if t is not None)
     assert payloads == list(range(20))
 

@@ -16,6 +16,7 @@ from durably._core.models import SignalWaiter
 from durably._store.sql import SqlStateStore
 from durably._store.sql import connection as connection_module
 from durably._store.sql.schema import runs
+from tests.store.support import take_waiter, try_lock
 
 from .conftest import Calls, make_cp, make_run, sqlite_url
 
@@ -104,13 +105,13 @@ async def test_a_failing_statement_fails_alone(
 async def test_conditional_row_counts_stay_exact_in_a_batch(store: SqlStateStore) -> None:
     await asyncio.gather(*(store.create_run(make_run(f"r{i}")) for i in range(10)))
     locks = await asyncio.gather(
-        *(store.try_lock_run(f"r{i % 10}", f"owner-{i}", 5_000, 1_000) for i in range(100))
+        *(try_lock(store, f"r{i % 10}", f"owner-{i}", 5_000, 1_000) for i in range(100))
     )
     assert [i for i, won in enumerate(locks) if won] == list(range(10))  # first per run wins
     await asyncio.gather(
         *(store.put_signal_waiter(SignalWaiter(f"t{i}", "r0", i)) for i in range(5))
     )
-    taken = await asyncio.gather(*(store.take_signal_waiter(f"t{i % 5}") for i in range(25)))
+    taken = await asyncio.gather(*(take_waiter(store, f"t{i % 5}") for i in range(25)))
     assert [i for i, w in enumerate(taken) if w is not None] == list(range(5))
 
 
@@ -219,7 +220,7 @@ async def test_a_lost_batch_is_rerun_one_by_one(
             *(store.create_run(make_run(f"r{i}", tags=("t",))) for i in range(5)),  # tx work
             store.create_run(make_run("dup")),
             *(store.save_checkpoint(make_cp(f"r{i}", 0)) for i in range(5)),
-            store.try_lock_run("dup", "me", 10, 0),
+            try_lock(store, "dup", "me", 10, 0),
         ]
 
     before = store.statement_count

@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 
 from durably._store.sql import SqlStateStore
 from tests.pg_support import PG_URL, connect, pg_schema, schema_url
-from tests.store.support import make_run
+from tests.store.support import make_run, try_lock
 
 __all__ = ["pg_schema"]  # fixtures
 
@@ -188,7 +188,7 @@ async def _store_without_connections(
     store = SqlStateStore.from_url(url)
     await store.ensure_schema()
     await store.create_run(make_run(run_id, status="running"))
-    assert await store.try_lock_run(run_id, "engine-1", 2**50, 0)
+    assert await try_lock(store, run_id, "engine-1", 2**50, 0)
     assert await _locked_by(pg_schema, run_id) == "engine-1"
     await _terminate(role)
     await _wait_sessions(role, 0)

@@ -13,10 +13,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
+from durably._core.models import RunQuery, SignalWaiter
 from durably._store.sql import SqlStateStore
 from durably._store.sql.dialect import create_engine, normalize_url
 from durably._store.sql.pg import split_url, wake_channel
 from tests.pg_support import PG_URL, connect, fresh_schema, pg_schema, pg_url, schema_url
+from tests.store.support import pickup, take_buffered, take_waiter, try_lock
 
 from .conftest import at, make_cp, make_run
 
@@ -97,7 +99,7 @@ async def test_schemas_isolate_stores_on_one_database() -> None:
             await b.ensure_schema()
             await a.create_run(make_run("only-in-a", status="pending"))
             await b.create_run(make_run("only-in-b", status="pending"))
-            assert [r.id for r in await a.list_pending_runs(10)] == ["only-in-a"]
+            assert [r.id for r in await pickup(a, 10)] == ["only-in-a"]
             assert [r.id for r in await b.claim_pending_runs("x", 10, 0, 10)] == ["only-in-b"]
             assert await a.get_run("only-in-b") is None
         finally:
@@ -193,8 +195,8 @@ async def test_hot_paths_take_one_round_trip(
             ("renew_run_locks", store.renew_run_locks("A", 20)),
             ("list_checkpoints", store.list_checkpoints("r1")),
             ("list_due_timers", store.list_due_timers(10, "default", 5)),
-            ("take_buffered_signal", store.take_buffered_signal("t")),
-            ("take_signal_waiter", store.take_signal_waiter("t")),
+            ("peek_buffered_signals", store.peek_buffered_signals("t", 5)),
+            ("remove_signal_waiter", store.remove_signal_waiter(SignalWaiter("t", "r1", 0))),
         ]
 
     try:
@@ -306,7 +308,7 @@ async def test_claimers_in_two_stores_share_the_backlog_without_overlap(pg_url: 
         ids = [run_id for run_id, _ in won]
         assert len(ids) == len(set(ids)) == total
         assert {owner[0] for _, owner in won} == {"a", "b"}  # both stores got work
-        rows = {r.id: r.locked_by for r in await first.list_pending_runs(total)}
+        rows = {r.id: r.locked_by for r in await first.list_runs(RunQuery(status="pending"))}
         assert rows == dict(won)
     finally:
         await first.close()
@@ -314,22 +316,21 @@ async def test_claimers_in_two_stores_share_the_backlog_without_overlap(pg_url: 
 
 
 async def test_concurrent_leases_and_takes_across_pool_connections(pg_url: str) -> None:
-    from durably._core.models import SignalWaiter
 
     store = SqlStateStore.from_url(pg_url)
     try:
         await store.ensure_schema()
         await store.create_run(make_run())
         results = await asyncio.gather(
-            *(store.try_lock_run("r1", f"owner-{i}", 5_000, 1_000) for i in range(30))
+            *(try_lock(store, "r1", f"owner-{i}", 5_000, 1_000) for i in range(30))
         )
         assert results.count(True) == 1
         await store.put_signal_waiter(SignalWaiter("tok", "r1", 0))
         for n in range(20):
             await store.buffer_signal("buf", n)
-        waiters = await asyncio.gather(*(store.take_signal_waiter("tok") for _ in range(20)))
+        waiters = await asyncio.gather(*(take_waiter(store, "tok") for _ in range(20)))
         assert sum(w is not None for w in waiters) == 1
-        taken = await asyncio.gather(*(store.take_buffered_signal("buf") for _ in range(25)))
+        taken = await asyncio.gather(*(take_buffered(store, "buf") for _ in range(25)))
         assert sorted(t.payload for t in taken if t is not None) == list(range(20))
     finally:
         await store.close()

@@ -12,6 +12,7 @@ import pytest
 from durably._core.errors import SerializationError
 from durably._core.models import RunQuery, StepError, StepEvent, utc_from_ms
 from durably._store.sql import SqlStateStore
+from tests.store.support import pickup, take_buffered
 
 from .conftest import BOTH, T0, at, is_pg, make_cp, make_run, open_store, raw
 
@@ -51,11 +52,11 @@ async def test_legacy_null_namespace_reads_default_and_matches_default(
     await raw(store, "UPDATE durable_workflow_runs SET namespace = NULL WHERE id = 'legacy'")
     run = await store.get_run("legacy")
     assert run is not None and run.namespace == "default"
-    assert [r.id for r in await store.list_pending_runs(10, "default")] == ["legacy"]
+    assert [r.id for r in await pickup(store, 10, "default")] == ["legacy"]
     assert [r.id for r in await store.list_runs(RunQuery(namespace="default"))] == ["legacy"]
     assert [r.id for r in await store.list_runs(RunQuery(namespaces=["default"]))] == ["legacy"]
-    assert [r.id for r in await store.list_pending_runs(10, "beta")] == ["other"]
-    assert len(await store.list_pending_runs(10)) == 2
+    assert [r.id for r in await pickup(store, 10, "beta")] == ["other"]
+    assert len(await pickup(store, 10)) == 2
     claimed = await store.claim_pending_runs("o", 10, 0, 5, "default")
     assert [(r.id, r.namespace) for r in claimed] == [("legacy", "default")]
 
@@ -147,7 +148,7 @@ async def test_null_and_absent_json_payloads(store: SqlStateStore) -> None:
     assert await raw(store, "SELECT input, output, error FROM durable_workflow_runs") == [
         (None, None, None)
     ]
-    hit = await store.take_buffered_signal("tok")
+    hit = await take_buffered(store, "tok")
     assert hit is not None and hit.payload is None
 
 

@@ -20,6 +20,7 @@ from durably._store.sql import SqlStateStore
 from durably._store.sql import connection as connection_module
 from durably._store.sql.dialect import SqlDialect, create_engine, normalize_url
 from durably._store.sql.statements import Statements
+from tests.store.support import take_buffered, take_waiter, try_lock
 
 from .conftest import BOTH, SQLITE_ONLY, at, make_cp, make_run, open_store, raw, sqlite_url
 
@@ -54,17 +55,16 @@ async def test_statement_count_one_per_plain_call(store: SqlStateStore) -> None:
     assert await count(store, store.save_checkpoints_if_pending([make_cp()])) == 1
     many = [make_cp(seq=i) for i in range(50)]
     assert await count(store, store.save_checkpoints_if_pending(many)) == 1  # nothing pending
-    assert await count(store, store.try_lock_run("r1", "a", 10, 0)) == 1
+    assert await count(store, try_lock(store, "r1", "a", 10, 0)) == 1
     assert await count(store, store.claim_run("r1", "a", 10, 20)) == 1
-    assert await count(store, store.renew_run_lock("r1", "a", 30)) == 1
     assert await count(store, store.renew_run_locks("a", 40)) == 1
     assert await count(store, store.release_locks_of("a")) == 1
     assert await count(store, store.release_run_lock("r1")) == 1
     assert await count(store, store.put_signal_waiter(SignalWaiter("t", "r1", 0))) == 1
-    assert await count(store, store.take_signal_waiter("t")) == 1
+    assert await count(store, store.remove_signal_waiter(SignalWaiter("t", "r1", 0))) == 1
     assert await count(store, store.list_signal_waiters("x")) == 1
     assert await count(store, store.buffer_signal("t", 1)) == 1
-    assert await count(store, store.take_buffered_signal("t")) == 1
+    assert await count(store, store.peek_buffered_signals("t", 5)) == 1
     assert await count(store, store.list_runs(RunQuery(tag="x", statuses=["running"]))) == 1
     assert await count(store, store.count_runs(RunQuery())) == 1
     assert await count(store, store.list_checkpoints_by_name_prefix("r1", [])) == 0
@@ -122,7 +122,7 @@ async def test_hot_paths_take_one_driver_call(
         ("list_checkpoints", store.list_checkpoints("r1")),
         ("list_due_timers", store.list_due_timers(10, "default", 5)),
         ("count_checkpoints", store.count_checkpoints("r1", 0, 9, ["pending", "failed"])),
-        ("take_buffered_signal", store.take_buffered_signal("t")),
+        ("peek_buffered_signals", store.peek_buffered_signals("t", 5)),
     ]
     for name, coro in cases:
         calls.clear()
@@ -232,15 +232,15 @@ async def test_returning_fallback(no_returning: SqlStateStore) -> None:
     assert claimed is not None and claimed.locked_by == "A" and claimed.locked_until == 2000
     assert await store.claim_run("r1", "B", 3000, 1500) is None
     await store.put_signal_waiter(SignalWaiter("tok", "r1", 3, "g"))
-    assert await store.take_signal_waiter("tok") == SignalWaiter("tok", "r1", 3, "g")
-    assert await store.take_signal_waiter("tok") is None
+    assert await take_waiter(store, "tok") == SignalWaiter("tok", "r1", 3, "g")
+    assert await take_waiter(store, "tok") is None
     await store.buffer_signal("s", {"n": 1})
     await store.buffer_signal("s", None)
-    first = await store.take_buffered_signal("s")
-    second = await store.take_buffered_signal("s")
+    first = await take_buffered(store, "s")
+    second = await take_buffered(store, "s")
     assert first is not None and first.payload == {"n": 1}
     assert second is not None and second.payload is None
-    assert await store.take_buffered_signal("s") is None
+    assert await take_buffered(store, "s") is None
     for i in range(3):
         await store.create_run(make_run(f"p{i}", status="pending", created_at=at(i)))
     before = store.statement_count
@@ -386,8 +386,8 @@ async def test_bulk_leases(store: SqlStateStore) -> None:
     for i in range(4):
         await store.create_run(make_run(f"r{i}"))
     for i in range(3):
-        assert await store.try_lock_run(f"r{i}", "A", 1_000, 0)
-    assert await store.try_lock_run("r3", "B", 1_000, 0)
+        assert await try_lock(store, f"r{i}", "A", 1_000, 0)
+    assert await try_lock(store, "r3", "B", 1_000, 0)
     assert await store.renew_run_locks("A", 5_000) == 3
     runs = {r.id: r for r in await store.list_runs(RunQuery())}
     assert [runs[f"r{i}"].locked_until for i in range(4)] == [5_000, 5_000, 5_000, 1_000]
@@ -475,7 +475,7 @@ def test_every_statement_compiles_for_postgresql() -> None:
                     rendered[name] = str(stmt.compile(dialect=pg_dialect))
     assert "ON CONFLICT (run_id, seq) DO UPDATE" in rendered["save_cp"]
     assert "FOR UPDATE SKIP LOCKED" in rendered["take_signal"]
-    assert "RETURNING" in rendered["claim"] and "RETURNING" in rendered["take_waiter"]
+    assert "RETURNING" in rendered["claim"] and "RETURNING" in rendered["take_waiters_in"]
     assert "FOR UPDATE" in rendered["pending_keys"]
     claim = rendered["claim_pending"]  # the last namespace variant: `namespace = :ns`
     assert claim.startswith("UPDATE durable_workflow_runs SET locked_by=")

@@ -5,11 +5,19 @@ The parametrized `store` fixture itself lives in `conftest.py`.
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from durably._core.models import AttributeFilter, RunQuery, StepCheckpoint, WorkflowRun
-from durably._store.protocol import StateStore
+from durably._core.models import (
+    AttributeFilter,
+    BufferedSignal,
+    RunQuery,
+    SignalWaiter,
+    StepCheckpoint,
+    WorkflowRun,
+)
+from durably._store.protocol import LeaseStore, SignalStore, StateStore
 
 
 class ConformantStore(StateStore, Protocol):
@@ -80,3 +88,41 @@ async def seed_attrs(store: ConformantStore) -> None:
 
 def attr(key: str, op: Any, value: Any = None, values: Any = None) -> RunQuery:
     return RunQuery(attributes=[AttributeFilter(key, op, value, values)])
+
+
+# ------------------------------------------------------------------ takes through the contract
+# The engine takes a buffered signal or a waiter only as part of a delivery into a
+# checkpoint, so the tests take them the same way, through the contract (any store, a codec
+# store too), rather than through store methods of their own.
+
+_TAKER_SEQS = itertools.count()
+
+
+async def take_buffered(store: SignalStore, token: str) -> BufferedSignal | None:
+    """The oldest live buffered signal of `token`, taken the way a wait takes it
+    (`take_buffered_signal_into`): into a checkpoint of a run of its own, at a fresh seq each
+    time, so no take is refused for a checkpoint already completed. None when none is live."""
+    cp = make_cp("buffer-taker", next(_TAKER_SEQS), name=f"signal:{token}", kind="signal")
+    return await store.take_buffered_signal_into(token, cp)
+
+
+async def take_waiter(store: SignalStore, token: str) -> SignalWaiter | None:
+    """The waiter of `token`, taken the way a sender takes it (`deliver_signals`, which
+    also writes the waiter's `signal:` checkpoint); None when the token has none."""
+    written = await store.deliver_signals([(token, None)], T0)
+    if not written:
+        return None
+    [cp] = written
+    return SignalWaiter(token, cp.run_id, cp.seq, cp.parallel_group)
+
+
+async def try_lock(store: LeaseStore, run_id: str, owner: str, until: int, now: int) -> bool:
+    """Whether `owner` got the run's lease (`claim_run`: free or expired leases only)."""
+    return await store.claim_run(run_id, owner, until, now) is not None
+
+
+async def pickup(store: LeaseStore, limit: int, namespace: str | None = None) -> list[WorkflowRun]:
+    """The pending runs in pick-up order, up to `limit`, seen through `claim_pending_runs`
+    with a lease that has already lapsed (`lease_until_ms == now_ms == 0`): the runs stay
+    pending and claimable by anyone, so the listing can be repeated."""
+    return await store.claim_pending_runs("pickup-probe", 0, 0, limit, namespace)

@@ -38,7 +38,7 @@ from durably._store.codec import Codec, CodecError, CodecStateStore, wrap_store
 from durably._store.crypto import AesGcmCodec, key_id
 from durably._store.memory import InMemoryStateStore
 from durably._store.protocol import STORE_METHODS, missing_store_methods
-from tests.store.support import T0, at, make_cp, make_run
+from tests.store.support import T0, at, make_cp, make_run, take_buffered
 
 # ---------------------------------------------------------------- 1. conformance, wrapped
 from tests.store.test_conformance_aggregates import (  # noqa: F401
@@ -75,7 +75,7 @@ from tests.store.test_conformance_claims import (  # noqa: F401
 from tests.store.test_conformance_leases import (  # noqa: F401
     test_claim_run,
     test_list_due_timers,
-    test_list_pending_runs_fifo_with_limit,
+    test_pickup_is_fifo_with_limit,
 )
 from tests.store.test_conformance_listing import (  # noqa: F401
     test_attributes_eq_range_and_anded,
@@ -138,9 +138,9 @@ class BareStore:
 
     OLD = (
         "create_run update_run get_run delete_run get_checkpoint save_checkpoint "
-        "list_checkpoints list_incomplete_runs list_pending_runs list_due_timers try_lock_run "
-        "release_run_lock renew_run_lock put_signal_waiter take_signal_waiter "
-        "list_signal_waiters remove_signal_waiter buffer_signal take_buffered_signal "
+        "list_checkpoints list_incomplete_runs list_due_timers "
+        "release_run_lock put_signal_waiter "
+        "list_signal_waiters remove_signal_waiter buffer_signal "
         "buffer_signal_bounded list_buffered_signals count_buffered_signals "
         "purge_buffered_signals "
         "buffer_event list_buffered_events remove_buffered_event list_runs"
@@ -187,6 +187,9 @@ def test_a_partial_store_is_refused_naming_what_it_lacks() -> None:
         CodecStateStore(bare, TagCodec())
     for name in lacking:
         assert name in str(err.value)
+    # and the roles the missing methods belong to, with how many of each are missing
+    assert "RunStore: 2" in str(err.value)  # create_runs, update_run_if_status
+    assert "AdmissionStore: 4" in str(err.value) and "ReadStore:" in str(err.value)
     with pytest.raises(TypeError, match="lacks ensure_schema, close, create_runs"):
         Engine(bare)
     with pytest.raises(TypeError, match="update_run_if_status"):
@@ -336,11 +339,11 @@ async def test_buffered_signals_and_events_encoded() -> None:
     await wrapped.buffer_event(BufferedEvent(id="e1", name="paid", payload=[9], published_at=1))
     assert (await inner.list_buffered_events("paid", 10))[0].payload == enc([9])
     assert [e.payload for e in await wrapped.list_buffered_events("paid", 10)] == [[9]]
-    first = await wrapped.take_buffered_signal("tok")
-    second = await wrapped.take_buffered_signal("tok")
+    first = await take_buffered(wrapped, "tok")
+    second = await take_buffered(wrapped, "tok")
     assert first is not None and first.payload == {"approved": True}
     assert second is not None and second.payload is None
-    assert await wrapped.take_buffered_signal("tok") is None
+    assert await take_buffered(wrapped, "tok") is None
 
 
 async def test_targeted_lookups_decode_only_matches() -> None:
@@ -421,7 +424,7 @@ async def test_sqlite_rows_hold_ciphertext_only(sqlite_store: tuple[Any, Path]) 
     assert run is not None and run.input == {"ssn": "SECRET-IN"} and run.output == "SECRET-OUT"
     cp = await wrapped.get_checkpoint("r1", 0)
     assert cp is not None and cp.output == {"v": "SECRET-CP-OUT"} and cp.error == StepError("x")
-    signal = await wrapped.take_buffered_signal("tok")
+    signal = await take_buffered(wrapped, "tok")
     assert signal is not None and signal.payload == "SECRET-SIGNAL"
     # the plain store sees envelopes, and a codec without the key cannot read them
     raw = await sql.get_run("r1")

@@ -24,7 +24,7 @@ from durably._store.codec import CodecStateStore, contract_methods, plan_method
 from durably._store.crypto import AesGcmCodec
 from durably._store.protocol import StateStore
 from tests.pg_support import connect, fresh_schema, schema_url
-from tests.store.support import T0, at, make_cp, make_run
+from tests.store.support import T0, at, make_cp, make_run, take_buffered
 
 KEY = bytes(range(32))
 ENVELOPE = "aesgcm:v1:"
@@ -308,9 +308,9 @@ async def test_every_payload_is_ciphertext_at_rest(
     assert cps[8].output == secret("take_buffered_event_into")
     assert cps[9].output == secret("deliver_buffered_event")
     assert cps[9].name == "signal:event:moved"
-    signal = await store.take_buffered_signal("tok")
+    signal = await take_buffered(store, "tok")
     assert signal is not None and signal.payload == secret("buffer_signal")
-    bounded = await store.take_buffered_signal("tok2")
+    bounded = await take_buffered(store, "tok2")
     assert bounded is not None and bounded.payload == secret("buffer_signal_bounded")
     (event,) = await store.list_buffered_events("paid", 10)
     assert event.payload == secret("buffer_event")

@@ -42,7 +42,13 @@ from durably._store.codec import (
     plan_method,
 )
 from durably._store.memory import InMemoryStateStore
-from durably._store.protocol import STORE_METHODS, Payload, StateStore
+from durably._store.protocol import (
+    METHOD_ROLES,
+    STORE_METHODS,
+    STORE_ROLES,
+    Payload,
+    StateStore,
+)
 from tests.store.support import make_cp, make_run
 
 
@@ -89,13 +95,11 @@ HAND_WRITTEN_DECODED = {
     "query_checkpoints",
     "deliver_signals",
     "list_incomplete_runs",
-    "list_pending_runs",
     "list_due_timers",
     "list_orphaned_suspended",
     "claim_run",
     "claim_runs",
     "claim_pending_runs",
-    "take_buffered_signal",
     "list_buffered_events",
     "list_runs",
 }
@@ -104,11 +108,11 @@ HAND_WRITTEN_METHODS = (
     "delete_run get_checkpoint save_checkpoint save_checkpoint_if_pending "
     "save_checkpoints_if_pending list_checkpoints get_latest_checkpoint_by_name "
     "list_checkpoints_by_name_prefix count_checkpoints fold_checkpoints checkpoint_stats "
-    "query_checkpoints list_incomplete_runs list_pending_runs list_due_timers "
-    "list_orphaned_suspended try_lock_run release_run_lock renew_run_lock renew_run_locks "
+    "query_checkpoints list_incomplete_runs list_due_timers "
+    "list_orphaned_suspended release_run_lock renew_run_locks "
     "release_locks_of claim_run claim_runs claim_pending_runs hold_instance wake_bus "
-    "put_signal_waiter take_signal_waiter list_signal_waiters remove_signal_waiter "
-    "register_child_waits deliver_signals buffer_signal take_buffered_signal "
+    "put_signal_waiter list_signal_waiters remove_signal_waiter "
+    "register_child_waits deliver_signals buffer_signal "
     "buffer_signal_bounded list_buffered_signals count_buffered_signals "
     "purge_buffered_signals buffer_event list_buffered_events remove_buffered_event "
     "list_runs count_runs run_facets run_value_facets lease_owners"
@@ -123,6 +127,13 @@ def test_the_derived_plan_equals_the_hand_written_one() -> None:
         encoded, result = plan_method(StateStore, name, methods[name])
         assert list(encoded) == HAND_WRITTEN_ENCODED.get(name, []), name
         assert (result is not None) == (name in HAND_WRITTEN_DECODED), name
+
+
+def test_every_contract_method_belongs_to_exactly_one_role() -> None:
+    by_role = [name for role in STORE_ROLES for name in contract_methods(role)]
+    assert len(by_role) == len(set(by_role)), "a method declared by two roles"
+    assert tuple(by_role) == STORE_METHODS == tuple(contract_methods(StateStore))
+    assert {METHOD_ROLES[name] for name in STORE_METHODS} == {r.__name__ for r in STORE_ROLES}
 
 
 def test_derived_methods_keep_the_protocol_signatures() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from durably._core.models import WorkflowRun
 
-from .support import ConformantStore, at, make_run
+from .support import ConformantStore, at, make_run, pickup, try_lock
 
 NOW = 1_000_000
 UNTIL = NOW + 30_000
@@ -85,9 +85,9 @@ async def test_claims_by_priority_then_age(store: ConformantStore) -> None:
         "old-neg",
         "lowest",
     ]
-    listed = await store.list_pending_runs(20, "default")
+    listed = await pickup(store, 20, "default")
     assert run_ids(listed) == order
-    assert run_ids(await store.list_pending_runs(3, "default")) == order[:3]
+    assert run_ids(await pickup(store, 3, "default")) == order[:3]
     assert [r.priority for r in listed[:2]] == [2**31 - 1, 9]
     assert listed[5].priority is None  # counted as 0 for the order, still stored as none
 
@@ -119,9 +119,9 @@ async def test_live_leases_are_skipped_and_expired_ones_claimed(store: Conforman
     await store.create_run(make_run("expired", status="pending", created_at=at(1)))
     await store.create_run(make_run("boundary", status="pending", created_at=at(2)))
     await store.create_run(make_run("free", status="pending", created_at=at(3)))
-    assert await store.try_lock_run("live", "x", NOW + 1, 0)
-    assert await store.try_lock_run("expired", "x", NOW - 500, 0)
-    assert await store.try_lock_run("boundary", "x", NOW, 0)  # locked_until == now: expired
+    assert await try_lock(store, "live", "x", NOW + 1, 0)
+    assert await try_lock(store, "expired", "x", NOW - 500, 0)
+    assert await try_lock(store, "boundary", "x", NOW, 0)  # locked_until == now: expired
 
     claimed = await claim("a", UNTIL, NOW, 10)
     assert run_ids(claimed) == ["expired", "boundary", "free"]
@@ -129,8 +129,8 @@ async def test_live_leases_are_skipped_and_expired_ones_claimed(store: Conforman
     live = await store.get_run("live")
     assert live is not None and (live.locked_by, live.locked_until) == ("x", NOW + 1)
     # a claimed run's lease is a lease: not re-taken before it expires, renewable by its owner
-    assert not await store.try_lock_run("free", "y", UNTIL + 10, NOW)
-    assert await store.renew_run_lock("free", "a", UNTIL + 10)
+    assert not await try_lock(store, "free", "y", UNTIL + 10, NOW)
+    assert await store.renew_run_locks("a", UNTIL + 10) == 3  # expired, boundary, free
     assert await claim("a", UNTIL, NOW, 10) == []  # an owner cannot re-claim a live lease
     # once the lease lapses anyone may claim the run
     later = await claim("b", UNTIL + 50_000, UNTIL + 10, 10)

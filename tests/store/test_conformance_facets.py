@@ -19,7 +19,7 @@ from durably._read.list_models import (
     RunValueFacetRow,
 )
 from durably._store.protocol import StateStore
-from tests.store.support import at, make_run
+from tests.store.support import at, make_run, try_lock
 
 
 def cells(rows: Sequence[RunFacetRow]) -> set[tuple[str, str | None, int]]:
@@ -200,10 +200,10 @@ async def test_value_facets_scan_window_is_the_newest_runs(store: Any) -> None:
 async def test_lease_owners_group_live_leases(store: Any) -> None:
     await seed(store)
     now = 1_000_000
-    assert await store.try_lock_run("a1", "eng-1", now + 500, now)
-    assert await store.try_lock_run("a2", "eng-1", now + 900, now)
-    assert await store.try_lock_run("g1", "eng-2", now + 300, now)
-    assert await store.try_lock_run("d1", "eng-3", now - 1, now - 10)  # expired
+    assert await try_lock(store, "a1", "eng-1", now + 500, now)
+    assert await try_lock(store, "a2", "eng-1", now + 900, now)
+    assert await try_lock(store, "g1", "eng-2", now + 300, now)
+    assert await try_lock(store, "d1", "eng-3", now - 1, now - 10)  # expired
     got = await store.lease_owners(now)
     assert got == [
         LeaseOwnerRow("acme", "eng-1", 2, now + 900),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from durably._core.models import RunQuery
 
-from .support import T0, ConformantStore, at, id_set, ids, make_run
+from .support import T0, ConformantStore, at, id_set, ids, make_run, pickup, try_lock
 
 # ================================================================== Scans
 
@@ -30,16 +30,16 @@ async def test_list_incomplete_runs_is_running_and_cancelling(store: ConformantS
     assert got == {"run-running", "run-cancelling"}
 
 
-async def test_list_pending_runs_fifo_with_limit(store: ConformantStore) -> None:
+async def test_pickup_is_fifo_with_limit(store: ConformantStore) -> None:
     await store.create_run(make_run("p3", status="pending", created_at=at(3)))
     await store.create_run(make_run("p1", status="pending", created_at=at(1)))
     await store.create_run(make_run("p2b", status="pending", created_at=at(2)))
     await store.create_run(make_run("p2a", status="pending", created_at=at(2)))
     await store.create_run(make_run("r0", status="running", created_at=at(0)))
 
-    assert [r.id for r in await store.list_pending_runs(10)] == ["p1", "p2a", "p2b", "p3"]
-    assert [r.id for r in await store.list_pending_runs(2)] == ["p1", "p2a"]
-    first = (await store.list_pending_runs(1))[0]
+    assert [r.id for r in await pickup(store, 10)] == ["p1", "p2a", "p2b", "p3"]
+    assert [r.id for r in await pickup(store, 2)] == ["p1", "p2a"]
+    first = (await pickup(store, 1))[0]
     assert first.input == {"orderId": "o1"} and first.status == "pending"
 
 
@@ -74,11 +74,11 @@ async def test_namespace_boundaries(store: ConformantStore) -> None:
     await store.create_run(make_run("a-due", status="suspended", namespace="alpha", wake_at=5))
     await store.create_run(make_run("b-due", status="suspended", namespace="beta", wake_at=1))
 
-    assert [r.id for r in await store.list_pending_runs(1, "alpha")] == ["a-new"]
-    assert [r.id for r in await store.list_pending_runs(10, "alpha")] == ["a-new", "a-newer"]
-    assert [r.id for r in await store.list_pending_runs(10, "default")] == ["d-pend"]
-    assert [r.id for r in await store.list_pending_runs(1)] == ["b-old"]
-    assert len(await store.list_pending_runs(10)) == 4
+    assert [r.id for r in await pickup(store, 1, "alpha")] == ["a-new"]
+    assert [r.id for r in await pickup(store, 10, "alpha")] == ["a-new", "a-newer"]
+    assert [r.id for r in await pickup(store, 10, "default")] == ["d-pend"]
+    assert [r.id for r in await pickup(store, 1)] == ["b-old"]
+    assert len(await pickup(store, 10)) == 4
 
     assert {r.id for r in await store.list_incomplete_runs("alpha")} == {"a-run"}
     assert {r.id for r in await store.list_incomplete_runs("beta")} == {"b-run"}
@@ -103,12 +103,12 @@ async def test_namespace_boundaries(store: ConformantStore) -> None:
 
 async def test_try_lock_atomic_with_expiry(store: ConformantStore) -> None:
     await store.create_run(make_run())
-    assert await store.try_lock_run("r1", "A", 2000, 1000) is True
-    assert await store.try_lock_run("r1", "B", 3000, 1500) is False
-    assert await store.try_lock_run("r1", "A", 3000, 1500) is False  # not even its owner
+    assert await try_lock(store, "r1", "A", 2000, 1000) is True
+    assert await try_lock(store, "r1", "B", 3000, 1500) is False
+    assert await try_lock(store, "r1", "A", 3000, 1500) is False  # not even its owner
     run = await store.get_run("r1")
     assert run is not None and run.locked_by == "A" and run.locked_until == 2000
-    assert await store.try_lock_run("r1", "B", 4000, 2500) is True
+    assert await try_lock(store, "r1", "B", 4000, 2500) is True
     run = await store.get_run("r1")
     assert run is not None and run.locked_by == "B" and run.locked_until == 4000
     assert run.status == "running" and run.updated_at == T0  # only the lease columns change
@@ -116,48 +116,48 @@ async def test_try_lock_atomic_with_expiry(store: ConformantStore) -> None:
 
 async def test_try_lock_boundary_is_expired(store: ConformantStore) -> None:
     await store.create_run(make_run())
-    assert await store.try_lock_run("r1", "A", 2000, 1000) is True
-    assert await store.try_lock_run("r1", "B", 5000, 1999) is False
-    assert await store.try_lock_run("r1", "B", 5000, 2000) is True
+    assert await try_lock(store, "r1", "A", 2000, 1000) is True
+    assert await try_lock(store, "r1", "B", 5000, 1999) is False
+    assert await try_lock(store, "r1", "B", 5000, 2000) is True
 
 
 async def test_try_lock_missing_run(store: ConformantStore) -> None:
-    assert await store.try_lock_run("ghost", "A", 2000, 1000) is False
+    assert await try_lock(store, "ghost", "A", 2000, 1000) is False
     assert await store.get_run("ghost") is None
 
 
 async def test_release_allows_immediate_reacquire(store: ConformantStore) -> None:
     await store.create_run(make_run())
-    assert await store.try_lock_run("r1", "A", 10_000, 1000) is True
+    assert await try_lock(store, "r1", "A", 10_000, 1000) is True
     await store.release_run_lock("r1")
     run = await store.get_run("r1")
     assert run is not None and run.locked_by is None and run.locked_until is None
-    assert await store.try_lock_run("r1", "B", 10_000, 1001) is True
+    assert await try_lock(store, "r1", "B", 10_000, 1001) is True
     await store.release_run_lock("ghost")  # no-op
 
 
 async def test_renew_only_by_owner_and_renewed_lease_is_honoured(store: ConformantStore) -> None:
     await store.create_run(make_run())
-    assert await store.try_lock_run("r1", "A", 2000, 1000) is True
-    assert await store.renew_run_lock("r1", "B", 9000) is False
+    assert await try_lock(store, "r1", "A", 2000, 1000) is True
+    assert await store.renew_run_locks("B", 9000) == 0
     run = await store.get_run("r1")
     assert run is not None and run.locked_until == 2000
-    assert await store.renew_run_lock("r1", "A", 5000) is True
-    assert await store.try_lock_run("r1", "B", 6000, 2500) is False  # renewed lease honoured
-    assert await store.try_lock_run("r1", "B", 6000, 5000) is True
+    assert await store.renew_run_locks("A", 5000) == 1
+    assert await try_lock(store, "r1", "B", 6000, 2500) is False  # renewed lease honoured
+    assert await try_lock(store, "r1", "B", 6000, 5000) is True
     # a lapsed holder that was not taken over can still renew (expiry not checked)
-    assert await store.renew_run_lock("r1", "B", 6500) is True
+    assert await store.renew_run_locks("B", 6500) == 1
     run = await store.get_run("r1")
     assert run is not None and run.locked_by == "B" and run.locked_until == 6500
-    assert await store.renew_run_lock("ghost", "B", 1) is False
+    assert await store.renew_run_locks("A", 1) == 0  # the run was taken over
 
 
 async def test_bulk_renew_and_release(store: ConformantStore) -> None:
     for run_id in ("a1", "a2", "b1", "free"):
         await store.create_run(make_run(run_id))
-    assert await store.try_lock_run("a1", "A", 2000, 1000)
-    assert await store.try_lock_run("a2", "A", 2500, 1000)
-    assert await store.try_lock_run("b1", "B", 2000, 1000)
+    assert await try_lock(store, "a1", "A", 2000, 1000)
+    assert await try_lock(store, "a2", "A", 2500, 1000)
+    assert await try_lock(store, "b1", "B", 2000, 1000)
 
     assert await store.renew_run_locks("A", 9000) == 2
     locks = {r.id: (r.locked_by, r.locked_until) for r in await store.list_runs(RunQuery())}
@@ -174,7 +174,7 @@ async def test_bulk_renew_and_release(store: ConformantStore) -> None:
     assert locks["a1"] == (None, None) and locks["a2"] == (None, None)
     assert locks["b1"] == ("B", 2000)
     assert await store.release_locks_of("A") == 0
-    assert await store.try_lock_run("a1", "C", 3000, 1001) is True
+    assert await try_lock(store, "a1", "C", 3000, 1001) is True
 
 
 async def test_claim_run(store: ConformantStore) -> None:

@@ -13,7 +13,7 @@ import pytest
 from durably._core.models import AttributeFilter, BufferedSignal, RunQuery, SignalWaiter, StepError
 from durably._store.protocol import StateStore, missing_store_methods, require_store
 
-from .support import T0, ConformantStore, at, ids, make_cp, make_run
+from .support import T0, ConformantStore, at, ids, make_cp, make_run, take_buffered
 
 # ================================================================== Runs
 
@@ -169,7 +169,7 @@ async def test_delete_run_removes_its_rows_only(store: ConformantStore) -> None:
     # untouched: the other run and the token-keyed buffer
     assert await store.get_run("r2") is not None
     assert len(await store.list_checkpoints("r2")) == 1
-    assert await store.take_buffered_signal("approve") == BufferedSignal({"ok": True})
+    assert await take_buffered(store, "approve") == BufferedSignal({"ok": True})
 
 
 async def test_delete_missing_run_is_a_noop(store: ConformantStore) -> None:

@@ -23,6 +23,7 @@ from durably._core.models import BufferedSignal, now_utc
 from durably._store.codec import CodecStateStore
 from durably._store.memory import InMemoryStateStore
 from tests.pg_support import connect, fresh_schema, schema_url
+from tests.store.support import take_buffered
 
 HOUR = 3_600_000
 BIG = 1_000_000  # a cap nobody reaches in these tests
@@ -114,12 +115,12 @@ async def test_bounded_buffer_is_fifo_and_round_trips_payloads(subject: Subject)
     for payload in ({"n": 1}, None, [3, "é"], 2.5):
         assert await subject.bounded("tok", payload) is None
     store = subject.store
-    assert await store.take_buffered_signal("tok") == BufferedSignal({"n": 1})
-    hit = await store.take_buffered_signal("tok")
+    assert await take_buffered(store, "tok") == BufferedSignal({"n": 1})
+    hit = await take_buffered(store, "tok")
     assert hit is not None and hit.payload is None  # a null payload is still a hit
-    assert await store.take_buffered_signal("tok") == BufferedSignal([3, "é"])
-    assert await store.take_buffered_signal("tok") == BufferedSignal(2.5)
-    assert await store.take_buffered_signal("tok") is None
+    assert await take_buffered(store, "tok") == BufferedSignal([3, "é"])
+    assert await take_buffered(store, "tok") == BufferedSignal(2.5)
+    assert await take_buffered(store, "tok") is None
 
 
 async def test_per_token_cap_refuses_and_stores_nothing(subject: Subject) -> None:
@@ -129,9 +130,9 @@ async def test_per_token_cap_refuses_and_stores_nothing(subject: Subject) -> Non
     assert await subject.tokens() == ["ns:a", "ns:a"]
     assert await subject.bounded("ns:b", "b1", per_token=2) is None  # another token: room
     store = subject.store
-    assert await store.take_buffered_signal("ns:a") == BufferedSignal("a1")
-    assert await store.take_buffered_signal("ns:a") == BufferedSignal("a2")
-    assert await store.take_buffered_signal("ns:a") is None
+    assert await take_buffered(store, "ns:a") == BufferedSignal("a1")
+    assert await take_buffered(store, "ns:a") == BufferedSignal("a2")
+    assert await take_buffered(store, "ns:a") is None
     assert await subject.bounded("ns:a", "a3", per_token=2) is None  # taken rows free room
 
 
@@ -180,7 +181,7 @@ async def test_expired_rows_are_never_taken_nor_counted_and_purge_removes_them(
     assert abs(row.buffered_at - subject.clock()) < timedelta(seconds=5)
 
     subject.clock.advance(hours=1)  # expires_at == now: expired
-    assert await store.take_buffered_signal("t") is None
+    assert await take_buffered(store, "t") is None
     assert await subject.bounded("t", "new", ttl_ms=HOUR, per_token=1) is None  # cap frees
     assert await subject.tokens() == ["t", "child:k", "t"]  # the expired row is still listed
     listed = await store.list_buffered_signals(prefix="t", limit=10, offset=0)
@@ -190,9 +191,9 @@ async def test_expired_rows_are_never_taken_nor_counted_and_purge_removes_them(
 
     assert await store.purge_buffered_signals(expired_only=True) == 1
     assert await subject.tokens() == ["child:k", "t"]
-    assert await store.take_buffered_signal("t") == BufferedSignal("new")
+    assert await take_buffered(store, "t") == BufferedSignal("new")
     subject.clock.advance(days=400)
-    assert await store.take_buffered_signal("child:k") == BufferedSignal("engine record")
+    assert await take_buffered(store, "child:k") == BufferedSignal("engine record")
 
 
 # ------------------------------------------------------------------ listing and counting
@@ -274,11 +275,11 @@ async def test_bounded_payloads_at_rest_are_encoded_exactly_with_a_codec(
 ) -> None:
     raw_store = subject.store.inner if subject.encoded else subject.store
     await subject.bounded("tok", {"secret": 1})
-    raw = await raw_store.take_buffered_signal("tok")
+    raw = await take_buffered(raw_store, "tok")
     at_rest = {"enc": json.dumps({"secret": 1})[::-1]} if subject.encoded else {"secret": 1}
     assert raw == BufferedSignal(at_rest)
     await subject.bounded("tok", {"secret": 2})
-    assert await subject.store.take_buffered_signal("tok") == BufferedSignal({"secret": 2})
+    assert await take_buffered(subject.store, "tok") == BufferedSignal({"secret": 2})
 
 
 # ------------------------------------------------------------------ concurrency
@@ -322,7 +323,7 @@ async def _old_sqlite_database(path: Path) -> None:
 
 
 async def upgrade_to(engine: Any, version: int, schema: str | None = None) -> None:
-    from durably._store.sql.connection import connector_for
+    from durably._store.sql.connectors import connector_for
     from durably._store.sql.dialect import SqlDialect
     from durably._store.sql.migrations import apply_on
 
@@ -358,8 +359,8 @@ async def test_upgrading_gives_old_signals_a_ttl_and_keeps_engine_records(
             )
             == "namespace"
         )  # the migrated row counts in the namespace "approve"
-        assert await store.take_buffered_signal("planted") == BufferedSignal("x")
-        assert await store.take_buffered_signal("child:c1") == BufferedSignal({"ok": True})
+        assert await take_buffered(store, "planted") == BufferedSignal("x")
+        assert await take_buffered(store, "child:c1") == BufferedSignal({"ok": True})
     finally:
         await store.close()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from durably._core.models import BufferedEvent, BufferedSignal, SignalWaiter
 
-from .support import ConformantStore
+from .support import ConformantStore, take_buffered, take_waiter
 
 # ================================================================== Waiters
 
@@ -25,10 +25,10 @@ async def test_waiters_put_list_by_prefix_take_once(store: ConformantStore) -> N
     assert [w.token for w in every] == ["wh:r1:3", "child:c1", "wh:r1:5", "wh:r2:1", "WH:r9:0"]
     assert await store.list_signal_waiters("wh_") == []
 
-    taken = await store.take_signal_waiter("wh:r1:3")
+    taken = await take_waiter(store, "wh:r1:3")
     assert taken == SignalWaiter("wh:r1:3", "r1", 3)
-    assert await store.take_signal_waiter("wh:r1:3") is None
-    assert await store.take_signal_waiter("never") is None
+    assert await take_waiter(store, "wh:r1:3") is None
+    assert await take_waiter(store, "never") is None
     assert [w.token for w in await store.list_signal_waiters("wh:")] == ["wh:r1:5", "wh:r2:1"]
 
 
@@ -46,8 +46,8 @@ async def test_waiter_parallel_group_round_trip(store: ConformantStore) -> None:
     listed = await store.list_signal_waiters("child:")
     assert listed == [grouped, plain]
     assert listed[1].parallel_group is None
-    assert await store.take_signal_waiter("child:c1") == grouped
-    assert await store.take_signal_waiter("child:c2") == plain
+    assert await take_waiter(store, "child:c1") == grouped
+    assert await take_waiter(store, "child:c2") == plain
 
 
 async def test_remove_signal_waiter_exact_match(store: ConformantStore) -> None:
@@ -70,15 +70,15 @@ async def test_buffered_signals_fifo_per_token(store: ConformantStore) -> None:
     await store.buffer_signal("a", [3])
     await store.buffer_signal("b", 2.5)
 
-    assert await store.take_buffered_signal("a") == BufferedSignal({"n": 1})
-    assert await store.take_buffered_signal("b") == BufferedSignal("b1")
-    hit = await store.take_buffered_signal("a")
+    assert await take_buffered(store, "a") == BufferedSignal({"n": 1})
+    assert await take_buffered(store, "b") == BufferedSignal("b1")
+    hit = await take_buffered(store, "a")
     assert hit is not None and hit.payload is None  # a NULL payload is still a hit
-    assert await store.take_buffered_signal("a") == BufferedSignal([3])
-    assert await store.take_buffered_signal("a") is None
-    assert await store.take_buffered_signal("b") == BufferedSignal(2.5)
-    assert await store.take_buffered_signal("b") is None
-    assert await store.take_buffered_signal("never") is None
+    assert await take_buffered(store, "a") == BufferedSignal([3])
+    assert await take_buffered(store, "a") is None
+    assert await take_buffered(store, "b") == BufferedSignal(2.5)
+    assert await take_buffered(store, "b") is None
+    assert await take_buffered(store, "never") is None
 
 
 async def test_buffered_events(store: ConformantStore) -> None:

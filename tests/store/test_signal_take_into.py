@@ -35,7 +35,7 @@ from durably._core.models import (
 from durably._store.codec import CodecStateStore
 from durably._store.memory import InMemoryStateStore
 from tests.pg_support import fresh_schema, schema_url
-from tests.store.support import at, make_cp, make_run
+from tests.store.support import at, make_cp, make_run, take_buffered
 
 HOUR = 3_600_000
 
@@ -138,7 +138,7 @@ async def test_the_oldest_live_row_becomes_the_checkpoints_output(subject: Subje
     cp1 = await store.get_checkpoint("r1", 1)
     assert cp1 is not None and cp1.status == "completed" and cp1.output is None
     assert await subject.buffered("tok") == 1
-    assert await store.take_buffered_signal("tok") == BufferedSignal([2, "é"])
+    assert await take_buffered(store, "tok") == BufferedSignal([2, "é"])
 
 
 async def test_peek_reads_the_live_rows_oldest_first_and_takes_nothing(subject: Subject) -> None:
@@ -161,7 +161,7 @@ async def test_peek_reads_the_live_rows_oldest_first_and_takes_nothing(subject: 
     assert await store.peek_buffered_signals("tok", 0) == []
     assert await store.peek_buffered_signals("nobody", 10) == []
     assert await subject.buffered("tok") == 4  # nothing was taken
-    assert await store.take_buffered_signal("tok") == BufferedSignal({"ok": False})
+    assert await take_buffered(store, "tok") == BufferedSignal({"ok": False})
 
 
 async def test_a_miss_writes_nothing_and_costs_one_statement(subject: Subject) -> None:
@@ -275,7 +275,7 @@ async def test_deliver_hands_the_oldest_row_to_the_waiter(subject: Subject) -> N
     assert cp.output == {"first": True} and cp.parallel_group == "g" and cp.finished_at == at(2)
     assert await store.get_checkpoint("r1", 4) == cp
     assert await store.list_signal_waiters("tok") == []
-    assert await store.take_buffered_signal("tok") == BufferedSignal("second")
+    assert await take_buffered(store, "tok") == BufferedSignal("second")
 
 
 async def test_deliver_needs_both_a_waiter_and_a_live_row(subject: Subject) -> None:
@@ -317,8 +317,8 @@ async def test_a_waiting_take_and_a_sender_racing_deliver_once(subject: Subject)
         assert (taken is None) != (delivered is None), (taken, delivered)
         cp = await store.get_checkpoint("r1", n)
         assert cp is not None and cp.output == "a"
-        assert await store.take_buffered_signal(f"tok{n}") == BufferedSignal("b")
-        assert await store.take_buffered_signal(f"tok{n}") is None
+        assert await take_buffered(store, f"tok{n}") == BufferedSignal("b")
+        assert await take_buffered(store, f"tok{n}") is None
     assert await store.list_signal_waiters("tok") == []
 
 

@@ -298,7 +298,7 @@ def delivered_signal(waiter: SignalWaiter, payload: JSONValue, at: datetime) -> 
 
 @dataclass(frozen=True, slots=True)
 class BufferedSignal:
-    """A hit from `take_buffered_signal`: the payload may itself be None (a buffered `None`
+    """A hit from `take_buffered_signal_into`: the payload may itself be None (a buffered `None`
     is still a hit, unlike a miss, which is no `BufferedSignal` at all)."""
 
     payload: JSONValue

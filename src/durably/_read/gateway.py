@@ -23,8 +23,9 @@ from durably._core.models import WorkflowRun
 from durably._read.etag import etag_matches, run_detail_etag
 from durably._read.models import FanPage, FanPageQuery, RunDetail, RunDetailOptions
 from durably._read.store_path import page_fan_from_store, summarize_run_from_store
+from durably._read.stores import RunDetailStore
 from durably._read.vocabulary import CHILD_EDGE_PREFIXES, child_ids_of
-from durably._store.protocol import StateStore
+from durably._store.protocol import CheckpointStore
 
 __all__ = [
     "ChildrenOf",
@@ -46,14 +47,14 @@ def detail_options(options: RunDetailOptions | Mapping[str, Any] | None) -> RunD
     return RunDetailOptions.from_json(options)
 
 
-async def _children_from_store(store: StateStore, run_id: str) -> list[str]:
+async def _children_from_store(store: CheckpointStore, run_id: str) -> list[str]:
     # Without an engine to ask: the child ids of the run's child-edge rows.
     rows = await store.list_checkpoints_by_name_prefix(run_id, list(CHILD_EDGE_PREFIXES))
     return child_ids_of(rows)
 
 
 async def store_run_detail(
-    store: StateStore,
+    store: RunDetailStore,
     run_id: str,
     options: RunDetailOptions | Mapping[str, Any] | None = None,
     children_of: ChildrenOf | None = None,
@@ -93,7 +94,7 @@ async def store_run_detail(
 
 
 async def store_fan_members(
-    store: StateStore,
+    store: RunDetailStore,
     run_id: str,
     group: str,
     query: FanPageQuery | Mapping[str, Any] | None = None,

@@ -50,7 +50,8 @@ from durably._read.list_models import (
     WorkerHeartbeat,
     WorkerStatus,
 )
-from durably._store.protocol import StateStore
+from durably._read.stores import RunListStore
+from durably._store.protocol import ReadStore
 
 __all__ = [
     "BACKLOG_STATUSES",
@@ -177,7 +178,7 @@ def stamp_waiting(
     return [RunListItem(run=run, waiting=resolve_run_waiting(run, index)) for run in runs]
 
 
-async def list_run_items(store: StateStore, query: RunQuery) -> list[RunListItem]:
+async def list_run_items(store: RunListStore, query: RunQuery) -> list[RunListItem]:
     """The run list with what each run waits on: `store.list_runs(query)`, then ONE bulk
     `list_signal_waiters('')` (skipped when no listed run is suspended), stamped."""
     runs: list[WorkflowRun] = await store.list_runs(query)
@@ -187,7 +188,7 @@ async def list_run_items(store: StateStore, query: RunQuery) -> list[RunListItem
     return stamp_waiting(runs, waiters)
 
 
-async def waiting_for(store: StateStore, run_ids: Iterable[str]) -> dict[str, RunWaiting]:
+async def waiting_for(store: RunListStore, run_ids: Iterable[str]) -> dict[str, RunWaiting]:
     """What each requested run waits on: entries only for runs that are suspended on an
     event-type waiter right now. `[]` → `{}` without touching the store."""
     wanted = set(run_ids)
@@ -207,7 +208,7 @@ async def waiting_for(store: StateStore, run_ids: Iterable[str]) -> dict[str, Ru
     return out
 
 
-async def count_runs(store: StateStore, query: RunQuery) -> int:
+async def count_runs(store: ReadStore, query: RunQuery) -> int:
     """How many runs match `query`, its page ignored."""
     return int(await store.count_runs(unpaged(query)))
 
@@ -215,14 +216,14 @@ async def count_runs(store: StateStore, query: RunQuery) -> int:
 # ================================================================ facets
 
 
-async def run_facets(store: StateStore, query: RunQuery) -> list[RunFacetRow]:
+async def run_facets(store: ReadStore, query: RunQuery) -> list[RunFacetRow]:
     """Run counts by `(status, origin)` over every run matching `query` with its status and
     origin filters and its page dropped (`facet_query`)."""
     return merge_run_facet_rows(await store.run_facets(facet_query(query)))
 
 
 async def run_value_facets(
-    store: StateStore,
+    store: ReadStore,
     axis: RunValueAxis | Mapping[str, Any] | str,
     query: RunQuery,
     opts: RunValueFacetOptions | Mapping[str, Any] | None = None,
@@ -236,7 +237,7 @@ async def run_value_facets(
 
 
 async def lease_owners(
-    store: StateStore, now_ms: int, namespace: str | None = None
+    store: ReadStore, now_ms: int, namespace: str | None = None
 ) -> list[LeaseOwnerRow]:
     """Unexpired run leases grouped by `(namespace, owner)` (one `GROUP BY`)."""
     return list(await store.lease_owners(now_ms, namespace))
@@ -271,7 +272,7 @@ class LocalWorker:
         )
 
 
-async def _backlog_by_namespace(store: StateStore, namespace: str | None) -> dict[str, int]:
+async def _backlog_by_namespace(store: ReadStore, namespace: str | None) -> dict[str, int]:
     query = RunQuery(statuses=BACKLOG_STATUSES, namespace=namespace)
     rows = await run_value_facets(
         store, RunValueAxis(field="namespace"), query, RunValueFacetOptions(limit=10_000)
@@ -280,7 +281,7 @@ async def _backlog_by_namespace(store: StateStore, namespace: str | None) -> dic
 
 
 async def worker_health(
-    store: StateStore,
+    store: ReadStore,
     *,
     now_ms: int,
     lease_ms: int,

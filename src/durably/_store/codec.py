@@ -50,15 +50,16 @@ __all__ = [
 
 
 def contract_methods(contract: type) -> dict[str, Callable[..., Any]]:
-    """The public methods a protocol declares, its own and its parent protocols', in
-    declaration order (the subclass's definition wins)."""
+    """The public methods a protocol declares, its own and its parent protocols' (a union
+    of roles: `StateStore`), in method resolution order and declaration order within each
+    (the subclass's definition wins)."""
     found: dict[str, Callable[..., Any]] = {}
-    for klass in reversed(contract.__mro__):
+    for klass in contract.__mro__:
         if klass is Protocol or not klass.__dict__.get("_is_protocol", False):
             continue
         for name, value in vars(klass).items():
             if not name.startswith("_") and inspect.isfunction(value):
-                found[name] = value
+                found.setdefault(name, value)
     return found
 
 
@@ -193,8 +194,10 @@ class CodecStateStore(_StateStoreCodecMethods, StateStore):  # type: ignore[misc
         self._decode_json = self._converter.decode_json
 
     @property
-    def inner(self) -> Any:
-        """The wrapped store (reads through it return the encoded values)."""
+    def inner(self) -> StateStore:
+        """The wrapped store, where the rows are (reads through it return the encoded
+        values). Whatever runs on the store's own backend rather than through the contract
+        (the fleet-wide admission of a PostgreSQL store) is built on it."""
         return self._inner
 
     @property

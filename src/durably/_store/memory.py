@@ -5,16 +5,9 @@ so each call is atomic with respect to other asyncio tasks: compare-and-set, tak
 lease semantics need no lock.
 
 Parity with the SQL stores is deliberate, so that tests written against this
-store hold for the others:
-- payloads (`input`, `output`, `error.details`, event data, buffered payloads) must be strict
-  JSON (no NaN/Infinity) and are stored as their JSON round trip, raising
-  `SerializationError` otherwise, before anything is written;
-- datetimes are stored at millisecond precision in UTC;
-- `namespace=None` is written as `'default'`;
-- a missing run in `update_run` is a no-op.
-
-Every read returns a fresh copy: mutating a returned run's `search_attributes` or `input`
-never changes the store.
+store hold for the others. What is stored and what is read back is decided in
+`memory_rows.py` (strict-JSON payloads, millisecond UTC datetimes, `namespace=None` written
+as `'default'`, a fresh copy on every read); a missing run in `update_run` is a no-op.
 """
 
 from __future__ import annotations
@@ -25,7 +18,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from durably._core import jsonutil
 from durably._core.models import (
     AttributeFilter,
     AttributeValue,
@@ -37,26 +29,31 @@ from durably._core.models import (
     RunStatus,
     SignalWaiter,
     StepCheckpoint,
-    StepError,
-    StepEvent,
     WorkflowRun,
     delivered_signal,
-    ms_from_utc,
     now_utc,
-    utc_from_ms,
 )
+from durably._store.derived import DerivedStoreMethods
 from durably._store.memory_aggregates import MemoryCheckpointAggregates
 from durably._store.memory_facets import MemoryRunFacets
 from durably._store.memory_quota import MemoryStartAdmission
+from durably._store.memory_rows import (
+    at_ms,
+    clone,
+    norm_checkpoint,
+    norm_patch_value,
+    norm_run,
+    read_checkpoint,
+    read_run,
+    to_json,
+)
 from durably._store.memory_signals import MemorySignalBuffer
 from durably._store.protocol import BULK_CHUNK, WakeHandler
 from durably._store.query import (
-    DEFAULT_NAMESPACE,
     attribute_value_matches,
     matches_query,
     namespace_matches,
     newest_first,
-    normalize_attribute_rows,
     page,
     pickup_order,
 )
@@ -67,156 +64,15 @@ _PATCH_KEYS: frozenset[str] = frozenset(RunPatch.__optional_keys__) | frozenset(
 )
 
 
-# ------------------------------------------------------------------ copy/normalise helpers
-
-
-def _to_json(value: JSONValue) -> JSONValue:
-    """Validate strict JSON and return its round trip (what a SQL store would read back)."""
-    if value is None or isinstance(value, str | bool | int):
-        return value
-    return jsonutil.loads(jsonutil.dumps(value))
-
-
-def _clone(value: JSONValue) -> JSONValue:
-    """Deep copy of a JSON value (dicts and lists only; scalars are immutable)."""
-    if isinstance(value, dict):
-        return {k: _clone(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clone(v) for v in value]
-    return value
-
-
-def _ms(value: datetime) -> datetime:
-    return utc_from_ms(ms_from_utc(value))
-
-
-def _norm_error(error: StepError | Mapping[str, Any] | None) -> StepError | None:
-    if error is None:
-        return None
-    if isinstance(error, Mapping):
-        error = StepError.from_json(error)
-    if error.details is None:
-        return error
-    return dataclasses.replace(error, details=_to_json(error.details))
-
-
-def _read_error(error: StepError | None) -> StepError | None:
-    if error is None or not isinstance(error.details, dict | list):
-        return error
-    return dataclasses.replace(error, details=_clone(error.details))
-
-
-def _norm_events(events: Iterable[StepEvent] | None) -> tuple[StepEvent, ...] | None:
-    if not events:
-        return None  # an empty list reads back absent, as from a SQL row
-    out: list[StepEvent] = []
-    for event in events:
-        if isinstance(event, Mapping):
-            event = StepEvent.from_json(event)
-        if event.data is not None:
-            event = dataclasses.replace(event, data=_to_json(event.data))
-        out.append(event)
-    return tuple(out)
-
-
-def _read_events(events: tuple[StepEvent, ...] | None) -> tuple[StepEvent, ...] | None:
-    if events is None:
-        return None
-    return tuple(
-        dataclasses.replace(e, data=_clone(e.data)) if isinstance(e.data, dict | list) else e
-        for e in events
-    )
-
-
-def _norm_attributes(
-    run_id: str, attrs: Mapping[str, AttributeValue] | None
-) -> dict[str, AttributeValue] | None:
-    if attrs is None:
-        return None
-    normalize_attribute_rows(run_id, attrs)  # validates: flat str/int/float/bool values only
-    jsonutil.dumps(dict(attrs))  # rejects NaN/Infinity like a SQL store would
-    return dict(attrs)
-
-
-def _norm_run(run: WorkflowRun) -> WorkflowRun:
-    return dataclasses.replace(
-        run,
-        input=_to_json(run.input),
-        output=_to_json(run.output),
-        error=_norm_error(run.error),
-        tags=tuple(run.tags) if run.tags is not None else None,
-        search_attributes=_norm_attributes(run.id, run.search_attributes),
-        namespace=DEFAULT_NAMESPACE if run.namespace is None else run.namespace,
-        created_at=_ms(run.created_at),
-        updated_at=_ms(run.updated_at),
-    )
-
-
-def _read_run(run: WorkflowRun) -> WorkflowRun:
-    return dataclasses.replace(
-        run,
-        input=_clone(run.input),
-        output=_clone(run.output),
-        error=_read_error(run.error),
-        search_attributes=(
-            dict(run.search_attributes) if run.search_attributes is not None else None
-        ),
-    )
-
-
-def _norm_checkpoint(cp: StepCheckpoint) -> StepCheckpoint:
-    started = _ms(cp.started_at)
-    return dataclasses.replace(
-        cp,
-        input=_to_json(cp.input),
-        output=_to_json(cp.output),
-        error=_norm_error(cp.error),
-        events=_norm_events(cp.events),
-        started_at=started,
-        finished_at=_ms(cp.finished_at),
-        # `enqueuedAt` absent is written as `startedAt` (a step that was never queued).
-        enqueued_at=_ms(cp.enqueued_at) if cp.enqueued_at is not None else started,
-    )
-
-
-def _read_checkpoint(cp: StepCheckpoint) -> StepCheckpoint:
-    if (
-        not isinstance(cp.input, dict | list)
-        and not isinstance(cp.output, dict | list)
-        and cp.error is None
-        and cp.events is None
-    ):
-        return cp  # nothing mutable inside: the frozen row is its own copy
-    return dataclasses.replace(
-        cp,
-        input=_clone(cp.input),
-        output=_clone(cp.output),
-        error=_read_error(cp.error),
-        events=_read_events(cp.events),
-    )
-
-
-def _norm_patch_value(run_id: str, key: str, value: Any) -> Any:
-    if key in ("input", "output"):
-        return _to_json(value)
-    if key == "error":
-        return _norm_error(value)
-    if key == "tags":
-        return tuple(value) if value is not None else None
-    if key == "search_attributes":
-        return _norm_attributes(run_id, value)
-    if key == "namespace":
-        return DEFAULT_NAMESPACE if value is None else value
-    if key in ("created_at", "updated_at"):
-        return _ms(value)
-    return value
-
-
 # ------------------------------------------------------------------ the store
 
 
 class InMemoryStateStore(
-    MemoryCheckpointAggregates, MemoryRunFacets, MemorySignalBuffer, MemoryStartAdmission
+    DerivedStoreMethods,
+    MemoryCheckpointAggregates,
+    MemoryRunFacets,
+    MemorySignalBuffer,
+    MemoryStartAdmission,
 ):
     """The reference StateStore: what every other store must answer.
 
@@ -309,7 +165,7 @@ class InMemoryStateStore(
         self._tick()
         if run.id in self._runs:
             raise ValueError(f"run {run.id} already exists")
-        stored = _norm_run(run)
+        stored = norm_run(run)
         self._runs[run.id] = stored
         self._index_attributes(run.id, stored.search_attributes)
 
@@ -327,14 +183,14 @@ class InMemoryStateStore(
         for key, value in patch.items():
             if key in ("created_at", "updated_at") and value is None:
                 continue  # written only when non-None
-            changes[key] = _norm_patch_value(run_id, key, value)
+            changes[key] = norm_patch_value(run_id, key, value)
         if not changes:
             return  # an empty effective patch issues no UPDATE
         current = self._runs.get(run_id)
         if current is None:
             return  # durably: a missing run is a no-op, like the SQL stores
         if "updated_at" not in changes:
-            changes["updated_at"] = _ms(self._clock())
+            changes["updated_at"] = at_ms(self._clock())
         self._runs[run_id] = dataclasses.replace(current, **changes)
         if "search_attributes" in changes:
             self._unindex_attributes(current)
@@ -354,7 +210,7 @@ class InMemoryStateStore(
     async def get_run(self, run_id: str) -> WorkflowRun | None:
         self._tick()
         run = self._runs.get(run_id)
-        return _read_run(run) if run is not None else None
+        return read_run(run) if run is not None else None
 
     async def delete_run(self, run_id: str) -> None:
         """Deletes the run, its checkpoints, waiters and attribute rows (not buffers)."""
@@ -374,24 +230,13 @@ class InMemoryStateStore(
         if cp is None:
             return None
         self._rows_read(1, last=False)  # durably: counted, but not a "last" listing read
-        return _read_checkpoint(cp)
+        return read_checkpoint(cp)
 
     async def save_checkpoint(self, cp: StepCheckpoint) -> None:
         """Upsert on (run_id, seq): the whole row is replaced."""
         self._tick()
-        stored = _norm_checkpoint(cp)
+        stored = norm_checkpoint(cp)
         self._checkpoints.setdefault(cp.run_id, {})[cp.seq] = stored
-
-    async def save_checkpoint_if_pending(self, cp: StepCheckpoint) -> bool:
-        """CAS: write iff a row exists at (run_id, seq) whose status is `pending` (0.77)."""
-        self._tick()
-        stored = _norm_checkpoint(cp)
-        rows = self._checkpoints.get(cp.run_id)
-        current = rows.get(cp.seq) if rows else None
-        if rows is None or current is None or current.status != "pending":
-            return False  # durably: an absent row returns False and writes nothing
-        rows[cp.seq] = stored
-        return True
 
     async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
         """Batched CAS: per-entry results in order, all-or-nothing on failure."""
@@ -399,7 +244,7 @@ class InMemoryStateStore(
         if not cps:
             return []
         # Validate every entry before touching storage: if anything raises, nothing is written.
-        staged_rows = [_norm_checkpoint(cp) for cp in cps]
+        staged_rows = [norm_checkpoint(cp) for cp in cps]
         staged: dict[tuple[str, int], StepCheckpoint] = {}
         results: list[bool] = []
         for row in staged_rows:
@@ -419,7 +264,7 @@ class InMemoryStateStore(
         self._tick()
         rows = self._run_checkpoints(run_id)
         self._rows_read(len(rows))
-        return [_read_checkpoint(cp) for cp in rows]
+        return [read_checkpoint(cp) for cp in rows]
 
     async def get_latest_checkpoint_by_name(self, run_id: str, name: str) -> StepCheckpoint | None:
         self._tick()
@@ -428,19 +273,7 @@ class InMemoryStateStore(
             if cp.name == name and (best is None or cp.seq > best.seq):
                 best = cp
         self._rows_read(0 if best is None else 1)
-        return _read_checkpoint(best) if best is not None else None
-
-    async def list_checkpoints_by_name_prefix(
-        self, run_id: str, prefixes: Sequence[str]
-    ) -> list[StepCheckpoint]:
-        self._tick()
-        if not prefixes:
-            self._rows_read(0)
-            return []
-        wanted = tuple(prefixes)
-        rows = [cp for cp in self._run_checkpoints(run_id) if cp.name.startswith(wanted)]
-        self._rows_read(len(rows))
-        return [_read_checkpoint(cp) for cp in rows]
+        return read_checkpoint(best) if best is not None else None
 
     async def count_checkpoints(
         self, run_id: str, from_seq: int, to_seq: int, statuses: Sequence[str]
@@ -466,21 +299,7 @@ class InMemoryStateStore(
             if r.status in _INCOMPLETE_STATUSES and namespace_matches(r.namespace, namespace)
         ]
         rows.sort(key=lambda r: (r.created_at, r.id))  # no order is promised; be stable
-        return [_read_run(r) for r in rows]
-
-    async def list_pending_runs(
-        self, limit: int, namespace: str | None = None
-    ) -> list[WorkflowRun]:
-        """In pick-up order (priority, then created_at, id); the namespace filter applies
-        before the limit."""
-        self._tick()
-        rows = [
-            r
-            for r in self._runs.values()
-            if r.status == "pending" and namespace_matches(r.namespace, namespace)
-        ]
-        rows.sort(key=pickup_order)
-        return [_read_run(r) for r in rows[: max(limit, 0)]]
+        return [read_run(r) for r in rows]
 
     async def list_due_timers(
         self, now_ms: int, namespace: str | None = None, limit: int | None = None
@@ -498,7 +317,7 @@ class InMemoryStateStore(
         rows.sort(key=lambda r: (r.wake_at or 0, r.id))
         if limit is not None:
             rows = rows[: max(limit, 0)]
-        return [_read_run(r) for r in rows]
+        return [read_run(r) for r in rows]
 
     async def list_orphaned_suspended(
         self, now_ms: int, namespace: str | None = None, limit: int = 100
@@ -515,7 +334,7 @@ class InMemoryStateStore(
             and namespace_matches(r.namespace, namespace)
         ]
         rows.sort(key=lambda r: (r.locked_until or 0, r.id))
-        return [_read_run(r) for r in rows[: max(limit, 0)]]
+        return [read_run(r) for r in rows[: max(limit, 0)]]
 
     # ------------------------------------------------------------------ leases
 
@@ -529,24 +348,11 @@ class InMemoryStateStore(
         self._runs[run_id] = dataclasses.replace(run, locked_by=owner, locked_until=lease_until_ms)
         return True
 
-    async def try_lock_run(self, run_id: str, owner: str, lease_until_ms: int, now_ms: int) -> bool:
-        self._tick()
-        return self._try_lock(run_id, owner, lease_until_ms, now_ms)
-
     async def release_run_lock(self, run_id: str) -> None:
         self._tick()
         run = self._runs.get(run_id)
         if run is not None:
             self._runs[run_id] = dataclasses.replace(run, locked_by=None, locked_until=None)
-
-    async def renew_run_lock(self, run_id: str, owner: str, lease_until_ms: int) -> bool:
-        """Extends the lease iff `locked_by == owner` (expiry is not checked)."""
-        self._tick()
-        run = self._runs.get(run_id)
-        if run is None or run.locked_by != owner:
-            return False
-        self._runs[run_id] = dataclasses.replace(run, locked_until=lease_until_ms)
-        return True
 
     # --- leases in bulk: one call per engine instance, not per run
 
@@ -574,7 +380,7 @@ class InMemoryStateStore(
         self._tick()
         if not self._try_lock(run_id, owner, lease_until_ms, now_ms):
             return None
-        return _read_run(self._runs[run_id])
+        return read_run(self._runs[run_id])
 
     async def claim_pending_runs(
         self,
@@ -597,7 +403,7 @@ class InMemoryStateStore(
         claimed = []
         for row in rows[: max(limit, 0)]:
             self._try_lock(row.id, owner, lease_until_ms, now_ms)
-            claimed.append(_read_run(self._runs[row.id]))
+            claimed.append(read_run(self._runs[row.id]))
         return claimed
 
     async def claim_runs(
@@ -610,7 +416,7 @@ class InMemoryStateStore(
             row = self._runs.get(run_id)
             if row is not None and row.status == "pending":
                 if self._try_lock(run_id, owner, lease_until_ms, now_ms):
-                    claimed.append(_read_run(self._runs[run_id]))
+                    claimed.append(read_run(self._runs[run_id]))
         return claimed
 
     async def hold_instance(self, instance_id: str) -> _MemoryHold | None:
@@ -632,10 +438,6 @@ class InMemoryStateStore(
         self._tick()
         self._waiters[waiter.token] = waiter
 
-    async def take_signal_waiter(self, token: str) -> SignalWaiter | None:
-        self._tick()
-        return self._waiters.pop(token, None)
-
     # ------------------------------------------------------------------ bulk (fans)
     # The multi-row contracts of `_store/sql/bulk.py`; one "statement" per chunk of
     # BULK_CHUNK entries, as the SQL store counts them.
@@ -651,7 +453,7 @@ class InMemoryStateStore(
             self._waiters[wait.waiter.token] = wait.waiter
             if wait.placeholder is not None:
                 rows = self._checkpoints.setdefault(wait.placeholder.run_id, {})
-                rows.setdefault(wait.placeholder.seq, _norm_checkpoint(wait.placeholder))
+                rows.setdefault(wait.placeholder.seq, norm_checkpoint(wait.placeholder))
 
     async def create_runs(self, new_runs: Sequence[WorkflowRun]) -> list[str | None]:
         if not new_runs:
@@ -663,7 +465,7 @@ class InMemoryStateStore(
             if existing is not None:
                 out.append(existing.workflow)
                 continue
-            stored = _norm_run(run)
+            stored = norm_run(run)
             self._runs[run.id] = stored
             self._index_attributes(run.id, stored.search_attributes)
             out.append(None)
@@ -681,7 +483,7 @@ class InMemoryStateStore(
             waiter = self._waiters.pop(token, None)
             if waiter is not None:
                 cp = delivered_signal(waiter, payload, at)
-                self._checkpoints.setdefault(cp.run_id, {})[cp.seq] = _norm_checkpoint(cp)
+                self._checkpoints.setdefault(cp.run_id, {})[cp.seq] = norm_checkpoint(cp)
                 written.append(cp)
         return written
 
@@ -692,7 +494,7 @@ class InMemoryStateStore(
         rows = self._checkpoints.setdefault(run_id, {})
         for seq in [s for s in rows if first_seq <= s <= last_seq]:
             del rows[seq]
-        rows[cp.seq] = _norm_checkpoint(cp)
+        rows[cp.seq] = norm_checkpoint(cp)
 
     async def list_signal_waiters(self, prefix: str) -> list[SignalWaiter]:
         """Tokens starting with `prefix` (exact, case-sensitive), by (run_id, seq, token)."""
@@ -715,14 +517,14 @@ class InMemoryStateStore(
         self._tick()
         if event.id in self._events:
             raise ValueError(f"buffered event {event.id} already exists")
-        self._events[event.id] = dataclasses.replace(event, payload=_to_json(event.payload))
+        self._events[event.id] = dataclasses.replace(event, payload=to_json(event.payload))
 
     async def list_buffered_events(self, name: str, limit: int) -> list[BufferedEvent]:
         """Oldest `published_at` first (ties by id), at most `limit`, not consuming."""
         self._tick()
         rows = [e for e in self._events.values() if e.name == name]
         rows.sort(key=lambda e: (e.published_at, e.id))
-        return [dataclasses.replace(e, payload=_clone(e.payload)) for e in rows[: max(limit, 0)]]
+        return [dataclasses.replace(e, payload=clone(e.payload)) for e in rows[: max(limit, 0)]]
 
     async def remove_buffered_event(self, event_id: str) -> bool:
         self._tick()
@@ -734,7 +536,7 @@ class InMemoryStateStore(
         """Matching runs, newest first (created_at DESC, id DESC), then offset/limit."""
         self._tick()
         rows = page(newest_first(self._select(query)), query.offset, query.limit)
-        return [_read_run(r) for r in rows]
+        return [read_run(r) for r in rows]
 
     async def count_runs(self, query: RunQuery) -> int:
         """Number of runs matching `query`; `limit`/`offset` are ignored (0.77)."""

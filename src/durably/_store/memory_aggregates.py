@@ -23,6 +23,7 @@ from durably._core.aggregates import (
     query_checkpoints_of,
 )
 from durably._core.models import StepCheckpoint
+from durably._store.memory_rows import read_checkpoint
 
 
 class MemoryCheckpointAggregates:
@@ -51,12 +52,10 @@ class MemoryCheckpointAggregates:
     ) -> list[StepCheckpoint]:
         """The run's checkpoints matching `query`, by seq, then `offset`/`limit` (a
         `CheckpointQuery`, or its camelCase JSON mapping)."""
-        from durably._store.memory import _read_checkpoint  # (import cycle: memory mixes us in)
-
         self._tick()
         rows = query_checkpoints_of(self._run_checkpoints(run_id), as_checkpoint_query(query))
         self._rows_read(len(rows))
-        return [_read_checkpoint(cp) for cp in rows]
+        return [read_checkpoint(cp) for cp in rows]
 
 
 __all__ = ["MemoryCheckpointAggregates"]

@@ -132,15 +132,6 @@ class MemorySignalBuffer:
         self._drop_token_if_empty(token)
         return payload
 
-    async def take_buffered_signal(self, token: str) -> BufferedSignal | None:
-        """Removes and returns the OLDEST unexpired payload for `token`; a NULL payload is
-        still a hit; an expired row is skipped (and left for a purge)."""
-        self._tick()
-        index = self._oldest_live(token)
-        if index is None:
-            return None
-        return BufferedSignal(payload=self._remove_signal(token, index))
-
     async def peek_buffered_signals(self, token: str, limit: int) -> list[BufferedSignal]:
         self._tick()
         now = self._now_ms()

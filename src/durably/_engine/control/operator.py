@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.models import (
     CHILD_EDGE_PREFIXES,
@@ -25,6 +25,7 @@ from durably._core.quota import SINGLETON_ADMITTED_TAG
 from durably._engine.control import on_error as routing
 from durably._engine.defs.vocab import CANCELLED, CANCELLED_COMPLETION
 from durably._engine.flow import singleton
+from durably._store.protocol import CheckpointStore, SignalStore
 
 if TYPE_CHECKING:
     from durably._engine.control.plane import ControlPlane
@@ -117,7 +118,11 @@ def current_task() -> asyncio.Task[Any] | None:
         return None
 
 
-async def get_run_children(store: StateStore, run_id: str) -> list[str]:
+class ChildEdgeStore(SignalStore, CheckpointStore, Protocol):
+    """Where a run's children are named: its `child:` waiters and its child-edge rows."""
+
+
+async def get_run_children(store: ChildEdgeStore, run_id: str) -> list[str]:
     """A run's children: live `child:` waiters of the run ∪ ids its child-edge rows name."""
     ids: dict[str, None] = {}
     for waiter in await store.list_signal_waiters("child:"):

@@ -23,6 +23,7 @@ from durably._core.models import (
 )
 from durably._core.tokens import reserved_token_hint, reserved_token_kind, token_namespace
 from durably._engine.defs.typed_io import PLAIN
+from durably._store.protocol import BufferedSignalAdmin, EventStore
 
 if TYPE_CHECKING:
     from durably._engine.defs.options import EngineOptions
@@ -181,8 +182,12 @@ async def buffer_bounded(route: SignalRoute, token: str, payload: JSONValue) -> 
     raise SignalBufferFullError(token, refused, token_namespace(token), cap, option)
 
 
+class ExpiringBuffers(BufferedSignalAdmin, EventStore, Protocol):
+    """What the sweep of expired buffered signals and events needs of the store."""
+
+
 async def sweep_expired_signals(
-    store: StateStore, policy: SignalBufferPolicyLike, clock: Callable[[], int]
+    store: ExpiringBuffers, policy: SignalBufferPolicyLike, clock: Callable[[], int]
 ) -> int:
     """Delete expired buffered signals, at most once per `SWEEP_EVERY_MS` (called by the
     poll loop of a driving engine); the number deleted."""

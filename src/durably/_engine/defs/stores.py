@@ -38,7 +38,7 @@ def fleet_admission(
 ) -> AdmissionBackend | None:
     """The admission backend the engines sharing `store` share (PostgreSQL), or None. The
     SQL store is loaded only for a store of its own, as above."""
-    inner = store._inner if isinstance(store, CodecStateStore) else store
+    inner = store.inner if isinstance(store, CodecStateStore) else store
     if not type(inner).__module__.startswith("durably._store.sql"):
         return None
     from durably._store.sql import store_admission

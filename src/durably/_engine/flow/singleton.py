@@ -29,7 +29,7 @@ from durably._engine.flow.quotas import singleton_key
 if TYPE_CHECKING:
     from durably._core.models import WorkflowRun
     from durably._engine.defs.registry import Workflow
-    from durably._store.protocol import StateStore
+    from durably._store.protocol import AdmissionStore
 
 __all__ = [
     "RETRY_JITTER_MS",
@@ -72,7 +72,7 @@ def line_tag(run: WorkflowRun, workflow: Workflow[Any, Any]) -> str | None:
 
 
 async def admit(
-    store: StateStore, run: WorkflowRun, workflow: Workflow[Any, Any], tag: str | None, now: int
+    store: AdmissionStore, run: WorkflowRun, workflow: Workflow[Any, Any], tag: str | None, now: int
 ) -> WorkflowRun | None:
     """`run` as this turn may run its body (with the tags the store gave it), or None: the
     store parked it until its turn. `tag`: the run's `line_tag` (the store adds it to a run
@@ -107,7 +107,7 @@ def _limit_of(run: WorkflowRun) -> int:
     return found.singleton.limit if found is not None and found.singleton is not None else 1
 
 
-async def released(store: StateStore, run: WorkflowRun, now: int | None = None) -> list[str]:
+async def released(store: AdmissionStore, run: WorkflowRun, now: int | None = None) -> list[str]:
     """`run` ended (or was cancelled): make the waiters of its key whose turn it is due
     now, and return them for the caller to wake."""
     tag = _tag_of(run)

@@ -79,11 +79,18 @@ from durably._core.wire_turns import (
 from durably._engine.defs.events import EngineEvent
 from durably._engine.defs.vocab import parent_tag
 from durably._engine.remote.turn_routes import call_group_refusal
+from durably._store.protocol import ReadStore, RunStore
 
 if TYPE_CHECKING:
-    from durably._store.protocol import StateStore
+    from durably._store.protocol import CheckpointStore, SignalStore, StateStore
+
 
 log = logging.getLogger("durably")
+
+
+class ChildReads(RunStore, ReadStore, Protocol):
+    """Reading a run's children: by their parent tag, else one by one."""
+
 
 __all__ = [
     "LATE_STEP_EVENT",
@@ -328,7 +335,9 @@ async def apply_commands(
     return applied
 
 
-async def _rows_at(store: StateStore, run_id: str, seqs: list[int]) -> dict[int, StepCheckpoint]:
+async def _rows_at(
+    store: CheckpointStore, run_id: str, seqs: list[int]
+) -> dict[int, StepCheckpoint]:
     if not seqs:
         return {}
     if len(seqs) > _LIST_OVER:
@@ -343,7 +352,7 @@ async def _rows_at(store: StateStore, run_id: str, seqs: list[int]) -> dict[int,
 
 
 async def _record_step(
-    store: StateStore,
+    store: CheckpointStore,
     events: EventSink | None,
     run: WorkflowRun,
     cmd: RecordStepCommand,
@@ -422,7 +431,7 @@ def _sleep_row(run_id: str, cmd: SleepCommand, deadline: int, at: datetime) -> S
 
 
 async def _wait_signal(
-    store: StateStore, run: WorkflowRun, cmd: WaitSignalCommand, at: datetime
+    store: SignalStore, run: WorkflowRun, cmd: WaitSignalCommand, at: datetime
 ) -> None:
     waiter = SignalWaiter(token=cmd.signal, run_id=run.id, seq=cmd.seq)
     # A buffered signal leaves the buffer in the write of the wait's checkpoint (one
@@ -453,7 +462,7 @@ def _child_placeholder(waiter: SignalWaiter, at: datetime) -> StepCheckpoint:
 
 
 async def _sort_children(
-    store: StateStore, run_id: str, children: list[StartChildCommand], applied: Applied
+    store: ChildReads, run_id: str, children: list[StartChildCommand], applied: Applied
 ) -> None:
     """Split the children into those to start and those already finished."""
     ids = {child_run_id(run_id, c.seq): c for c in children}
@@ -476,7 +485,7 @@ async def _sort_children(
 
 
 async def _dispatch_calls(
-    store: StateStore,
+    store: CheckpointStore,
     events: EventSink,
     steps: StepDispatch | None,
     run: WorkflowRun,

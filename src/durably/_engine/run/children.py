@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.ids import validate_run_id
 from durably._core.models import (
@@ -37,8 +37,10 @@ from durably._core.models import (
 from durably._engine.defs.registry import Workflow
 from durably._engine.defs.vocab import next_continuation_id, parent_tag
 from durably._engine.flow import quotas
+from durably._store.protocol import AdmissionStore, RunStore, SignalStore
 
 if TYPE_CHECKING:
+    from durably._engine.run.execution import Execution
     from durably._engine.run.host import RunHost
 
 log = logging.getLogger("durably")
@@ -47,17 +49,21 @@ log = logging.getLogger("durably")
 # ------------------------------------------------------------------ store calls
 
 
-async def register_waits(store: Any, waits: Sequence[ChildWait]) -> None:
+class GatedStarts(RunStore, AdmissionStore, Protocol):
+    """What starting a fan's members one by one through their keys' gates needs."""
+
+
+async def register_waits(store: SignalStore, waits: Sequence[ChildWait]) -> None:
     await store.register_child_waits(waits)
 
 
-async def _create_runs(store: Any, new_runs: Sequence[WorkflowRun]) -> list[str | None]:
+async def _create_runs(store: RunStore, new_runs: Sequence[WorkflowRun]) -> list[str | None]:
     result: list[str | None] = await store.create_runs(new_runs)
     return result
 
 
 async def deliver_signals(
-    store: Any, payloads: Sequence[tuple[str, JSONValue]], at: datetime
+    store: SignalStore, payloads: Sequence[tuple[str, JSONValue]], at: datetime
 ) -> list[StepCheckpoint]:
     written: list[StepCheckpoint] = await store.deliver_signals(payloads, at)
     return written
@@ -74,7 +80,10 @@ def _limited(wf: Workflow[Any, Any]) -> bool:
 
 
 async def _create_gated(
-    store: Any, wf: Workflow[Any, Any], new_runs: Sequence[WorkflowRun], failed: dict[str, str]
+    store: GatedStarts,
+    wf: Workflow[Any, Any],
+    new_runs: Sequence[WorkflowRun],
+    failed: dict[str, str],
 ) -> list[str | None]:
     """Create members one by one through the store's gated insert, as `ctx.child` would start
     each: a member over its key's quota (or its singleton line's depth) is not created, and
@@ -254,7 +263,7 @@ def completion_of_run(run: WorkflowRun) -> dict[str, Any] | None:
     return completion
 
 
-async def recover_completions(ex: Any, members: dict[str, int]) -> list[StepCheckpoint]:
+async def recover_completions(ex: Execution, members: dict[str, int]) -> list[StepCheckpoint]:
     """Deliver the completion of every child in `members` (child id → the parent's seq)
     that already finished although the parent's row still waits for it.
 

@@ -32,8 +32,6 @@ from durably._core.errors import (
     ContinueAsNew,
     NonDeterminismError,
     RunEvicted,
-    SerializationError,
-    StoreFailure,
     WorkflowSuspended,
     _ControlFlow,
 )
@@ -53,6 +51,7 @@ from durably._core.models import (
 )
 from durably._engine.defs.events import EngineEvent
 from durably._engine.defs.registry import Workflow
+from durably._engine.run.guarded import GuardedStore, RunSideStore
 
 if TYPE_CHECKING:
     from durably._engine.run.host import RunHost
@@ -114,7 +113,7 @@ class Execution:
     ):
         self.host = host
         # Store failures inside a turn end the turn (they are not the body's to catch).
-        self.store: Any = GuardedStore(host.store)
+        self.store: RunSideStore = GuardedStore(host.store)
         self.run = run
         self.run_id = run.id
         self.workflow = workflow
@@ -565,28 +564,6 @@ class Execution:
             started_at=utc_from_ms(started),
             finished_at=utc_from_ms(finished),
         )
-
-
-class GuardedStore:
-    """Proxy over the StateStore that turns store exceptions into `StoreFailure`."""
-
-    __slots__ = ("_store",)
-
-    def __init__(self, store: Any):
-        self._store = store
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._store, name)
-
-        async def guarded(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return await method(*args, **kwargs)
-            except (SerializationError, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                raise StoreFailure(exc) from exc
-
-        return guarded
 
 
 def _resolve(future: asyncio.Future[Wake], wake: Wake) -> None:

@@ -22,7 +22,7 @@ from durably._core.models import WorkflowRun
 
 if TYPE_CHECKING:
     from durably._engine.run.execution import Execution
-    from durably._store.protocol import StateStore
+    from durably._store.protocol import LeaseStore
 
 log = logging.getLogger("durably")
 
@@ -44,7 +44,7 @@ class TurnRunner(Protocol):
 class Dispatcher:
     """The runs executing or about to execute here, and this process's background tasks."""
 
-    def __init__(self, store: StateStore, *, drive_runs: bool, idle: Sized = ()):
+    def __init__(self, store: LeaseStore, *, drive_runs: bool, idle: Sized = ()):
         self._store = store
         self._drive_runs = drive_runs
         # The executions whose bodies wait only for something outside them (a signal, a

@@ -25,7 +25,7 @@ from durably._engine.run.children import deliver_signals, fan_span
 from durably._engine.worker.runs import BackgroundTasks, ExecutingRuns
 
 if TYPE_CHECKING:
-    from durably._store.protocol import StateStore
+    from durably._store.protocol import CheckpointStore, StateStore
 
 log = logging.getLogger("durably")
 
@@ -133,7 +133,7 @@ class ChildMailbox:
         await self._routed().redrive(run_id, cps[-1])
 
 
-async def _barrier_closed(store: StateStore, run_id: str, cps: list[StepCheckpoint]) -> bool:
+async def _barrier_closed(store: CheckpointStore, run_id: str, cps: list[StepCheckpoint]) -> bool:
     """The join barrier of child fans: closed iff every delivered completion is ok and some
     member of each touched fan is still `running` (one count per fan per batch). A barrier
     that cannot be read counts as open (a spare wake replays harmlessly; a lost one would

@@ -20,6 +20,7 @@ from durably._engine.control.settle import SettleHost, settle_terminal, update_i
 from durably._engine.defs.events import EngineEvent
 from durably._engine.worker import unserved
 from durably._engine.worker.runs import BackgroundTasks, DriveState, ExecutingRuns
+from durably._store.protocol import LeaseStore, ReadStore, RunStore, ScanStore
 
 if TYPE_CHECKING:
     from durably._engine.control.plane import ControlPlane
@@ -27,9 +28,15 @@ if TYPE_CHECKING:
     from durably._engine.defs.options import EngineOptions
     from durably._engine.defs.registry import Workflow
     from durably._engine.run.execution import Execution
-    from durably._store.protocol import StateStore
 
 log = logging.getLogger("durably")
+
+
+class PollerStore(ScanStore, LeaseStore, RunStore, ReadStore, signals.ExpiringBuffers, Protocol):
+    """What the poller asks of the store: the pick-up scans and the leases they lead to, the
+    runs it re-reads, the lists of its sweeps (blocked runs, timeouts) and the purge of
+    expired buffers."""
+
 
 # At most this many workflow names asked of the workers' liveness per poll, when parked runs
 # are looked at for convention routing: each may be a round trip to the transport.
@@ -73,7 +80,7 @@ class Poller:
 
     def __init__(
         self,
-        store: StateStore,
+        store: PollerStore,
         runs: PolledRuns,
         *,
         settle: SettleHost,

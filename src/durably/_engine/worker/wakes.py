@@ -16,7 +16,7 @@ from durably._engine.worker.runs import BackgroundTasks, DriveState, ExecutingRu
 from durably._store.protocol import WakeBus
 
 if TYPE_CHECKING:
-    from durably._store.protocol import StateStore
+    from durably._store.protocol import WakeSource
 
 log = logging.getLogger("durably")
 
@@ -36,7 +36,7 @@ class WakeLink:
 
     def __init__(
         self,
-        store: StateStore,
+        store: WakeSource,
         runs: WakeRuns,
         *,
         on_settled: Callable[[str], None],

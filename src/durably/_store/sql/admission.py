@@ -119,7 +119,7 @@ class PgAdmission:
         if store.dialect.is_sqlite:
             raise ValueError("PgAdmission needs a PostgreSQL store")
         self._store = store
-        self._cx: Connector = store._cx
+        self._cx: Connector = store.connector
         self._cx.register(_ACQUIRE, _RELEASE, _RENEW, _STATS)
         self._owner = owner
         self._clock = clock

@@ -1,8 +1,8 @@
 """Checkpoint aggregates of the SQL store, SQLite and PostgreSQL.
 
 - `checkpoint_stats` is ONE prebuilt `GROUP BY` statement (`Statements.cp_stats*`, built by
-  `checkpoint_stats_statements`): it reads no payload column and sends back one row per
-  bucket, however many checkpoints the run has.
+  `stats_statements.checkpoint_stats_statements`): it reads no payload column and sends
+  back one row per bucket, however many checkpoints the run has.
 - `query_checkpoints` filters, orders and pages in SQL (`query_checkpoints_statement`).
 
 Agreement with the in-memory reference (`checkpoint_stats_of`, `query_checkpoints_of`):
@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy import bindparam
 
 from durably._core.aggregates import (
     CheckpointQuery,
@@ -43,67 +42,6 @@ from durably._store.sql.schema import CHECKPOINT_COLUMNS, checkpoints
 if TYPE_CHECKING:
     from durably._store.sql.dialect import SqlDialect
     from durably._store.sql.statements import Statements
-
-# The name prefixes of each kind, in the order the CASE tests them (first match wins).
-_NAME_KIND_PREFIXES: tuple[tuple[str, NameKind], ...] = (
-    ("signal:child:", "child"),
-    ("fan:", "folded"),
-    ("spawn:", "spawn"),
-)
-
-
-def _sql_literal(value: str | int) -> sa.ColumnElement[Any]:
-    """A constant rendered into the SQL text (only ever our own constants): the same
-    expression then reads the same in the select list on every backend."""
-    text = str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
-    return sa.literal_column(text)
-
-
-def name_kind_case(name: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
-    """`CASE WHEN substr(name,1,13) = 'signal:child:' THEN 'child' … END`."""
-    whens = [
-        (
-            sa.func.substr(name, _sql_literal(1), _sql_literal(len(prefix)))
-            == _sql_literal(prefix),
-            _sql_literal(kind),
-        )
-        for prefix, kind in _NAME_KIND_PREFIXES
-    ]
-    return sa.case(*whens, else_=_sql_literal("step"))
-
-
-def checkpoint_stats_statements(dialect: SqlDialect) -> tuple[sa.Select[Any], sa.Select[Any]]:
-    """(every group, one group) variants of the aggregate `GROUP BY`; binds
-    `run_id` (and `group`). Buckets ordered by their first seq (one total order: a seq lives
-    in one bucket)."""
-    c = checkpoints.c
-    name: sa.ColumnElement[str] = c.name if dialect.is_sqlite else c.name.collate("C")
-    kind: sa.ColumnElement[str] = sa.literal_column("name_kind")
-    columns = (
-        c.parallel_group,
-        c.status,
-        name_kind_case(c.name).label("name_kind"),
-        sa.func.count().label("n"),
-        sa.func.min(c.seq).label("min_seq"),
-        sa.func.max(c.seq),
-        sa.func.min(name),
-        sa.func.max(name),
-        sa.func.min(sa.func.coalesce(c.enqueued_at, c.started_at)),
-        sa.func.min(c.started_at),
-        sa.func.max(c.started_at),
-        sa.func.max(c.finished_at),
-        sa.func.sum(c.attempts),
-    )
-
-    def shape(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
-        return (
-            sa.select(*columns)
-            .where(c.run_id == bindparam("run_id"), *where)
-            .group_by(c.parallel_group, c.status, kind)
-            .order_by(sa.literal_column("min_seq"))
-        )
-
-    return shape(), shape(c.parallel_group == bindparam("group"))
 
 
 def stat_from_row(row: Sequence[Any]) -> CheckpointStat:
@@ -203,8 +141,6 @@ class SqlCheckpointAggregates:
 
 __all__ = [
     "SqlCheckpointAggregates",
-    "checkpoint_stats_statements",
-    "name_kind_case",
     "query_checkpoints_statement",
     "stat_from_row",
 ]

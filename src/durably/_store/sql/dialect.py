@@ -11,7 +11,8 @@
 - the schema lock for migrations (`BEGIN IMMEDIATE` on SQLite, `pg_advisory_xact_lock` on PG).
 
 How connections are obtained (one serialised SQLite writer vs. the PostgreSQL pool) is the
-other backend difference; it lives in `connection.py` (`connector_for`).
+other backend difference; it lives in `connection.py` and `pgconn.py` (chosen by
+`connectors.connector_for`).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from durably._core.errors import SchemaVersionError
 from durably._store.sql import dialect as _d
 from durably._store.sql import pg as _pg
 from durably._store.sql.admission_schema import migration_v5
-from durably._store.sql.connection import connector_for
+from durably._store.sql.connectors import connector_for
 from durably._store.sql.quota_schema import migration_v6
 from durably._store.sql.schema import schema_version
 

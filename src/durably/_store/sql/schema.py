@@ -65,7 +65,7 @@ Index(
 )
 Index("durable_workflow_runs_created_at_idx", runs.c.created_at)
 Index("durable_workflow_runs_status_updated_at_idx", runs.c.status, runs.c.updated_at)
-# durably (migration 4): the pick-up order of claim_pending_runs and list_pending_runs —
+# durably (migration 4): the pick-up order of claim_pending_runs —
 # higher priority first, a run without one counting as 0, then oldest (created_at, id). The
 # index holds that exact order, so a claim reads the first `limit` pending entries instead of
 # sorting the whole backlog. It replaced migration 2's (status, created_at, id).

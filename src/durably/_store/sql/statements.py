@@ -13,7 +13,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import bindparam
 
-from durably._store.sql.aggregates import checkpoint_stats_statements
 from durably._store.sql.dialect import SqlDialect
 from durably._store.sql.schema import (
     CHECKPOINT_COLUMNS,
@@ -26,7 +25,8 @@ from durably._store.sql.schema import (
     tags,
     waiters,
 )
-from durably._store.sql.signal_buffer import SignalBufferStatements
+from durably._store.sql.signal_statements import SignalBufferStatements
+from durably._store.sql.stats_statements import checkpoint_stats_statements
 
 WAITER_COLUMNS = (waiters.c.token, waiters.c.run_id, waiters.c.seq, waiters.c.parallel_group)
 EVENT_COLUMNS = (
@@ -100,7 +100,6 @@ class Statements:
             sa.or_(*(r.status == status for status in INCOMPLETE_STATUSES)),
             order=(r.created_at, r.id),
         )
-        self.pending_runs = _scan_variants(r.status == "pending", order=PICKUP_ORDER, limited=True)
         # `blocked` runs (no live worker could take their next step) are re-checked on
         # the same clock as suspended ones.
         # (An OR of two equalities, not IN: IN compiles to an expanding parameter, which
@@ -133,11 +132,6 @@ class Statements:
         self.release = (
             sa.update(runs).where(r.id == bp("w_id")).values(locked_by=None, locked_until=None)
         )
-        self.renew = (
-            sa.update(runs)
-            .where(r.id == bp("w_id"), r.locked_by == bp("w_owner"))
-            .values(locked_until=bp("w_until"))
-        )
         self.renew_all = (
             sa.update(runs).where(r.locked_by == bp("w_owner")).values(locked_until=bp("w_until"))
         )
@@ -159,9 +153,6 @@ class Statements:
         self.put_waiter = d.upsert(waiters, ("token",))
         self.get_waiter = sa.select(*WAITER_COLUMNS).where(w.token == bp("token"))
         self.delete_waiter = sa.delete(waiters).where(w.token == bp("token"))
-        self.take_waiter = (
-            self.delete_waiter.returning(*WAITER_COLUMNS) if d.supports_returning else None
-        )
         self.all_waiters = sa.select(*WAITER_COLUMNS).order_by(*order)
         self.waiters_plain = (
             sa.select(*WAITER_COLUMNS)
@@ -177,7 +168,7 @@ class Statements:
             w.token == bp("token"), w.run_id == bp("run_id"), w.seq == bp("seq")
         )
 
-        # buffered signals (bounded; built by sql/signal_buffer.py) and events
+        # buffered signals (bounded; built by sql/signal_statements.py) and events
         sb = SignalBufferStatements(d)
         self.buffer_signal = sb.insert
         self.buffer_signal_bounded = sb.insert_bounded
@@ -227,7 +218,7 @@ class Statements:
             self.delete_waiters_in.returning(*WAITER_COLUMNS) if d.supports_returning else None
         )
 
-        # ---- checkpoint aggregates — owned by sql/aggregates.py
+        # ---- checkpoint aggregates — built by sql/stats_statements.py, run by sql/aggregates.py
         # `checkpoint_stats`: one GROUP BY, every group / one group (binds run_id[, group]).
         self.cp_stats, self.cp_stats_group = checkpoint_stats_statements(d)
 

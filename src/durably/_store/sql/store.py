@@ -34,6 +34,7 @@ from durably._core.models import (
     WorkflowRun,
     now_utc,
 )
+from durably._store.derived import DerivedStoreMethods
 from durably._store.protocol import InstanceHold, StateStore, WakeBus
 from durably._store.query import DEFAULT_NAMESPACE, pickup_order
 from durably._store.sql import instance as _instance
@@ -41,7 +42,8 @@ from durably._store.sql import pg as _pg
 from durably._store.sql import rows as _rows
 from durably._store.sql.aggregates import SqlCheckpointAggregates
 from durably._store.sql.bulk import BulkOps
-from durably._store.sql.connection import Session, connector_for
+from durably._store.sql.connection import Connector, Session
+from durably._store.sql.connectors import connector_for
 from durably._store.sql.dialect import SqlDialect, create_engine, install_sqlite_pragmas
 from durably._store.sql.facets import SqlRunFacets
 from durably._store.sql.leases import release_retrying
@@ -49,9 +51,7 @@ from durably._store.sql.migrations import apply_on
 from durably._store.sql.predicates import run_query_predicates
 from durably._store.sql.quota import SqlStartAdmission
 from durably._store.sql.schema import (
-    CHECKPOINT_COLUMNS,
     RUN_COLUMNS,
-    checkpoints,
     runs,
 )
 from durably._store.sql.signal_buffer import SqlSignalBuffer
@@ -72,7 +72,12 @@ def _cas_params(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class SqlStateStore(
-    BulkOps, SqlCheckpointAggregates, SqlRunFacets, SqlSignalBuffer, SqlStartAdmission
+    DerivedStoreMethods,
+    BulkOps,
+    SqlCheckpointAggregates,
+    SqlRunFacets,
+    SqlSignalBuffer,
+    SqlStartAdmission,
 ):
     """The SQL StateStore for SQLite (aiosqlite) and PostgreSQL (asyncpg).
 
@@ -164,6 +169,13 @@ class SqlStateStore(
         Example: `SqlStateStore.from_url("postgresql://app@db/app?schema=durably&pool_size=20")`
         """
         return cls(create_engine(url, **options), owns_engine=True, clock=clock)
+
+    @property
+    def connector(self) -> Connector:
+        """How this store reaches its database (`connection.py`): what runs on the same
+        database beside the contract (the PostgreSQL admission backend) shares it, with its
+        pool and prepared statements."""
+        return self._cx
 
     async def __aenter__(self) -> SqlStateStore:
         return self
@@ -359,11 +371,6 @@ class SqlStateStore(
         self.statement_count += 1
         await self._cx.execute_idempotent(self._q.save_cp, _rows.checkpoint_to_sql(cp))
 
-    async def save_checkpoint_if_pending(self, cp: StepCheckpoint) -> bool:
-        """Write `cp` iff its row exists with status `pending` (one conditional UPDATE)."""
-        params = _cas_params(_rows.checkpoint_to_sql(cp))
-        return await self._write(self._q.cas_cp, params) == 1
-
     async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
         """Batched compare-and-set: per-entry results in input order, each entry compared
         against what the earlier entries wrote; one transaction (all or nothing).
@@ -413,24 +420,6 @@ class SqlStateStore(
         self._count_checkpoint_rows(0 if row is None else 1)
         return _rows.checkpoint_from_row(row) if row is not None else None
 
-    async def list_checkpoints_by_name_prefix(
-        self, run_id: str, prefixes: Sequence[str]
-    ) -> list[StepCheckpoint]:
-        """Names starting with any prefix (exact, case-sensitive: `substr`, never LIKE)."""
-        if not prefixes:
-            return []
-        c = checkpoints.c
-        wanted = list(dict.fromkeys(prefixes))
-        matches = [self.dialect.literal_prefix_predicate(c.name, p) for p in wanted]
-        stmt = (
-            sa.select(*CHECKPOINT_COLUMNS)
-            .where(c.run_id == run_id, matches[0] if len(matches) == 1 else sa.or_(*matches))
-            .order_by(c.seq)
-        )
-        found = await self._read_all(stmt)
-        self._count_checkpoint_rows(len(found))
-        return [_rows.checkpoint_from_row(row) for row in found]
-
     async def count_checkpoints(
         self, run_id: str, from_seq: int, to_seq: int, statuses: Sequence[str]
     ) -> int:
@@ -464,13 +453,6 @@ class SqlStateStore(
         """Runs in `running` or `cancelling` (ordered by created_at, id for stability)."""
         return await self._scan(self._q.incomplete, namespace, {})
 
-    async def list_pending_runs(
-        self, limit: int, namespace: str | None = None
-    ) -> list[WorkflowRun]:
-        """In pick-up order: higher priority first (NULL counts as 0), then (created_at,
-        id); the namespace filter applies before the limit."""
-        return await self._scan(self._q.pending_runs, namespace, {"lim": max(int(limit), 0)})
-
     async def list_due_timers(
         self, now_ms: int, namespace: str | None = None, limit: int | None = None
     ) -> list[WorkflowRun]:
@@ -490,19 +472,10 @@ class SqlStateStore(
 
     # ------------------------------------------------------------------ leases
 
-    async def try_lock_run(self, run_id: str, owner: str, lease_until_ms: int, now_ms: int) -> bool:
-        """One conditional UPDATE: free or expired (`locked_until <= now_ms`) leases only."""
-        params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms, "w_now": now_ms}
-        return await self._write(self._q.try_lock, params) == 1
-
     async def release_run_lock(self, run_id: str) -> None:
         # Retried while no connection can be had; logged at ERROR if it still fails
         # (`leases.py`): a silently failed release leaves the run waiting out its lease.
         await release_retrying(lambda: self._write(self._q.release, {"w_id": run_id}), run_id)
-
-    async def renew_run_lock(self, run_id: str, owner: str, lease_until_ms: int) -> bool:
-        params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms}
-        return await self._write(self._q.renew, params) == 1
 
     async def renew_run_locks(self, owner: str, lease_until_ms: int) -> int:
         """Extend every lease held by `owner` in one UPDATE; rows touched."""
@@ -515,7 +488,8 @@ class SqlStateStore(
     async def claim_run(
         self, run_id: str, owner: str, lease_until_ms: int, now_ms: int
     ) -> WorkflowRun | None:
-        """`try_lock_run` returning the locked row: one `UPDATE … RETURNING`."""
+        """Lease the run when its lease is free or expired (`locked_until <= now_ms`) and
+        return the locked row: one `UPDATE … RETURNING`."""
         params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms, "w_now": now_ms}
         if self._q.claim is not None:
             row = await self._write_first(self._q.claim, params)
@@ -640,22 +614,6 @@ class SqlStateStore(
             "parallel_group": waiter.parallel_group,
         }
         await self._write(self._q.put_waiter, params)
-
-    async def take_signal_waiter(self, token: str) -> SignalWaiter | None:
-        """Remove and return the row atomically (`DELETE … RETURNING`): taken exactly once."""
-        params = {"token": token}
-        if self._q.take_waiter is not None:
-            row = await self._write_first(self._q.take_waiter, params)
-            return _rows.waiter_from_row(row) if row is not None else None
-
-        async def work(s: Session) -> SignalWaiter | None:
-            found = await self._fetch(s, self._q.get_waiter, params)
-            if not found:
-                return None
-            await self._run(s, self._q.delete_waiter, params)
-            return _rows.waiter_from_row(found[0])
-
-        return await self._cx.write(work, tx=True)
 
     async def list_signal_waiters(self, prefix: str) -> list[SignalWaiter]:
         """Tokens starting with `prefix` (exact, case-sensitive), by (run_id, seq, token)."""
