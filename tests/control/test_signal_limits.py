@@ -23,8 +23,14 @@ from typing import Any
 import pytest
 
 import durably
-from durably import Client, Engine, InMemoryStateStore, SignalBufferFullError, WorkflowCtx
-from durably._core.bounds import PayloadTooLargeError
+from durably import (
+    Client,
+    Engine,
+    InMemoryStateStore,
+    PayloadTooLargeError,
+    SignalBufferFullError,
+    WorkflowCtx,
+)
 from durably._core.models import BufferedEvent
 from durably._engine.control import signals
 from tests.pg_support import fresh_schema, schema_url

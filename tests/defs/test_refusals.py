@@ -17,7 +17,7 @@ import pytest
 
 import durably
 from durably import EngineEvent, InMemoryStateStore, RunFailedError, WorkflowCtx
-from durably._transport.memory import InMemoryTransport
+from durably.transports import InMemoryTransport
 from tests.engine_support import RESULT_TIMEOUT, EngineFactory, shape
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import redis.asyncio as aioredis
 
 import durably
 from durably import Queue, WorkflowCtx
-from durably._transport.redis import RedisTransport
 from durably._transport.redis_admission import RedisAdmission
+from durably.transports import RedisTransport
 from tests.engine_support import EngineFactory
 from tests.remote.redis_support import REDIS_URL, delete_prefix, require_redis
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import pytest
 
 import durably
-from durably import WorkflowCtx
-from durably._core.errors import RunFailedError
-from durably._transport.memory import InMemoryTransport
+from durably import RunFailedError, WorkflowCtx
+from durably.transports import InMemoryTransport
 from tests.engine_support import EngineFactory
 
 RESULT_TIMEOUT = 20

@@ -19,8 +19,7 @@ import pytest
 import durably
 from durably import FatalError, WorkflowCtx
 from durably._core.wire import RemoteTask, StepResult
-from durably._transport.memory import InMemoryBroker, InMemoryTransport
-from durably._transport.protocol import TransportUnavailableError
+from durably.transports import InMemoryBroker, InMemoryTransport, TransportUnavailableError
 from tests.engine_support import EngineFactory
 
 

@@ -17,10 +17,8 @@ from typing import Any
 import pytest
 
 import durably
-from durably import Engine, WorkflowCtx
-from durably._core.models import StepCheckpoint
-from durably._store.memory import InMemoryStateStore
-from durably._transport.memory import InMemoryTransport
+from durably import Engine, InMemoryStateStore, StepCheckpoint, WorkflowCtx
+from durably.transports import InMemoryTransport
 from tests.engine_support import FAST_TUNING, RESULT_TIMEOUT, wait_until
 
 

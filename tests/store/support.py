@@ -8,8 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from durably._core.models import AttributeFilter, RunQuery, StepCheckpoint, WorkflowRun
-from durably._store.protocol import StateStore
+from durably import AttributeFilter, RunQuery, StateStore, StepCheckpoint, WorkflowRun
 
 
 class ConformantStore(StateStore, Protocol):

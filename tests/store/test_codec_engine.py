@@ -10,9 +10,7 @@ import sqlite3
 from typing import Any
 
 import durably
-from durably import WorkflowCtx
-from durably._store.codec import CodecStateStore
-from durably._store.crypto import AesGcmCodec
+from durably import AesGcmCodec, CodecStateStore, WorkflowCtx
 from tests.engine_support import RESULT_TIMEOUT, EngineFactory, wait_waiting_on
 
 KEY = AesGcmCodec.generate_key()

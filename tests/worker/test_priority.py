@@ -16,10 +16,8 @@ from typing import Any
 import pytest
 
 import durably
-from durably import Client, Engine, EngineEvent, Queue, WorkflowCtx
-from durably._core.models import WorkflowRun
-from durably._store.memory import InMemoryStateStore
-from durably._transport.memory import InMemoryTransport
+from durably import Client, Engine, EngineEvent, InMemoryStateStore, Queue, WorkflowCtx, WorkflowRun
+from durably.transports import InMemoryTransport
 from tests.engine_support import FAST_TUNING, RESULT_TIMEOUT, EngineFactory
 from tests.pg_support import fresh_schema, schema_url
 

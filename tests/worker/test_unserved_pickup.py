@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 
 import durably
-from durably import Client, Engine, WorkflowCtx
-from durably._core.models import WorkflowRun
+from durably import Client, Engine, WorkflowCtx, WorkflowRun
 from durably.dashboard import create_app
 from tests.cli.support import durably as durably_cli
 from tests.dashboard.conftest import client_for
