@@ -17,7 +17,8 @@ import durably
 from durably import Client, Engine, EngineOptions, SignalBufferFullError, WorkflowCtx
 from durably._cli.common import replica_of
 
-OPTIONS_SOURCE = Path(__file__).resolve().parents[2] / "src/durably/_engine/options.py"
+# The module that defines `EngineOptions`, wherever the runtime keeps it.
+OPTIONS_SOURCE = Path(inspect.getfile(EngineOptions))
 FIELDS = [f.name for f in dataclasses.fields(EngineOptions)]
 
 # One wrong value of each option: below its minimum, or of the wrong type.
