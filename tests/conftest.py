@@ -31,6 +31,10 @@ def _chosen_by_pythonpath() -> bool:
 if _SRC not in sys.path and not _chosen_by_pythonpath():
     sys.path.insert(0, _SRC)
 
+# The engine fixtures (`engine_factory`, `uid`) of every runtime suite. Loaded as a plugin,
+# after the path above is set, so it imports this checkout's durably.
+pytest_plugins = ["tests.engine_support"]
+
 
 # ------------------------------------------------------------------ leaked connections
 

@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import durably
+from durably import GroupHealth
 from durably._cli.health import directory_lines, group_lines, instances_of
 from durably._core.handshake import Disagreement, OnErrorRouteWire
 from durably._core.handshake_announce import AnnouncedWorkflow
 from durably._read.list_models import (
-    GroupHealth,
     WorkerConcurrency,
     WorkerDescription,
     WorkerHeartbeat,

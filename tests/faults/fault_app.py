@@ -43,9 +43,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import durably
-from durably import WorkflowCtx
-from durably._core.models import StepCheckpoint
-from durably._engine.defs.events import EngineEvent
+from durably import EngineEvent, StepCheckpoint, WorkflowCtx
 from durably._store.sql import SqlStateStore
 
 STEP_NAME = "fault.step"

@@ -26,7 +26,7 @@ from typing import Any
 
 import durably
 from durably import WorkflowCtx
-from durably._transport.protocol import Transport
+from durably.transports import Transport
 
 STEP = "fault.remote.work"
 WORKFLOW = "fault.remote.wf"
@@ -40,12 +40,13 @@ ENGINE_LEASE_MS = 1_500
 def make_transport(instance_id: str | None = None) -> Transport:
     kind, url, prefix = (os.environ[k] for k in ("FAULT_TRANSPORT", "FAULT_URL", "FAULT_PREFIX"))
     if kind == "redis":
-        from durably._transport.redis import RedisTransport, WorkerTiming
+        from durably._transport.redis import WorkerTiming
+        from durably.transports import RedisTransport
 
         timing = WorkerTiming(lock_duration_ms=LOCK_MS, stalled_interval_ms=STALL_MS)
         return RedisTransport(url, prefix=prefix, timing=timing, instance_id=instance_id)
     if kind == "sql":
-        from durably._transport.sql import SqlTransport
+        from durably.transports import SqlTransport
 
         return SqlTransport(
             url,

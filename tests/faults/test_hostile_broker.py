@@ -452,7 +452,7 @@ async def test_a_hostile_redis_writer_cannot_plant_steal_stall_or_loop(
     redis_prefix: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from durably._transport.redis import RedisTransport
+    from durably.transports import RedisTransport
 
     caplog.set_level(logging.INFO)
     CALLS.clear()
@@ -555,7 +555,7 @@ async def test_hostile_sql_result_rows_neither_plant_nor_block_the_drain(
     pg_url: str,  # noqa: F811
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from durably._transport.sql import SqlTransport
+    from durably.transports import SqlTransport
     from tests.pg_support import PG_URL, connect
     from tests.remote.sql_support import create_tables, drop_tables
 

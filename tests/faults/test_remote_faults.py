@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 
 from durably._core.wire import RemoteTask, StepResult, step_id_of
-from durably._transport.redis import RedisTransport
 from durably._transport.redis_bullmq import BullQueue, redis_client
 from durably._transport.redis_results import RESULT_JOB_OPTS
+from durably.transports import RedisTransport
 from tests.faults import remote_fault_app as fault_app
 from tests.pg_support import PG_URL, connect
 from tests.remote import redis_support

@@ -9,7 +9,7 @@ shared Redis server, deleted after the test; skipped likewise when Redis is unre
 Every backend of one world reads the same `FakeClock`, so TTLs, windows and waiter pruning
 are tested without sleeping.
 
-`engines` builds engines (tests/engine/conftest.py's `EngineFactory`) on SQLite and
+`engines` builds engines (tests/engine_support.py's `EngineFactory`) on SQLite and
 PostgreSQL, resident and classic.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from durably._core.admission import AdmissionBackend, LocalAdmission
-from tests.engine.conftest import EngineFactory
+from tests.engine_support import EngineFactory
 from tests.pg_support import fresh_schema, schema_url
 from tests.remote.redis_support import REDIS_URL, delete_prefix, require_redis
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from durably._core.admission import Admission, AdmissionBackend, Queue, QueueStats
+from durably import Queue
+from durably._core.admission import Admission, AdmissionBackend, QueueStats
 
 from .conftest import AdmissionWorld
 

@@ -17,8 +17,8 @@ import pytest
 
 import durably
 from durably import Queue, WorkflowCtx
-from durably._transport.memory import InMemoryTransport
-from tests.engine.conftest import EngineFactory
+from durably.transports import InMemoryTransport
+from tests.engine_support import EngineFactory
 
 RESULT_TIMEOUT = 60
 

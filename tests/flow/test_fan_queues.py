@@ -11,7 +11,7 @@ import pytest
 
 import durably
 from durably import Queue, Rejected, WorkflowCtx
-from tests.engine.conftest import EngineFactory
+from tests.engine_support import EngineFactory
 from tests.flow.test_engine_queues import RESULT_TIMEOUT, SideEffects
 
 

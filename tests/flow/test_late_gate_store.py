@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+from durably import StateStore
 from durably._core.quota import StartGate
-from durably._store.protocol import StateStore
 from tests.flow.test_quota_store import run, store  # noqa: F401  (the fixture)
 
 

@@ -30,12 +30,12 @@ from durably import (
     Concurrency,
     Engine,
     InMemoryStateStore,
+    PayloadRejectedError,
     Queue,
     Singleton,
     WorkflowCtx,
 )
 from durably._core.admission import Admission, AdmissionBackend, FreedListener, QueueStats
-from durably._core.bounds import PayloadRejectedError
 from tests.pg_support import fresh_schema, schema_url
 from tests.remote.redis_support import REDIS_URL, delete_prefix, require_redis
 

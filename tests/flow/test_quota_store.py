@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 
-from durably import InMemoryStateStore, WorkflowRun
+from durably import InMemoryStateStore, StateStore, WorkflowRun
 from durably._core.models import now_utc
 from durably._core.quota import SINGLETON_ADMITTED_TAG, StartGate
 from durably._store.codec import wrap_store
-from durably._store.protocol import StateStore
 from tests.sql.conftest import open_store
 from tests.store.support import try_lock
 

@@ -13,9 +13,9 @@ import redis.asyncio as aioredis
 
 import durably
 from durably import Queue, WorkflowCtx
-from durably._transport.redis import RedisTransport
 from durably._transport.redis_admission import RedisAdmission
-from tests.engine.conftest import EngineFactory
+from durably.transports import RedisTransport
+from tests.engine_support import EngineFactory
 from tests.remote.redis_support import REDIS_URL, delete_prefix, require_redis
 
 from .test_engine_queues import RESULT_TIMEOUT, SideEffects

@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 
 import durably
-from durably import Queue, WorkflowCtx
-from durably._engine.defs.concurrency import AdaptiveConcurrency
+from durably import AdaptiveConcurrency, Queue, WorkflowCtx
 from durably._engine.flow.step_limits import Resources, StepLimiter
-from tests.engine.conftest import EngineFactory
+from tests.engine_support import EngineFactory
 
 from .test_engine_queues import RESULT_TIMEOUT, SideEffects
 

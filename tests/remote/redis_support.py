@@ -207,7 +207,8 @@ def require_redis_server() -> None:
 async def _serve(ns: argparse.Namespace) -> None:
     sys.path.insert(0, str(REPO / "src"))
     from durably._core.wire import RemoteTask, StepResult
-    from durably._transport.redis import RedisTransport, WorkerTiming
+    from durably._transport.redis import WorkerTiming
+    from durably.transports import RedisTransport
 
     transport = RedisTransport(
         ns.url,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from durably._core.wire import RemoteTask, StepResult
-from durably._transport.sql import SqlTransport
+from durably.transports import SqlTransport
 from tests.pg_support import PG_URL, connect, require_pg
 
 

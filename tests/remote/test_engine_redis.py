@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import durably
-from durably._transport.redis import RedisTransport
+from durably.transports import RedisTransport
 from tests.remote import redis_support
 from tests.remote.durable_worker_env import durable_worker_python
 from tests.remote.redis_support import wait_for_line

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import durably
-from durably._transport.sql import SqlTransport
+from durably.transports import SqlTransport
 from tests.pg_support import PG_URL, fresh_schema, schema_url
 from tests.remote.sql_support import create_tables, prefix_fixture  # noqa: F401
 from tests.remote.step_workloads import SDK_STEPS, behaves_as_in_process, worker_app, workflows

@@ -222,7 +222,8 @@ async def test_the_store_refusing_data_is_told_apart_from_an_outage(pg_store: st
     """What the gateway drops instead of retrying: PostgreSQL's own refusal of a value (here
     a NUL written past the engine's checks, straight into the store) is a data error; a store
     that cannot be reached is not (that start-run is retried until the run exists)."""
-    from durably._core.models import WorkflowRun, now_utc
+    from durably import WorkflowRun
+    from durably._core.models import now_utc
     from durably._engine.gateway.server import _is_data_error
 
     now = now_utc()

@@ -32,7 +32,7 @@ from bullmq import Queue
 
 import durably
 from durably import WorkflowCtx
-from durably._transport.redis import RedisTransport
+from durably.transports import RedisTransport
 from tests.remote import redis_support
 
 redis_url = redis_support.redis_url

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from durably._core.wire import RemoteTask, StepResult, step_id_of
-from durably._transport.redis import RedisTransport, WorkerTiming
+from durably._transport.redis import WorkerTiming
+from durably.transports import RedisTransport
 from tests.remote import redis_support
 from tests.remote.redis_support import CollectingSink, OwnRedis, eventually
 

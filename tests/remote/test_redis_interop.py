@@ -18,7 +18,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from durably._core.wire import RemoteTask, sanitize_queue_token, step_id_of
-from durably._transport.redis import ControlMessage, RedisTransport
+from durably._transport.redis import ControlMessage
+from durably.transports import RedisTransport
 from tests.remote import redis_support
 from tests.remote.durable_worker_env import durable_worker_python
 from tests.remote.redis_support import CollectingSink, eventually, wait_for_line

@@ -18,16 +18,14 @@ from bullmq import Queue
 
 from durably._core.handshake import WorkerDescriptor, descriptor_hash, normalize_descriptor
 from durably._core.wire import RemoteTask, StepResult, step_id_of
-from durably._transport.pool import TransportPool
-from durably._transport.protocol import TransportUnavailableError
 from durably._transport.redis import (
     ControlMessage,
-    RedisTransport,
     ResultIntake,
     RunBeat,
     TenantTokenRefusedError,
     WorkerTiming,
 )
+from durably.transports import RedisTransport, TransportPool, TransportUnavailableError
 from tests.remote import redis_support
 from tests.remote.redis_support import (
     CollectingSink,

@@ -28,21 +28,21 @@ from typing import Any
 
 import pytest
 
-from durably import Engine
-from durably._core.models import (
-    HANDOFF_SEQ_BASE,
+from durably import (
+    Engine,
+    OnErrorRoute,
     StepCheckpoint,
     StepError,
+    Workflow,
     WorkflowRun,
+    remote_workflow,
 )
+from durably._core.models import HANDOFF_SEQ_BASE
 from durably._core.wire import RemoteTask, StepResult
 from durably._core.wire_turns import parse_workflow_decision
 from durably._engine.control.start import StartRequest
-from durably._engine.defs.registry import OnErrorRoute, Workflow
-from durably._engine.defs.remote_workflows import remote_workflow
 from durably._engine.remote.turns import RemoteTurns
-from durably._transport.memory import InMemoryTransport
-from durably._transport.pool import TransportPool
+from durably.transports import InMemoryTransport, TransportPool
 from tests.pg_support import fresh_schema, schema_url
 from tests.remote.durable_worker_env import durable_worker_python
 from tests.store.support import try_lock

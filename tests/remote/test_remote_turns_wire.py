@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from durably._core.models import HANDOFF_SEQ_BASE, StepError, StepEvent
+from durably import StepError, StepEvent
+from durably._core.models import HANDOFF_SEQ_BASE
 from durably._core.wire import WireFormatError
 from durably._core.wire_turns import (
     CallCommand,

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 import durably
-from durably._transport.memory import InMemoryBroker, InMemoryTransport
-from durably.transports import RedisTransport
+from durably.transports import InMemoryBroker, InMemoryTransport, RedisTransport
 from tests.remote import redis_support
 from tests.remote.test_remote_workflow_redis import sdk_worker
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from durably._core.models import StepError
+from durably import StepError
 from tests.pg_support import PG_URL, require_pg, services_required
 from tests.remote.durable_worker_env import durable_worker_python
 from tests.remote.sql_support import (

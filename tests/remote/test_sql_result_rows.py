@@ -19,7 +19,7 @@ import pytest
 import durably
 from durably import WorkflowCtx
 from durably._core.wire import StepResult
-from durably._transport.sql import SqlTransport
+from durably.transports import SqlTransport
 from tests.pg_support import PG_URL, fresh_schema, schema_url
 from tests.remote.sql_support import (
     RecordingSink,

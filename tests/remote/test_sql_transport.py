@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from durably._core.models import StepError
+from durably import StepError
 from durably._core.wire import RemoteTask, StepResult
-from durably._transport.protocol import TransportFeatures, TransportUnavailableError
-from durably._transport.sql import SqlTransport
+from durably._transport.protocol import TransportFeatures
+from durably.transports import SqlTransport, TransportUnavailableError
 from tests.pg_support import connect
 from tests.remote.sql_support import (
     RecordingSink,

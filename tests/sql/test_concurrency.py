@@ -8,7 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from durably._core.models import RunQuery, replace
+from durably import RunQuery
+from durably._core.models import replace
 from durably._store.sql import SqlStateStore
 from tests.store.support import take_buffered, take_waiter, try_lock
 
@@ -55,7 +56,7 @@ async def test_concurrent_leases_have_one_winner(store: SqlStateStore) -> None:
 
 
 async def test_take_once_under_concurrency(store: SqlStateStore) -> None:
-    from durably._core.models import SignalWaiter
+    from durably import SignalWaiter
 
     await store.put_signal_waiter(SignalWaiter("tok", "r1", 0))
     for n in range(20):

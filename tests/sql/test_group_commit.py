@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from durably._core.models import SignalWaiter
+from durably import SignalWaiter
 from durably._store.sql import SqlStateStore
 from durably._store.sql import connection as connection_module
 from durably._store.sql.schema import runs

@@ -316,6 +316,7 @@ async def test_claimers_in_two_stores_share_the_backlog_without_overlap(pg_url: 
 
 
 async def test_concurrent_leases_and_takes_across_pool_connections(pg_url: str) -> None:
+    from durably import SignalWaiter
 
     store = SqlStateStore.from_url(pg_url)
     try:

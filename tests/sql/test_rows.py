@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from durably._core.errors import SerializationError
-from durably._core.models import RunQuery, StepError, StepEvent, utc_from_ms
+from durably import RunQuery, SerializationError, StepError, StepEvent
+from durably._core.models import utc_from_ms
 from durably._store.sql import SqlStateStore
 from tests.store.support import pickup, take_buffered
 

@@ -9,13 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy.pool import StaticPool
 
-from durably._core.models import (
-    AttributeFilter,
-    BufferedEvent,
-    RunQuery,
-    SignalWaiter,
-)
-from durably._store.protocol import StateStore, missing_store_methods
+from durably import AttributeFilter, RunQuery, SignalWaiter, StateStore
+from durably._core.models import BufferedEvent
+from durably._store.protocol import missing_store_methods
 from durably._store.sql import SqlStateStore
 from durably._store.sql import connection as connection_module
 from durably._store.sql.dialect import SqlDialect, create_engine, normalize_url

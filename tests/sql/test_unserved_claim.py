@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from durably._core.models import StepError
+from durably import StepError
 from durably._store.sql.statements import Statements
 
 from .conftest import at, make_run, open_store

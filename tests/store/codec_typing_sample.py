@@ -4,10 +4,14 @@ annotation. Each line marked with a mypy-error comment must be reported with its
 
 from __future__ import annotations
 
-from durably import AesGcmCodec, CodecStateStore
-from durably._core.models import StepCheckpoint, WorkflowRun
-from durably._store.memory import InMemoryStateStore
-from durably._store.protocol import StateStore
+from durably import (
+    AesGcmCodec,
+    CodecStateStore,
+    InMemoryStateStore,
+    StateStore,
+    StepCheckpoint,
+    WorkflowRun,
+)
 
 
 def takes_store(store: StateStore) -> None: ...

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from durably._store.memory import InMemoryStateStore
+from durably import InMemoryStateStore
 from tests.pg_support import fresh_schema, schema_url
 
 

@@ -9,15 +9,9 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from durably._core.models import (
-    AttributeFilter,
-    BufferedSignal,
-    RunQuery,
-    SignalWaiter,
-    StepCheckpoint,
-    WorkflowRun,
-)
-from durably._store.protocol import LeaseStore, SignalStore, StateStore
+from durably import AttributeFilter, RunQuery, SignalWaiter, StateStore, StepCheckpoint, WorkflowRun
+from durably._core.models import BufferedSignal
+from durably._store.protocol import LeaseStore, SignalStore
 
 
 class ConformantStore(StateStore, Protocol):

@@ -23,20 +23,22 @@ from typing import Any
 
 import pytest
 
-from durably import Engine
-from durably._core.aggregates import CheckpointQuery
-from durably._core.errors import SerializationError
-from durably._core.models import (
-    BufferedEvent,
-    ChildWait,
+from durably import (
+    AesGcmCodec,
+    Codec,
+    CodecStateStore,
+    Engine,
+    InMemoryStateStore,
     RunQuery,
+    SerializationError,
     SignalWaiter,
     StepError,
     StepEvent,
 )
-from durably._store.codec import Codec, CodecError, CodecStateStore, wrap_store
-from durably._store.crypto import AesGcmCodec, key_id
-from durably._store.memory import InMemoryStateStore
+from durably._core.aggregates import CheckpointQuery
+from durably._core.models import BufferedEvent, ChildWait
+from durably._store.codec import CodecError, wrap_store
+from durably._store.crypto import key_id
 from durably._store.protocol import STORE_METHODS, missing_store_methods
 from tests.store.support import T0, at, make_cp, make_run, take_buffered
 

@@ -18,11 +18,10 @@ from typing import Any
 
 import pytest
 
-from durably._core.models import BufferedEvent, ChildWait, RunQuery, SignalWaiter
+from durably import AesGcmCodec, CodecStateStore, RunQuery, SignalWaiter, StateStore
+from durably._core.models import BufferedEvent, ChildWait
 from durably._core.quota import StartGate
-from durably._store.codec import CodecStateStore, contract_methods, plan_method
-from durably._store.crypto import AesGcmCodec
-from durably._store.protocol import StateStore
+from durably._store.codec import contract_methods, plan_method
 from tests.pg_support import connect, fresh_schema, schema_url
 from tests.store.support import T0, at, make_cp, make_run, take_buffered
 

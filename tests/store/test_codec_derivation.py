@@ -24,30 +24,26 @@ from typing import Any, Protocol
 
 import pytest
 
-from durably._core.models import (
-    BufferedEvent,
-    BufferedSignal,
-    ChildWait,
-    JSONValue,
-    RunPatch,
+from durably import (
+    CodecStateStore,
+    InMemoryStateStore,
     SignalWaiter,
+    StateStore,
     StepCheckpoint,
     WorkflowRun,
 )
+from durably._core.models import BufferedEvent, BufferedSignal, ChildWait, JSONValue, RunPatch
 from durably._store.codec import (
-    CodecStateStore,
     DataConverter,
     contract_methods,
     derive_codec_methods,
     plan_method,
 )
-from durably._store.memory import InMemoryStateStore
 from durably._store.protocol import (
     METHOD_ROLES,
     STORE_METHODS,
     STORE_ROLES,
     Payload,
-    StateStore,
 )
 from tests.store.support import make_cp, make_run
 

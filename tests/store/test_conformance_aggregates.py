@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from durably import SignalWaiter, StepCheckpoint, StepError
 from durably._core.aggregates import (
     CheckpointQuery,
     CheckpointStat,
@@ -27,14 +28,7 @@ from durably._core.aggregates import (
     query_checkpoints_of,
     stat_sort_key,
 )
-from durably._core.models import (
-    HANDOFF_SEQ_BASE,
-    ChildWait,
-    SignalWaiter,
-    StepCheckpoint,
-    StepError,
-    replace,
-)
+from durably._core.models import HANDOFF_SEQ_BASE, ChildWait, replace
 
 from .support import at, make_cp, make_run
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from durably._core.models import ChildWait, RunQuery, SignalWaiter, replace
-from durably._store.protocol import BULK_CHUNK, StateStore
+from durably import RunQuery, SignalWaiter, StateStore
+from durably._core.models import ChildWait, replace
+from durably._store.protocol import BULK_CHUNK
 
 from .support import T0, at, make_cp, make_run
 

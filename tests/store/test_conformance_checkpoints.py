@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from durably._core.errors import SerializationError
-from durably._core.models import StepError, StepEvent
+from durably import SerializationError, StepError, StepEvent
 
 from .support import ConformantStore, at, make_cp, make_run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from durably._core.models import WorkflowRun
+from durably import WorkflowRun
 
 from .support import ConformantStore, at, make_run, pickup, try_lock
 

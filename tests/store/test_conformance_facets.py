@@ -10,15 +10,16 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from durably._core.models import AttributeFilter, RunQuery
-from durably._read.list_models import (
-    LeaseOwnerRow,
+from durably import (
+    AttributeFilter,
     RunFacetRow,
+    RunQuery,
     RunValueAxis,
     RunValueFacetOptions,
     RunValueFacetRow,
+    StateStore,
 )
-from durably._store.protocol import StateStore
+from durably._read.list_models import LeaseOwnerRow
 from tests.store.support import at, make_run, try_lock
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from durably._core.models import AttributeFilter, RunQuery
-from durably._store.memory import InMemoryStateStore
+from durably import AttributeFilter, InMemoryStateStore, RunQuery
 
 from .support import ConformantStore, at, attr, make_cp, make_run, seed_attrs
 

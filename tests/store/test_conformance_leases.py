@@ -6,7 +6,7 @@ Each test takes the parametrized `store` fixture (see conftest.py).
 
 from __future__ import annotations
 
-from durably._core.models import RunQuery
+from durably import RunQuery
 
 from .support import T0, ConformantStore, at, id_set, ids, make_run, pickup, try_lock
 

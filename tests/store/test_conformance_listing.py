@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from durably._core.models import AttributeFilter, RunQuery
+from durably import AttributeFilter, RunQuery
 from durably._store.query import (
     AttributeRow,
     attribute_predicate_operands,

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from durably._core.models import AttributeFilter, BufferedSignal, RunQuery, SignalWaiter, StepError
-from durably._store.protocol import StateStore, missing_store_methods, require_store
+from durably import AttributeFilter, RunQuery, SignalWaiter, StateStore, StepError
+from durably._core.models import BufferedSignal
+from durably._store.protocol import missing_store_methods, require_store
 
 from .support import T0, ConformantStore, at, ids, make_cp, make_run, take_buffered
 

@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 
+from durably import CodecStateStore, InMemoryStateStore
 from durably._core.models import BufferedSignal, now_utc
-from durably._store.codec import CodecStateStore
-from durably._store.memory import InMemoryStateStore
 from tests.pg_support import connect, fresh_schema, schema_url
 from tests.store.support import take_buffered
 

@@ -5,7 +5,8 @@ Each test takes the parametrized `store` fixture (see conftest.py).
 
 from __future__ import annotations
 
-from durably._core.models import BufferedEvent, BufferedSignal, SignalWaiter
+from durably import SignalWaiter
+from durably._core.models import BufferedEvent, BufferedSignal
 
 from .support import ConformantStore, take_buffered, take_waiter
 

@@ -24,16 +24,14 @@ from typing import Any
 
 import pytest
 
-from durably._core.errors import SerializationError
-from durably._core.models import (
-    BufferedEvent,
-    BufferedSignal,
+from durably import (
+    CodecStateStore,
+    InMemoryStateStore,
+    SerializationError,
     SignalWaiter,
     StepCheckpoint,
-    now_utc,
 )
-from durably._store.codec import CodecStateStore
-from durably._store.memory import InMemoryStateStore
+from durably._core.models import BufferedEvent, BufferedSignal, now_utc
 from tests.pg_support import fresh_schema, schema_url
 from tests.store.support import at, make_cp, make_run, take_buffered
 

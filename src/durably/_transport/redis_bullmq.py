@@ -172,15 +172,24 @@ class BullJob:
     """Why the job's stored fields could not be read (then `data` is None)."""
 
 
+class _UnreadableJob(_Job):  # type: ignore[misc]
+    """A fetched job whose stored fields the package could not parse: no data, and why
+    (`unreadable`), so that the job is still finished instead of failing the fetch."""
+
+    def __init__(self, worker: Any, name: str, opts: dict[str, Any], unreadable: str):
+        super().__init__(worker, name, None, opts)
+        self.unreadable = unreadable
+
+
 def _job_view(job: Any) -> BullJob:
     reason = getattr(job, "failedReason", None)
-    unreadable = getattr(job, "_durably_unreadable", None)
+    unreadable = job.unreadable if isinstance(job, _UnreadableJob) else None
     return BullJob(
         id=str(getattr(job, "id", "") or ""),
         name=str(getattr(job, "name", "") or ""),
         data=getattr(job, "data", None),
         failed_reason=reason if isinstance(reason, str) and reason else None,
-        unreadable=unreadable if isinstance(unreadable, str) else None,
+        unreadable=unreadable,
     )
 
 
@@ -340,10 +349,10 @@ class _OneFetchWorker(_Worker):  # type: ignore[misc]
             # keeping it would only keep garbage (possibly a large one) in Redis.
             name = job_data.get("name")
             opts = {"removeOnComplete": True, "removeOnFail": True}
-            job = _Job(self, name if isinstance(name, str) else "", None, opts)
+            problem = f"{type(exc).__name__}: {str(exc)[:200]}"
+            job = _UnreadableJob(self, name if isinstance(name, str) else "", opts, problem)
             job.id = str(job_id or job_data.get("id") or "")
             job.token = token
-            job._durably_unreadable = f"{type(exc).__name__}: {str(exc)[:200]}"
             return job
         if raw is not None:
             job.data = raw

@@ -57,7 +57,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -88,6 +88,8 @@ from durably._transport.protocol import (
 from durably._transport.sql_drain import ResultDrain
 from durably._transport.sql_tables import (
     MAX_ID,
+    Connect,
+    SqlSettings,
     Statements,
     channel,
     dumps,
@@ -180,6 +182,7 @@ class SqlTransport:
         self._schema_ready = False
         self._channels: dict[str, str] = {}  # table name -> NOTIFY channel
         self._listener: asyncio.Task[None] | None = None
+        self._drain: ResultDrain | None = None
         self._drainer: asyncio.Task[None] | None = None
         self._results_wake = asyncio.Event()
         self._servers: list[_SqlStepServer] = []
@@ -212,6 +215,17 @@ class SqlTransport:
     @property
     def turns(self) -> TurnChannel | None:
         return None  # an SDK worker would crash on a workflow-shaped row
+
+    def _settings(self) -> SqlSettings:
+        """The settings the result drain and the step servers read."""
+        return SqlSettings(
+            sql=self._sql,
+            instance_id=self.instance_id,
+            poll_s=self._poll_s,
+            lease_ms=self._lease_ms,
+            batch_size=self._batch_size,
+            max_payload_bytes=self._max_payload_bytes,
+        )
 
     # ---------------------------------------------------------------- connections
 
@@ -407,13 +421,17 @@ class SqlTransport:
         await self._ready()
         self._ensure_listener()
         # The smaller of this transport's bound and the engine's.
-        drain = ResultDrain(self, sink, min(self._max_payload_bytes, result_size_limit(sink)))
+        max_bytes = min(self._max_payload_bytes, result_size_limit(sink))
+        drain = ResultDrain(self._conn, self._settings(), self._results_wake, sink, max_bytes)
+        self._drain = drain
         self._drainer = asyncio.get_running_loop().create_task(drain.loop())
 
     async def close(self) -> None:
         if self._closing:
             return
         self._closing = True
+        if self._drain is not None:
+            self._drain.stop()
         for server in list(self._servers):
             await server.drain(0)
         self._results_wake.set()
@@ -491,22 +509,37 @@ class SqlTransport:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         await self._ready()
-        server = _SqlStepServer(self, list(tokens), handler, concurrency)
+        server = _SqlStepServer(
+            self._conn, self._settings(), self._servers.remove, list(tokens), handler, concurrency
+        )
         self._servers.append(server)
         self._ensure_listener()
         return server
 
 
 class _SqlStepServer:
-    """Claims task rows on its tokens and runs them, at most `concurrency` at once."""
+    """Claims task rows on its tokens and runs them, at most `concurrency` at once.
 
-    def __init__(self, t: SqlTransport, tokens: list[str], handler: StepHandler, limit: int):
-        self._t = t
+    `connect` lends the transport's connections, `settings` are the transport's, and `forget`
+    takes the server off the transport's list once it has drained."""
+
+    def __init__(
+        self,
+        connect: Connect,
+        settings: SqlSettings,
+        forget: Callable[[_SqlStepServer], None],
+        tokens: list[str],
+        handler: StepHandler,
+        limit: int,
+    ):
+        self._connect = connect
+        self._settings = settings
+        self._forget = forget
         self.tokens = frozenset(tokens)
         self._token_list = tokens
         self._handler = handler
         self._limit = limit
-        self.instance_id = f"{t.instance_id}-s{uuid.uuid4().hex[:4]}"
+        self.instance_id = f"{settings.instance_id}-s{uuid.uuid4().hex[:4]}"
         self.wake = asyncio.Event()  # a notification, a free slot, or the stop
         self._stop = asyncio.Event()
         self._running: dict[asyncio.Task[None], tuple[str, int]] = {}  # -> (step id, stamp)
@@ -516,7 +549,7 @@ class _SqlStepServer:
 
     async def _serve_loop(self) -> None:
         failures = 0
-        t = self._t
+        settings = self._settings
         while not self._stop.is_set():
             free = self._limit - len(self._running)
             self.wake.clear()
@@ -525,11 +558,11 @@ class _SqlStepServer:
                 continue
             stamp = now_ms()
             try:
-                async with t._conn("claiming step tasks") as conn:
+                async with self._connect("claiming step tasks") as conn:
                     rows = await conn.fetch(
-                        t._sql.claim_tasks,
+                        settings.sql.claim_tasks,
                         self._token_list,
-                        stamp - t._lease_ms,
+                        stamp - settings.lease_ms,
                         free,
                         self.instance_id,
                         stamp,
@@ -537,7 +570,7 @@ class _SqlStepServer:
                 failures = 0
             except Exception as exc:
                 failures += 1
-                delay = min(t._poll_s * 2 ** (failures - 1), _MAX_BACKOFF_S)
+                delay = min(settings.poll_s * 2 ** (failures - 1), _MAX_BACKOFF_S)
                 log.warning("SQL transport: task claim failed (%s); retry in %.2fs", exc, delay)
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
@@ -548,7 +581,7 @@ class _SqlStepServer:
                 job.add_done_callback(self._finished)
             if not rows:
                 with suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), t._poll_s)
+                    await asyncio.wait_for(self.wake.wait(), settings.poll_s)
 
     async def _renew_loop(self) -> None:
         """Renew the claims of the steps running here every third of the lease. Any claim
@@ -556,7 +589,7 @@ class _SqlStepServer:
         the lease is claimed again (by this very server too) and runs twice while its first
         run goes on; a worker that dies stops renewing, and its steps come back after the
         lease (BullMQ renews its job locks the same way)."""
-        every = self._t._lease_ms / 3000
+        every = self._settings.lease_ms / 3000
         while True:
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._renew_stop.wait(), every)
@@ -566,13 +599,12 @@ class _SqlStepServer:
                 await self._renew()
 
     async def _renew(self) -> None:
-        t = self._t
         jobs = list(self._running.items())
         ids = [step_id for step_id, _ in self._running.values()]
         stamp = now_ms()
         try:
-            async with t._conn("renewing step task claims") as conn:
-                await conn.execute(t._sql.renew_tasks, ids, self.instance_id, stamp)
+            async with self._connect("renewing step task claims") as conn:
+                await conn.execute(self._settings.sql.renew_tasks, ids, self.instance_id, stamp)
         except Exception as exc:  # the next renewal tries again; past the lease, so be it
             log.warning("SQL transport: renewing step claims failed (%s)", exc)
             return
@@ -589,7 +621,7 @@ class _SqlStepServer:
     async def _run(self, row: Any) -> None:
         step_id = row["step_id"]
         try:
-            task = task_of_row(row, max_bytes=self._t._max_payload_bytes)
+            task = task_of_row(row, max_bytes=self._settings.max_payload_bytes)
         except WireFormatError as exc:
             await self._reject(row, exc)
             return
@@ -604,7 +636,7 @@ class _SqlStepServer:
     async def _complete(self, result: StepResult, step_id: str, attempt: int) -> None:
         """Insert the result and delete the task in one transaction. Retried while the lease
         lasts: after it, another worker may run the step again anyway."""
-        t = self._t
+        sql = self._settings.sql
         try:
             params = result_params(result)
         except (TypeError, ValueError) as exc:  # re-running it would give the same value
@@ -612,14 +644,14 @@ class _SqlStepServer:
             params = result_params(
                 StepResult(result.run_id, result.seq, step_id, "failed", error=error)
             )
-        give_up = time.monotonic() + t._lease_ms / 1000
+        give_up = time.monotonic() + self._settings.lease_ms / 1000
         failures = 0
         while True:
             try:
-                async with t._conn(f"publishing the result of step {step_id!r}") as conn:
+                async with self._connect(f"publishing the result of step {step_id!r}") as conn:
                     async with conn.transaction():
-                        await conn.execute(t._sql.insert_result, *params)
-                        await conn.execute(t._sql.finish_task, step_id, attempt)
+                        await conn.execute(sql.insert_result, *params)
+                        await conn.execute(sql.finish_task, step_id, attempt)
                 return
             except TransportUnavailableError as exc:
                 failures += 1
@@ -639,8 +671,8 @@ class _SqlStepServer:
             await self._complete(result, step_id, row["attempt"])
             return
         with suppress(TransportUnavailableError):
-            async with self._t._conn(f"deleting malformed task {step_id!r}") as conn:
-                await conn.execute(self._t._sql.finish_task, step_id, row["attempt"])
+            async with self._connect(f"deleting malformed task {step_id!r}") as conn:
+                await conn.execute(self._settings.sql.finish_task, step_id, row["attempt"])
 
     async def drain(self, timeout: float) -> None:
         self._stop.set()
@@ -661,10 +693,10 @@ class _SqlStepServer:
             with suppress(BaseException):
                 await job
         # Cancelled steps go back to the queue now rather than after the lease.
-        t = self._t
+        release = self._settings.sql.release_tasks
         for step_id, stamp in leftover.values():
             with suppress(Exception):
-                async with t._conn("releasing step tasks") as conn:
-                    await conn.execute(t._sql.release_tasks, [step_id], self.instance_id, stamp)
+                async with self._connect("releasing step tasks") as conn:
+                    await conn.execute(release, [step_id], self.instance_id, stamp)
         with suppress(ValueError):
-            t._servers.remove(self)
+            self._forget(self)

@@ -26,7 +26,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import sqlalchemy as sa
 
@@ -35,10 +35,14 @@ from durably._core.models import StepError
 from durably._core.wire import StepResult
 from durably._store.protocol import StateStoreUnavailable
 from durably._transport.protocol import ResultSink, TransportUnavailableError
-from durably._transport.sql_tables import MALFORMED_RESULT, now_ms, result_of_row, stand_in_for
-
-if TYPE_CHECKING:
-    from durably._transport.sql import SqlTransport
+from durably._transport.sql_tables import (
+    MALFORMED_RESULT,
+    Connect,
+    SqlSettings,
+    now_ms,
+    result_of_row,
+    stand_in_for,
+)
 
 try:
     import asyncpg  # type: ignore[import-untyped]
@@ -113,20 +117,38 @@ class _Bounded:
 
 
 class ResultDrain:
-    """Claims result rows, settles them through the sink, deletes them (module docstring)."""
+    """Claims result rows, settles them through the sink, deletes them (module docstring).
 
-    def __init__(self, t: SqlTransport, sink: ResultSink, max_bytes: int):
-        self._t = t
+    `connect` lends the transport's connections, `settings` are the transport's, and `wake` is
+    set by the transport whenever a result row may have arrived (a NOTIFY, a reconnect, the
+    close); `max_bytes` bounds each JSON column of a row."""
+
+    def __init__(
+        self,
+        connect: Connect,
+        settings: SqlSettings,
+        wake: asyncio.Event,
+        sink: ResultSink,
+        max_bytes: int,
+    ):
+        self._connect = connect
+        self._settings = settings
+        self._wake = wake
+        self._stopping = False
         self._sink = sink
         self._max_bytes = max_bytes
         self._refusals = _Bounded()  # step id -> refusals of its row on its own
         self._reported = _Bounded()  # (step id, created_at) of malformed rows already logged
 
+    def stop(self) -> None:
+        """Claim no batch after the one under way (the transport is closing)."""
+        self._stopping = True
+
     async def loop(self) -> None:
-        t = self._t
+        poll_s = self._settings.poll_s
         failures = 0
-        while not t._closing:
-            t._results_wake.clear()
+        while not self._stopping:
+            self._wake.clear()
             try:
                 claimed = await self.once()
                 failures = 0
@@ -134,22 +156,25 @@ class ResultDrain:
                 raise
             except Exception as exc:
                 failures += 1
-                delay = min(t._poll_s * 2 ** (failures - 1), _MAX_BACKOFF_S)
+                delay = min(poll_s * 2 ** (failures - 1), _MAX_BACKOFF_S)
                 log.warning("SQL transport: result drain failed (%s); retry in %.2fs", exc, delay)
                 await asyncio.sleep(delay)
                 continue
             if claimed == 0:
                 with suppress(TimeoutError):
-                    await asyncio.wait_for(t._results_wake.wait(), t._poll_s)
+                    await asyncio.wait_for(self._wake.wait(), poll_s)
 
     async def once(self) -> int:
         """Claim, read, deliver, acknowledge one batch; the number of rows claimed."""
-        t = self._t
-        sql, me = t._sql, t.instance_id
+        settings = self._settings
         stamp = now_ms()
-        async with t._conn("claiming step results") as conn:
+        async with self._connect("claiming step results") as conn:
             rows = await conn.fetch(
-                sql.claim_results, stamp - t._lease_ms, t._batch_size, me, stamp
+                settings.sql.claim_results,
+                stamp - settings.lease_ms,
+                settings.batch_size,
+                settings.instance_id,
+                stamp,
             )
         if not rows:
             return 0
@@ -196,16 +221,16 @@ class ResultDrain:
         return stand_in
 
     async def _ack(self, step_ids: Sequence[str], stamp: int, doing: str) -> None:
-        t = self._t
-        async with t._conn(doing) as conn:
-            await conn.execute(t._sql.ack_results, list(step_ids), t.instance_id, stamp)
+        sql, me = self._settings.sql, self._settings.instance_id
+        async with self._connect(doing) as conn:
+            await conn.execute(sql.ack_results, list(step_ids), me, stamp)
 
     async def _release(self, step_ids: Sequence[str], stamp: int) -> None:
         """Kept for the next poll instead of waiting out the lease."""
-        t = self._t
+        sql, me = self._settings.sql, self._settings.instance_id
         with suppress(Exception):
-            async with t._conn("releasing step results") as conn:
-                await conn.execute(t._sql.release_results, list(step_ids), t.instance_id, stamp)
+            async with self._connect("releasing step results") as conn:
+                await conn.execute(sql.release_results, list(step_ids), me, stamp)
 
     async def _settled(self, step_ids: Sequence[str], stamp: int) -> None:
         for step_id in step_ids:

@@ -9,7 +9,9 @@ import hashlib
 import json
 import re
 import time
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from durably._core.bounds import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -46,6 +48,8 @@ __all__ = [
     "MALFORMED_RESULT",
     "MAX_ID",
     "MAX_TIMESTAMP_MS",
+    "Connect",
+    "SqlSettings",
     "Statements",
     "channel",
     "dumps",
@@ -178,6 +182,26 @@ class Statements:
 
 
 # ------------------------------------------------------------------ rows
+
+
+@dataclass(frozen=True, slots=True)
+class SqlSettings:
+    """What the result drain and the step servers read of their transport's settings (fixed
+    when the transport is made)."""
+
+    sql: Statements
+    instance_id: str
+    poll_s: float
+    lease_ms: int
+    batch_size: int
+    max_payload_bytes: int
+
+
+class Connect(Protocol):
+    """Lends one pooled connection of the transport for `doing`: a database failure inside
+    becomes a `TransportUnavailableError` saying what was being done."""
+
+    def __call__(self, doing: str) -> AbstractAsyncContextManager[Any]: ...
 
 
 def task_of_row(row: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> RemoteTask:
