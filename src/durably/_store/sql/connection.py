@@ -128,12 +128,12 @@ class AiosqliteThread:
     @property
     def connection(self) -> sqlite3.Connection:
         """The sqlite3 connection, to be passed to functions `call` runs on its thread."""
-        conn: sqlite3.Connection = self._raw._conn  # noqa: SLF001, RUF100 (see the class)
+        conn: sqlite3.Connection = self._raw._conn  # noqa: SLF001 (see the class)
         return conn
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the connection's thread."""
-        result: T = await self._raw._execute(fn, *args)  # noqa: SLF001, RUF100 (see the class)
+        result: T = await self._raw._execute(fn, *args)  # noqa: SLF001 (see the class)
         return result
 
 
