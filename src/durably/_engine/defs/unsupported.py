@@ -8,7 +8,7 @@ and says what durably does instead. `None` (the default) is always accepted, so 
 against the full API runs as long as it does not rely on the missing feature.
 
 When a feature is implemented, delete its refusal here and the test that pins it in
-tests/engine/test_refusals.py.
+tests/defs/test_refusals.py.
 """
 
 from __future__ import annotations

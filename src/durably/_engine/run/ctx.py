@@ -516,7 +516,7 @@ class WorkflowCtx:
         waiter = SignalWaiter(token=token, run_id=ex.run_id, seq=seq)
         # Waiter and `running` placeholder in one transaction, the placeholder only where no
         # row exists: a completion delivered right after the waiter is in place can never be
-        # overwritten by the placeholder (found by tests/engine/test_fan_rules.py).
+        # overwritten by the placeholder (found by tests/run/test_fan_rules.py).
         placeholder = ex.instant(seq, name, "signal", status="running") if cp is None else None
         await children.register_waits(store, [ChildWait(waiter, placeholder)])
         if placeholder is not None:
