@@ -1,14 +1,22 @@
 """Import guards of the optional extras, importable without them (the CLI asks before it
-imports `durably.dashboard`, whose own import would fail)."""
+imports `durably.dashboard`, whose own import would fail; a PostgreSQL URL is checked before
+SQLAlchemy's dialect imports its driver, whose bare `ModuleNotFoundError` names no extra)."""
 
 from __future__ import annotations
 
 import importlib.util
 
-__all__ = ["DASHBOARD_MODULES", "EXTRA_HINT", "missing_modules"]
+__all__ = [
+    "DASHBOARD_MODULES",
+    "EXTRA_HINT",
+    "POSTGRES_HINT",
+    "missing_modules",
+    "require_postgres_driver",
+]
 
 EXTRA_HINT = "pip install 'durably[dashboard]'"
 DASHBOARD_MODULES = ("starlette", "uvicorn")
+POSTGRES_HINT = "pip install 'durably[postgres]'"
 
 
 def missing_modules(names: tuple[str, ...] = DASHBOARD_MODULES) -> list[str]:
@@ -22,3 +30,14 @@ def missing_modules(names: tuple[str, ...] = DASHBOARD_MODULES) -> list[str]:
         if not found:
             missing.append(name)
     return missing
+
+
+def require_postgres_driver(what: str) -> None:
+    """Raise `ModuleNotFoundError` naming the `postgres` extra when asyncpg is missing.
+
+    A subclass of the error the import itself would raise, so code that catches
+    ImportError keeps working; only the message changes, to say what to install."""
+    if missing_modules(("asyncpg",)):
+        raise ModuleNotFoundError(
+            f"{what} needs asyncpg (the `postgres` extra): {POSTGRES_HINT}", name="asyncpg"
+        )

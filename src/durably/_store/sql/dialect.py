@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.dml import Insert
 
+from durably._extras import require_postgres_driver
 from durably._store.sql import pg as _pg_options
 
 SQLITE = "sqlite"
@@ -251,6 +252,7 @@ def create_engine(url: str | URL, **engine_options: Any) -> AsyncEngine:
     normalized = normalize_url(url)
     name = dialect_name_of(normalized)
     if name == POSTGRESQL:
+        require_postgres_driver("a PostgreSQL store")
         normalized, from_url = _pg_options.split_url(normalized)
         ours = {k: engine_options.pop(k) for k in list(engine_options) if k in _PG_ONLY}
         ours.update(
