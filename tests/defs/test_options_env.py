@@ -179,3 +179,14 @@ async def test_a_client_takes_the_signal_buffer_bounds_from_the_environment(
     async with Client("memory", signal_buffer_per_token=3) as client:  # the keyword wins
         for n in range(3):
             await client.signal(f"{uid}.u", n)
+
+
+def test_the_instance_id_comes_from_the_environment_when_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Engine("memory").instance_id.startswith("durably-")  # a fresh one per process
+    monkeypatch.setenv("DURABLY_INSTANCE_ID", "box:app")
+    assert Engine("memory").instance_id == "box:app"
+    assert Engine("memory", instance_id="given").instance_id == "given"
+    monkeypatch.setenv("DURABLY_INSTANCE_ID", "  ")
+    assert Engine("memory").instance_id.startswith("durably-")

@@ -8,13 +8,20 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
-from durably._cli.common import EXIT_OK, CliError, echo, load_app
+from durably._cli.common import EXIT_OK, EXIT_USAGE, CliError, echo, load_app
 from durably._cli.render import format_duration
+from durably._cli.worker_identity import SlotHold, claim_default_id
+from durably._engine.defs.concurrency import ConcurrencySpec
 from durably._engine.defs.events import EngineEvent
-from durably._engine.engine import Engine
+from durably._engine.defs.options import env_name
+from durably._engine.engine import INSTANCE_ID_ENV, Engine
 from durably._engine.worker.roles import ROLE_ENV, ROLES
+
+CONCURRENCY_ENV = env_name("concurrency")
 
 
 def add_parser(sub: Any) -> None:
@@ -39,7 +46,72 @@ def add_parser(sub: Any) -> None:
         "no run), control (drives runs, takes step results and workflow decisions, serves no "
         "step) or both; sets DURABLY_ROLE for an app whose Engine(...) leaves role= out",
     )
+    p.add_argument(
+        "--instance-id",
+        metavar="ID",
+        default=None,
+        help="this worker's name in the store (default: DURABLY_INSTANCE_ID, else "
+        "<hostname>:<APP>, with #2, #3, … for a second, third worker of APP alive on this "
+        "host). A worker restarted with the same id takes its previous life's runs back at "
+        "once instead of waiting out their leases",
+    )
+    p.add_argument(
+        "--concurrency",
+        metavar="N",
+        type=_concurrency,
+        default=None,
+        help="step handlers run at once (Engine(concurrency=N); 'adaptive' for an adjusted "
+        "limit); sets DURABLY_CONCURRENCY for an app whose Engine(...) leaves it out",
+    )
     p.set_defaults(handler=run)
+
+
+def _concurrency(text: str) -> ConcurrencySpec:
+    if text == "adaptive":
+        return "adaptive"
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number >= 1 or 'adaptive', not {text!r}"
+        )
+    return value
+
+
+@contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` in `os.environ` while the app is imported (its module builds the engine, which
+    reads them), then the previous environment again: processes the app's steps start must
+    not inherit this worker's instance id."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _instance_id(args: argparse.Namespace) -> tuple[str, SlotHold | None]:
+    """--instance-id, else DURABLY_INSTANCE_ID, else this host's default id for the app (held
+    by a lock file for the life of the process, see worker_identity.py)."""
+    if args.instance_id is not None:
+        if not args.instance_id.strip():
+            raise CliError("--instance-id must not be empty", EXIT_USAGE)
+        return args.instance_id.strip(), None
+    given = os.environ.get(INSTANCE_ID_ENV, "").strip()
+    if given:
+        return given, None
+    try:
+        hold = claim_default_id(args.app)
+    except RuntimeError as exc:
+        raise CliError(str(exc)) from None
+    return hold.instance_id, hold
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +119,26 @@ def run(args: argparse.Namespace) -> int:
         # Read by Engine(...) when role= is left out: the app module builds its engine as
         # it is imported, so the role has to be in place before.
         os.environ[ROLE_ENV] = args.role
-    app = load_app(args.app)  # a role contradicting the app's engine fails its import
+    instance_id, slot = _instance_id(args)
+    values = {INSTANCE_ID_ENV: instance_id}
+    if args.concurrency is not None:
+        values[CONCURRENCY_ENV] = str(args.concurrency)
+    with _environment(values):
+        app = load_app(args.app)  # a role contradicting the app's engine fails its import
+    if args.instance_id is not None and app.instance_id != instance_id:
+        raise CliError(
+            f"{args.app} builds its engine with instance_id={app.instance_id!r}, which "
+            f"contradicts --instance-id {instance_id}: drop one of them",
+            2,
+        )
+    if slot is not None and app.instance_id != slot.instance_id:
+        slot.release()  # the app names its engine itself: the default id is not used
+    if args.concurrency is not None and app.options.concurrency != args.concurrency:
+        raise CliError(
+            f"{args.app} builds its engine with concurrency={app.options.concurrency!r}, "
+            f"which contradicts --concurrency {args.concurrency}: drop one of them",
+            2,
+        )
     if args.role is not None and app.role != args.role:
         raise CliError(
             f"{args.app} builds its engine with role={app.role!r}, which contradicts "

@@ -68,6 +68,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably")
 
+# Read by `Engine(...)` when `instance_id=` is left out (set by `durably worker`, or by hand).
+INSTANCE_ID_ENV = "DURABLY_INSTANCE_ID"
+
 I = TypeVar("I")
 O = TypeVar("O")
 
@@ -87,7 +90,13 @@ class Engine:
     raises `ValueError` naming it; an option of a feature durably does not have yet
     (`schedules=`, `retention=`, …) raises `NotImplementedError` naming the feature, and a
     misspelt one a `TypeError` suggesting the right name. `engine.options` holds the
-    result.
+    result. An option left out of both is read from `DURABLY_<NAME>` when set
+    (`DURABLY_LEASE_MS=5000`; see `EngineOptions`): code > environment > default.
+
+    Instance id: `instance_id=` (else `DURABLY_INSTANCE_ID`) names this process to the store.
+    Given one, a restart with the same id takes its previous life's runs back as soon as the
+    store proves that life gone, and a live process holding the id is waited for
+    (`instance_wait_ms`); two live processes never share one. Left out: a fresh id per process.
 
     Role (with a transport): `role="worker"` serves its steps and nothing else (drives no
     run, takes no step result or workflow decision), `role="control"` drives runs and takes
@@ -183,7 +192,11 @@ class Engine:
         store_, self._owns_store = open_store(store)
         self.store = wrap_store(store_, codec)  # encrypts payloads at rest (unchanged for None)
         self.namespace = namespace
-        self.instance_id = instance_id or f"durably-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        # An id given here, else `DURABLY_INSTANCE_ID`: a stable id, so a restarted process
+        # takes its previous life's runs back at once. Without either, a fresh id per process
+        # (two processes must never share one), whose runs wait out their leases after a crash.
+        given_id = instance_id or os.environ.get(INSTANCE_ID_ENV, "").strip() or None
+        self.instance_id = given_id or f"durably-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.clock: Callable[[], int] = clock or (lambda: int(time.time() * 1000))
         self.signal_buffer = buffer_policy(opts)
         transports = transport_pool(transport, instance_id=self.instance_id)
@@ -225,7 +238,7 @@ class Engine:
             role=self._role,
             role_given=role_given,
             instance_id=self.instance_id,
-            hold_instance=instance_id is not None,
+            hold_instance=given_id is not None,
             clock=self.clock,
             signal_buffer=self.signal_buffer,
             workflows=registry,
