@@ -260,7 +260,7 @@ class DashboardApi:
     async def retry(self, request: Request) -> Response:
         _params(request, _NONE)
         run_id = path_param(request, "run_id")
-        result = await self.engine.requeue(run_id)
+        result = await self.engine.retry(run_id)
         if result is None:
             return error_response(404, f"run {run_id} not found")
         return _result(result)
@@ -335,7 +335,7 @@ class DashboardApi:
                 if action == "cancel":
                     await self.engine.cancel(run.id, compensate=compensate)
                 else:
-                    await self.engine.requeue(run.id)
+                    await self.engine.retry(run.id)
             except Exception:
                 log.warning("durably dashboard: bulk %s of %s failed", action, run.id)
                 continue

@@ -306,6 +306,19 @@ class Client:
         rid = await self._plane.create_run(request, plain_input(request.workflow, input))
         return RunHandle(self, rid, None, self._plane.registration)
 
+    async def execute(
+        self,
+        workflow: Workflow[I, O] | str,
+        input: Any = None,
+        *,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> O:
+        """Start (`start`'s keywords) and wait for the output; `RunFailedError` if the run
+        does not complete. A worker somewhere must drive the run."""
+        handle: RunHandle[O] = await self.start(workflow, input, **options)
+        return await handle.result(timeout=timeout)
+
     def get_handle(self, run_id: str) -> RunHandle[Any]:
         """A handle on an existing run (its output is returned as stored JSON)."""
         return RunHandle(self, run_id, None, self._plane.registration)
@@ -450,6 +463,12 @@ class Client:
         """Release the run's first pending breakpoint; None when it has none."""
         await self._session.open()
         return await operator.continue_run(self._plane, run_id)
+
+    async def redispatch_pending(self, run_id: str) -> dict[str, Any] | None:
+        """Re-send every dispatched-but-unsettled step of the run (at-least-once); None
+        when the run is unknown."""
+        await self._session.open()
+        return await operator.redispatch_pending(self._plane, run_id)
 
     async def delete_run(self, run_id: str) -> int:
         """Delete the run and its children; the number of runs deleted."""
