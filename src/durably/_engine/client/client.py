@@ -43,7 +43,7 @@ from durably._engine.client.session import ClientSession, HostedSession, StoreSe
 from durably._engine.client.signal_api import BufferedSignals
 from durably._engine.control import operator, signals
 from durably._engine.control.plane import ControlPlane
-from durably._engine.control.signals import buffer_policy
+from durably._engine.control.signals import BufferBounds, buffer_policy
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.options import UNSET, EngineOptions, Unset, merge_options
 from durably._engine.defs.registry import Workflow
@@ -179,6 +179,12 @@ class Client:
     @property
     def namespace(self) -> str | None:
         return self._plane.namespace
+
+    @property
+    def signal_buffer(self) -> BufferBounds:
+        """The bounds its signals are checked against (`max_payload_bytes`, …), as
+        `Engine.signal_buffer`: what a console over this client refuses a body past."""
+        return self._plane.signal_buffer
 
     # ================================================================== lifecycle
 
