@@ -125,6 +125,12 @@ class Client:
     `ValueError` naming it.
 
     Use it as `async with Client(...) as client:`; calls made before open it lazily.
+
+    Its verbs are `Engine`'s under the same names and signatures; what an engine has beyond
+    them needs the worker: `update` (the engine's validators check it), `publish_event`
+    (its `on_event` workflows are in the engine's registry), worker health, queues,
+    observing, the registry and polling by hand. `durably.SyncClient` has the same verbs for
+    synchronous code.
     """
 
     def __init__(
