@@ -267,7 +267,7 @@ async def w5_worker(mode: str, url: str, log: str, n: int, timeout: float) -> No
 
         async def result_of(run_id: str) -> Any:
             try:
-                return await engine.handle(run_id).result(timeout=timeout)
+                return await engine.get_handle(run_id).result(timeout=timeout)
             except Exception as exc:
                 return f"{type(exc).__name__}: {exc}"
 

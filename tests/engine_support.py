@@ -174,7 +174,7 @@ async def wait_status(
 
 async def wait_suspended(engine: Engine, run_id: str) -> WorkflowRun:
     """Wait until the run is settled `suspended` (via the handle, then a store read)."""
-    run = await engine.handle(run_id).wait(timeout=RESULT_TIMEOUT)
+    run = await engine.get_handle(run_id).wait(timeout=RESULT_TIMEOUT)
     assert run.status == "suspended", run
     fresh = await engine.get_run(run_id)
     assert fresh is not None

@@ -76,6 +76,7 @@ EXPECTED_EXPORTS = [
     "StepEvent",
     "StepFailedError",
     "StoreConnectionError",
+    "SyncClient",
     "TenantGateway",
     "UpdateResult",
     "Workflow",

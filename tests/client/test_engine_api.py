@@ -243,11 +243,11 @@ async def test_requeue_reruns_only_the_failed_step(engine_factory: EngineFactory
         failed_cps = await engine.list_checkpoints(handle.run_id)
 
         state["fail"] = False
-        result = await engine.requeue(handle.run_id)
+        result = await engine.retry(handle.run_id)
         assert await handle.result(timeout=RESULT_TIMEOUT) == 23
         cps = await engine.list_checkpoints(handle.run_id)
         row = await engine.get_run(handle.run_id)
-        unknown = await engine.requeue(f"{uid}-nope")
+        unknown = await engine.retry(f"{uid}-nope")
 
     assert failed_row is not None and failed_row.status == "failed"
     assert failed_row.error is not None and failed_row.error.message == "downstream unavailable"
@@ -279,12 +279,12 @@ async def test_retry_with_input(engine_factory: EngineFactory, uid: str):
             await handle.result(timeout=RESULT_TIMEOUT)
         new_id = await engine.retry_with_input(handle.run_id, 5)
         assert new_id is not None
-        assert await engine.handle(new_id).result(timeout=RESULT_TIMEOUT) == 10
+        assert await engine.get_handle(new_id).result(timeout=RESULT_TIMEOUT) == 10
         original = await engine.get_run(handle.run_id)
         retried = await engine.get_run(new_id)
         custom = await engine.retry_with_input(handle.run_id, 6, new_run_id=f"{uid}-fixed")
         assert custom == f"{uid}-fixed"
-        assert await engine.handle(custom).result(timeout=RESULT_TIMEOUT) == 12
+        assert await engine.get_handle(custom).result(timeout=RESULT_TIMEOUT) == 12
         unknown = await engine.retry_with_input(f"{uid}-nope", 1)
 
     assert new_id.startswith(f"{uid}-r~retry~") and len(new_id) == len(f"{uid}-r~retry~") + 8

@@ -58,4 +58,4 @@ async def test_facets_counts_waiting_and_health(engine_factory: EngineFactory, u
         assert health and all(g.depth >= 0 for g in health)
 
         await engine.signal(f"{uid}-go-7", 7)
-        assert await engine.handle(f"{uid}-w").result(timeout=RESULT_TIMEOUT) == 7
+        assert await engine.get_handle(f"{uid}-w").result(timeout=RESULT_TIMEOUT) == 7

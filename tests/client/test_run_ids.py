@@ -184,7 +184,7 @@ async def test_a_retry_id_derived_from_a_long_id_is_refused_clearly(
         # With an id of its own the retry goes through.
         new_id = await engine.retry_with_input(source, 3, new_run_id="fixed")
         assert new_id == "fixed"
-        assert await engine.handle("fixed").result(timeout=RESULT_TIMEOUT) == 3
+        assert await engine.get_handle("fixed").result(timeout=RESULT_TIMEOUT) == 3
 
 
 # ------------------------------------------------------------------ children
@@ -260,7 +260,7 @@ async def test_a_continuation_id_that_would_be_too_long_fails_the_run_not_the_ch
         assert (await _settled(engine, first.run_id)).status == "completed"
         # The continuation is started just after the first run completes.
         await wait_until(lambda: _exists(engine, f"{fits}~1"), timeout=RESULT_TIMEOUT)
-        assert await engine.handle(f"{fits}~1").result(timeout=RESULT_TIMEOUT) == "done"
+        assert await engine.get_handle(f"{fits}~1").result(timeout=RESULT_TIMEOUT) == "done"
 
 
 # ------------------------------------------------------------------ CLI

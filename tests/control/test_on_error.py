@@ -240,7 +240,7 @@ async def test_requeue_retires_the_handoff_and_routes_to_the_next_attempt(
         run_id = handle.run_id
         with pytest.raises(RunFailedError):
             await handle.result(timeout=RESULT_TIMEOUT)
-        await engine.requeue(run_id)
+        await engine.retry(run_id)
         assert await handle.result(timeout=RESULT_TIMEOUT) == f"handled {run_id}"
         cps = await engine.list_checkpoints(run_id)
         second = await engine.get_run(f"{run_id}.onError.2")
@@ -314,7 +314,7 @@ async def test_crash_between_handoff_and_handler_start(
     finally:
         await lender.close()
     async with engine_factory(reconcile_ms=150) as engine:
-        assert await engine.handle(f"{uid}-r").result(timeout=RESULT_TIMEOUT) == "late c"
+        assert await engine.get_handle(f"{uid}-r").result(timeout=RESULT_TIMEOUT) == "late c"
         handler_run = await engine.get_run(f"{uid}-r.onError.1")
     assert handler_run is not None and handler_run.status == "completed"
 

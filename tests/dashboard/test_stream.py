@@ -171,7 +171,7 @@ async def test_a_read_replica_console_follows_a_run_moving_in_another_process(
         assert (await stream.next_message()) == ": connected"
         await asyncio.sleep(1.2)  # the poll has seen the suspended row
         await worker.signal(f"{uid}-go", 5)
-        assert await worker.handle(handle.run_id).result(timeout=10) == 5
+        assert await worker.get_handle(handle.run_id).result(timeout=10) == 5
         message = await stream.next_message()
         while message.startswith(":"):
             message = await stream.next_message()

@@ -193,7 +193,7 @@ async def test_declared_options_that_work_are_not_refused(
 
     async with engine_factory(workflows=[on_paid, attrs]) as engine:
         touched = await engine.publish_event(f"{uid}.paid", {"amount": 7}, id=f"{uid}-e")
-        started = engine.handle(f"evt:{uid}-e:{uid}.on-event")
+        started = engine.get_handle(f"evt:{uid}-e:{uid}.on-event")
         assert await started.result(timeout=RESULT_TIMEOUT) == 7
         handle = await engine.start(attrs, run_id=f"{uid}-a")
         with pytest.raises(RunFailedError) as info:

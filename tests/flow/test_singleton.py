@@ -263,7 +263,7 @@ async def test_a_retried_run_queues_again_behind_the_holder(target: Any, uid: st
         assert SINGLETON_ADMITTED_TAG not in ((await run_of(engine, failed.run_id)).tags or ())
         holder = await engine.start(flaky, {"fail": False, "label": "h"}, run_id=f"{uid}-h")
         await holder.wait(timeout=TIMEOUT)  # admitted, waiting for its signal
-        await engine.requeue(failed.run_id)
+        await engine.retry(failed.run_id)
 
         async def parked() -> bool:
             run = await engine.get_run(failed.run_id)

@@ -319,7 +319,7 @@ async def test_requeue_of_parent_requeues_the_failed_child(engine_factory: Engin
         with pytest.raises(RunFailedError) as info:
             await handle.result(timeout=RESULT_TIMEOUT)
         state["fail"] = False
-        await engine.requeue(handle.run_id)
+        await engine.retry(handle.run_id)
         assert await handle.result(timeout=RESULT_TIMEOUT) == 2
         kid = await engine.get_run(f"{uid}-kid")
         cps = await engine.list_checkpoints(handle.run_id)
@@ -360,14 +360,14 @@ async def test_requeue_of_parent_takes_a_fixed_replays_success_instead_of_rerunn
             await handle.result(timeout=RESULT_TIMEOUT)
         fixed = await engine.retry_with_input(f"{uid}-kid", 4)
         assert fixed is not None
-        assert await engine.handle(fixed).result(timeout=RESULT_TIMEOUT) == 40
+        assert await engine.get_handle(fixed).result(timeout=RESULT_TIMEOUT) == 40
         async with asyncio.timeout(RESULT_TIMEOUT):  # the success is announced after it settles
             while not (  # noqa: ASYNC110 - polls the store, which has no event to await
                 buffered := await engine.store.peek_buffered_signals(f"child:{uid}-kid", 10)
             ):
                 await asyncio.sleep(0.01)
         assert [hit.payload for hit in buffered] == [{"ok": True, "value": 40}]
-        await engine.requeue(handle.run_id)
+        await engine.retry(handle.run_id)
         assert await handle.result(timeout=RESULT_TIMEOUT) == 40
         kid = await engine.get_run(f"{uid}-kid")
         assert await engine.store.peek_buffered_signals(f"child:{uid}-kid", 10) == []

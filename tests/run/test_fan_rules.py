@@ -533,7 +533,7 @@ async def test_all_settled_propagates_non_determinism(engine_factory: EngineFact
         for x in (0, 1):
             await engine.signal(f"{uid}.go.{x}", None)
         with pytest.raises(RunFailedError) as info:
-            await engine.handle(handle.run_id).result(timeout=RESULT_TIMEOUT)
+            await engine.get_handle(handle.run_id).result(timeout=RESULT_TIMEOUT)
         # The parent fails at its first turn here (its replay meets the step fan), which may
         # come before the signalled children have finished: wait for them to end.
         for x in (0, 1):

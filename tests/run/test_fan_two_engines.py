@@ -39,6 +39,6 @@ async def test_a_fan_is_shared_by_two_engines(engine_factory: EngineFactory, uid
             a.subscribe(counter("a"))
             b.subscribe(counter("b"))
             handle = await a.start(parent, n, run_id=f"{uid}-p")
-            assert await a.handle(handle.run_id).result(timeout=60) == n * (n + 1) // 2
+            assert await a.get_handle(handle.run_id).result(timeout=60) == n * (n + 1) // 2
     assert settled_by["a"] + settled_by["b"] == n, settled_by
     assert settled_by["b"] > 0, settled_by  # the other engine took part of the fan

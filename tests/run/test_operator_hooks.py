@@ -130,7 +130,7 @@ async def test_patched_old_run_takes_the_old_branch(engine_factory: EngineFactor
     # Redeploy: a fresh engine on the same store with the patched body.
     async with engine_factory(workflows=[new]) as engine:
         await engine.signal(f"{uid}.go", "sig")
-        out = await engine.handle(run_id).result(timeout=RESULT_TIMEOUT)
+        out = await engine.get_handle(run_id).result(timeout=RESULT_TIMEOUT)
         cps = await engine.list_checkpoints(run_id)
 
     assert out == {"y": 2, "got": "sig", "patched": False}
@@ -153,7 +153,7 @@ async def test_non_determinism_fails_the_run(engine_factory: EngineFactory, uid:
     async with engine_factory(workflows=[renamed]) as engine:
         await engine.signal(f"{uid}.go", "sig")
         with pytest.raises(RunFailedError) as info:
-            await engine.handle(run_id).result(timeout=RESULT_TIMEOUT)
+            await engine.get_handle(run_id).result(timeout=RESULT_TIMEOUT)
         cps = await engine.list_checkpoints(run_id)
 
     error = info.value.error
@@ -187,7 +187,7 @@ async def test_non_determinism_via_same_engine_registry(engine_factory: EngineFa
     async with engine_factory(workflows=engine.registered_workflows()) as engine2:
         await engine2.signal(f"{uid}.go", "sig")
         with pytest.raises(RunFailedError) as info:
-            await engine2.handle(handle.run_id).result(timeout=RESULT_TIMEOUT)
+            await engine2.get_handle(handle.run_id).result(timeout=RESULT_TIMEOUT)
 
     assert info.value.error is not None and info.value.error.code == "non_determinism"
 
@@ -209,7 +209,7 @@ async def test_continue_as_new(engine_factory: EngineFactory, uid: str):
         await wait_status(engine, f"{uid}-r~2", "completed")
         second = await engine.get_run(f"{uid}-r~1")
         third = await engine.get_run(f"{uid}-r~2")
-        third_out = await engine.handle(f"{uid}-r~2").result(timeout=RESULT_TIMEOUT)
+        third_out = await engine.get_handle(f"{uid}-r~2").result(timeout=RESULT_TIMEOUT)
         nothing = await engine.get_run(f"{uid}-r~3")
 
     assert first.status == "completed" and first.output is None and first.error is None
@@ -364,7 +364,7 @@ async def test_continue_as_new_result_with_typed_output(engine_factory: EngineFa
     async with engine_factory() as engine:
         handle = await engine.start(counter_wf, 0, run_id=f"{uid}-c")
         await wait_status(engine, f"{uid}-c~1", "completed")
-        nxt = await engine.handle(f"{uid}-c~1").result(timeout=RESULT_TIMEOUT)
+        nxt = await engine.get_handle(f"{uid}-c~1").result(timeout=RESULT_TIMEOUT)
         row = await engine.get_run(handle.run_id)
         first = await handle.result(timeout=RESULT_TIMEOUT)
 

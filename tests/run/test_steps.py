@@ -617,7 +617,7 @@ async def test_retry_backoff_survives_an_engine_restart(engine_factory: EngineFa
         handle = await engine.start(wf, 21)
         waiting = await wait_suspended(engine, handle.run_id)
     async with engine_factory() as engine:
-        assert await engine.handle(handle.run_id).result(timeout=RESULT_TIMEOUT) == 42
+        assert await engine.get_handle(handle.run_id).result(timeout=RESULT_TIMEOUT) == 42
         cps = await engine.list_checkpoints(handle.run_id)
 
     assert waiting.wake_at is not None

@@ -408,7 +408,7 @@ async def test_sleep_survives_an_engine_restart(engine_factory: EngineFactory, u
         before = await engine.list_checkpoints(handle.run_id)
     # The first engine is gone (its resident body evicted); a new one picks the run up.
     async with engine_factory() as engine:
-        assert await engine.handle(handle.run_id).result(timeout=RESULT_TIMEOUT) == "woke"
+        assert await engine.get_handle(handle.run_id).result(timeout=RESULT_TIMEOUT) == "woke"
         after = await engine.list_checkpoints(handle.run_id)
 
     assert shape(after) == [(0, "sleep", "sleep", "completed")]
@@ -450,7 +450,7 @@ async def test_signal_wait_survives_an_engine_restart(engine_factory: EngineFact
         await wait_waiting_on(engine, handle.run_id, token)
     async with engine_factory() as engine:
         await engine.signal(token, 2)
-        assert await engine.handle(handle.run_id).result(timeout=RESULT_TIMEOUT) == [1, 2]
+        assert await engine.get_handle(handle.run_id).result(timeout=RESULT_TIMEOUT) == [1, 2]
         cps = await engine.list_checkpoints(handle.run_id)
 
     assert shape(cps) == [

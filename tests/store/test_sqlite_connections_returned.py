@@ -120,5 +120,5 @@ async def test_a_read_after_close_leaves_no_connection_checked_out(
 
 
 async def durably_wait_suspended(engine: durably.Engine, run_id: str) -> None:
-    run = await engine.handle(run_id).wait(timeout=30)
+    run = await engine.get_handle(run_id).wait(timeout=30)
     assert run.status == "suspended", run

@@ -83,7 +83,7 @@ async def test_on_event_starts_each_matching_subscriber_once_per_event_id(
         assert await engine.publish_event(paid, {"amount": 500, "currency": "USD"}, id="e2") == 2
         # the same event id again starts nothing new (each start is idempotent by its id)
         assert await engine.publish_event(paid, {"amount": 5, "currency": "EUR"}, id="e1") == 2
-        assert (await engine.handle(f"evt:e1:{uid}.eur").result(timeout=RESULT_TIMEOUT))[
+        assert (await engine.get_handle(f"evt:e1:{uid}.eur").result(timeout=RESULT_TIMEOUT))[
             "amount"
         ] == 5
         plain_runs = await completed_runs(engine, plain.name, 2)
@@ -532,7 +532,7 @@ async def test_a_cancelled_accumulator_keeps_its_events_and_resumes_when_requeue
         await engine.publish_event(name, 3)
         await asyncio.sleep(0.3)
         assert await engine.store.list_runs(RunQuery(workflow=target.name)) == []
-        await engine.requeue(head)
+        await engine.retry(head)
         runs = await completed_runs(engine, target.name, 1)
     assert runs[0].output == {"events": [1, 2]}
 

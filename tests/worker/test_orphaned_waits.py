@@ -39,7 +39,7 @@ async def test_a_suspended_run_whose_holder_died_is_redriven(
 
         await wait_until(replayed, timeout=RESULT_TIMEOUT)
         await engine.signal(f"{uid}-go", "went")
-        assert await engine.handle(handle.run_id).result(timeout=RESULT_TIMEOUT) == "went"
+        assert await engine.get_handle(handle.run_id).result(timeout=RESULT_TIMEOUT) == "went"
 
 
 async def test_a_live_lease_is_not_an_orphan(engine_factory: EngineFactory, uid: str) -> None:

@@ -61,7 +61,7 @@ async def test_a_signal_from_another_engine_wakes_a_resident_run(uid: str) -> No
         await handle.wait(timeout=5)
         t0 = time.perf_counter()
         await api.signal(f"{uid}.go", "hello")
-        result = await api.handle(handle.run_id).result(timeout=5)
+        result = await api.get_handle(handle.run_id).result(timeout=5)
         elapsed = time.perf_counter() - t0
     assert result == "hello"
     assert entries == [1]  # woken in place on the worker, not replayed

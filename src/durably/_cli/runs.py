@@ -275,7 +275,7 @@ async def _retry(engine: Engine, args: argparse.Namespace) -> int:
         raise CliError(f"Run {run.id} is completed; there is nothing to retry.")
     if run.status in ("pending", "running"):
         raise CliError(f"Run {run.id} is {run.status}; it is not waiting to be retried.")
-    result = await engine.requeue(run.id)
+    result = await engine.retry(run.id)
     if args.json:
         print_json(_result_json(result, run))
     else:

@@ -16,7 +16,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Never, TypeVar
+from typing import TYPE_CHECKING, Any, Never, TypeVar, overload
 
 from durably._core.admission import Queue
 from durably._core.buffered_signals import DEFAULT_LIST_LIMIT, BufferedSignalInfo
@@ -25,12 +25,12 @@ from durably._core.errors import RunNotFoundError, WorkflowNotFoundError
 from durably._core.models import RunResult, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
 from durably._core.triggers import refuse_engine_owned_start
-from durably._engine.client.client import HostedClient
+from durably._engine.client.client import Client, HostedClient
+from durably._engine.client.deprecation import deprecated
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, UpdateResult, WaitUntil
 from durably._engine.client.reads import RunReads, WorkerHealth
 from durably._engine.client.signal_api import BufferedSignals, Updates
-from durably._engine.control import operator
 from durably._engine.control.signals import buffer_policy
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.concurrency import ConcurrencySpec
@@ -418,8 +418,77 @@ class Engine:
         handle: RunHandle[O] = await self.start(workflow, input, **options)
         return await handle.result(timeout=timeout)
 
+    def get_handle(self, run_id: str) -> RunHandle[Any]:
+        """A handle on an existing run (`Client.get_handle`); its output is decoded with the
+        workflow's return annotation when the workflow is registered here."""
+        return RunHandle(self, run_id, None, self._worker.registration)
+
+    async def result(self, run_id: str, timeout: float | None = None) -> Any:
+        """Wait until the run is terminal: its output, or `RunFailedError`."""
+        return await self.get_handle(run_id).result(timeout=timeout)
+
     def handle(self, run_id: str) -> RunHandle[Any]:
-        return RunHandle(self, run_id)
+        """Deprecated: `get_handle` (the name `Client` has always used for this verb)."""
+        deprecated("Engine.handle", "get_handle")
+        return self.get_handle(run_id)
+
+    @overload
+    async def signal_with_start(
+        self,
+        workflow: Workflow[I, O],
+        input: Any = None,
+        *,
+        run_id: str,
+        token: str,
+        payload: Any = None,
+        tags: Sequence[str] | None = None,
+        search_attributes: dict[str, str | int | float | bool] | None = None,
+        version: str | None = None,
+        namespace: str | None = None,
+    ) -> RunHandle[O]: ...
+
+    @overload
+    async def signal_with_start(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        run_id: str,
+        token: str,
+        payload: Any = None,
+        tags: Sequence[str] | None = None,
+        search_attributes: dict[str, str | int | float | bool] | None = None,
+        version: str | None = None,
+        namespace: str | None = None,
+    ) -> RunHandle[Any]: ...
+
+    @documented_by(Client.signal_with_start)
+    async def signal_with_start(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any = None,
+        *,
+        run_id: str,
+        token: str,
+        payload: Any = None,
+        tags: Sequence[str] | None = None,
+        search_attributes: dict[str, str | int | float | bool] | None = None,
+        version: str | None = None,
+        namespace: str | None = None,
+    ) -> RunHandle[Any]:
+        # The engine's client starts the run over the worker's control plane, so the run
+        # is driven here like one `start` creates.
+        return await self._client.signal_with_start(
+            workflow,
+            input,
+            run_id=run_id,
+            token=token,
+            payload=payload,
+            tags=tags,
+            search_attributes=search_attributes,
+            version=version,
+            namespace=namespace,
+        )
 
     # ================================================================== signals & events
 
@@ -606,26 +675,40 @@ class Engine:
 
     # ================================================================== operator actions
 
-    # cancel, requeue, retry_with_input, continue_run, delete_run: the engine's client.
+    # cancel, retry, retry_with_input, continue_run, redispatch_pending, delete_run: the
+    # engine's client.
 
+    @documented_by(Client.cancel)
     async def cancel(self, run_id: str, *, compensate: bool = False) -> RunResult | None:
         return await self._client.cancel(run_id, compensate=compensate)
 
-    async def requeue(self, run_id: str) -> RunResult | None:
+    @documented_by(Client.retry)
+    async def retry(self, run_id: str) -> RunResult | None:
         return await self._client.retry(run_id)
 
+    async def requeue(self, run_id: str) -> RunResult | None:
+        """Deprecated: `retry`. The API spec lists this verb as `requeue(run_id)` ("the
+        console's retry"); `Client` has always called it `retry`, as do the console and the
+        CLI (`durably runs retry`), so `retry` is the one name on both and `requeue` keeps
+        working here, with a `DeprecationWarning` naming `retry`."""
+        deprecated("Engine.requeue", "retry")
+        return await self.retry(run_id)
+
+    @documented_by(Client.retry_with_input)
     async def retry_with_input(
         self, run_id: str, input: Any, *, new_run_id: str | None = None
     ) -> str | None:
         return await self._client.retry_with_input(run_id, input, new_run_id=new_run_id)
 
+    @documented_by(Client.continue_run)
     async def continue_run(self, run_id: str) -> RunResult | None:
         return await self._client.continue_run(run_id)
 
+    @documented_by(Client.redispatch_pending)
     async def redispatch_pending(self, run_id: str) -> dict[str, Any] | None:
-        await self._ensure_open()
-        return await operator.redispatch_pending(self._worker.plane, run_id)
+        return await self._client.redispatch_pending(run_id)
 
+    @documented_by(Client.delete_run)
     async def delete_run(self, run_id: str) -> int:
         return await self._client.delete_run(run_id)
 

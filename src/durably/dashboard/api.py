@@ -1,4 +1,10 @@
-"""The console's JSON API over an `Engine`'s read and control methods.
+"""The console's JSON API over a `Client`'s or an `Engine`'s read and control methods.
+
+Over a `Client` (a web tier that runs no worker) every run, signal and operator route works
+from the store; the panels that only a worker can answer — `updates` (an engine's
+validators check them), `workers`, `workers/directory` and `queues` (what the engine's
+transports and flow control report) — answer `501` saying they need an `Engine`, and
+`metrics` serves the run gauges read from the store without the engine's event counters.
 
 Every route is relative to the API base path. Mutating routes (retry, retry-with-input,
 cancel, continue, redispatch, bulk, webhooks, updates) answer `403` in read-only mode.
@@ -24,6 +30,7 @@ from durably._core.errors import (
     ReservedTokenError,
     SignalBufferFullError,
 )
+from durably._engine.client.client import Client
 from durably._engine.engine import Engine
 from durably._read import lists
 from durably._read.list_models import RunListItem
@@ -46,7 +53,13 @@ from durably.dashboard.paths import path_param
 from durably.dashboard.responses import error_response, json_response, not_modified
 from durably.dashboard.stream import sse_response
 
-__all__ = ["BULK_ACTIONS", "BULK_LIMIT", "READ_ONLY_MESSAGE", "DashboardApi"]
+__all__ = [
+    "BULK_ACTIONS",
+    "BULK_LIMIT",
+    "NEEDS_ENGINE_MESSAGE",
+    "READ_ONLY_MESSAGE",
+    "DashboardApi",
+]
 
 log = logging.getLogger("durably.dashboard")
 
@@ -99,12 +112,14 @@ def _result(value: Any) -> Response:
 
 
 class DashboardApi:
-    """Route handlers bound to one engine."""
+    """Route handlers bound to one client or engine (`worker` is the engine, None over a
+    bare client: the panels that need it say so)."""
 
-    def __init__(self, engine: Engine, *, read_only: bool = False) -> None:
+    def __init__(self, engine: Client | Engine, *, read_only: bool = False) -> None:
         self.engine = engine
+        self.worker = engine if isinstance(engine, Engine) else None
         self.read_only = read_only
-        self._max_bytes = engine.options.max_payload_bytes
+        self._max_bytes = engine.signal_buffer.max_payload_bytes
 
     # ------------------------------------------------------------------ routing
 
@@ -260,7 +275,7 @@ class DashboardApi:
     async def retry(self, request: Request) -> Response:
         _params(request, _NONE)
         run_id = path_param(request, "run_id")
-        result = await self.engine.requeue(run_id)
+        result = await self.engine.retry(run_id)
         if result is None:
             return error_response(404, f"run {run_id} not found")
         return _result(result)
@@ -304,7 +319,9 @@ class DashboardApi:
         _params(request, _NONE)
         run_id = path_param(request, "run_id")
         arg = await _json_body(request, max_bytes=self._max_bytes)
-        outcome = await self.engine.update(run_id, path_param(request, "name"), arg)
+        if self.worker is None:
+            return _needs_engine("updates")
+        outcome = await self.worker.update(run_id, path_param(request, "name"), arg)
         if not outcome.accepted:
             return json_response({"accepted": False, "reason": outcome.reason})
         run = await self.engine.get_run(run_id)
@@ -335,7 +352,7 @@ class DashboardApi:
                 if action == "cancel":
                     await self.engine.cancel(run.id, compensate=compensate)
                 else:
-                    await self.engine.requeue(run.id)
+                    await self.engine.retry(run.id)
             except Exception:
                 log.warning("durably dashboard: bulk %s of %s failed", action, run.id)
                 continue
@@ -423,7 +440,9 @@ class DashboardApi:
         each transport that says which workers are live, with their reported load and what
         their descriptors say."""
         _params(request, _NONE)
-        groups = await self.engine.worker_health()
+        if self.worker is None:
+            return _needs_engine("worker health")
+        groups = await self.worker.worker_health()
         return json_response([g.to_json() for g in groups])
 
     async def workflow_directory(self, request: Request) -> Response:
@@ -431,7 +450,9 @@ class DashboardApi:
         disagreement between them (an onError route set the workers disagree on is not
         followed), and a sentence saying what the answer means."""
         _params(request, _NONE)
-        directory = await self.engine.workflow_directory()
+        if self.worker is None:
+            return _needs_engine("the workflow directory")
+        directory = await self.worker.workflow_directory()
         return json_response(directory.to_json())
 
     async def queues(self, request: Request) -> Response:
@@ -441,11 +462,24 @@ class DashboardApi:
         away (`blocked`: "concurrency", "rate" or null), and this engine's admitted and denied
         counts."""
         _params(request, _NONE)
-        return json_response([q.to_json() for q in await self.engine.queue_stats()])
+        if self.worker is None:
+            return _needs_engine("flow-control queues")
+        return json_response([q.to_json() for q in await self.worker.queue_stats()])
 
     async def topology(self, request: Request) -> Response:
         _params(request, _NONE)
         return json_response({"role": "control-plane"})
+
+
+NEEDS_ENGINE_MESSAGE = (
+    "This durable console was created over a durably.Client, which runs no worker: "
+    "{panel} needs a durably.Engine (create_app(engine))."
+)
+
+
+def _needs_engine(panel: str) -> Response:
+    """501: the panel is answered only by a worker, and this console has none."""
+    return error_response(501, NEEDS_ENGINE_MESSAGE.format(panel=panel))
 
 
 # How much of a blocked run's reason a list row carries (the run's page has all of it).

@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, Router
 from starlette.types import ASGIApp
 
+from durably._engine.client.client import Client
 from durably._engine.engine import Engine
 from durably.dashboard.api import DashboardApi
 from durably.dashboard.auth import Authenticator, DashboardAuth
@@ -85,7 +86,7 @@ class _ConsoleApp(Starlette):
 
 
 def create_app(
-    engine: Engine,
+    engine: Client | Engine,
     *,
     base_path: str = "/",
     api_base_path: str | None = None,
@@ -105,9 +106,17 @@ def create_app(
     routes excepted). `allowed_hosts` are the `Host` names the console answers (default:
     localhost, 127.0.0.1, [::1]; `.example.com` for a domain and its subdomains, `["*"]`
     for any, when the host app checks `Host` itself). A request body larger than
-    `max_body_bytes` (default 1 MiB) is refused with 413."""
-    if not isinstance(engine, Engine):
-        raise DashboardConfigError(f"create_app needs a durably.Engine, got {type(engine)!r}")
+    `max_body_bytes` (default 1 MiB) is refused with 413.
+
+    `engine` is an `Engine` or — for a web tier that runs no worker — a `Client`: over a
+    client every run, signal and operator panel works from the store, while the panels
+    only a worker answers (updates, worker health, the workflow directory, queues) answer
+    501 naming what they need, the metrics hold only the store's run gauges and a run's
+    stream follows its row (`durably.dashboard.api`)."""
+    if not isinstance(engine, Client | Engine):
+        raise DashboardConfigError(
+            f"create_app needs a durably.Client or durably.Engine, got {type(engine)!r}"
+        )
     if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int):
         raise DashboardConfigError(f"max_body_bytes must be an int, got {max_body_bytes!r}")
     if max_body_bytes < 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from durably._engine.client.client import Client
 from durably._engine.engine import Engine
 from durably._read.list_models import GroupHealth
 
@@ -24,14 +25,18 @@ def _group_labels(g: GroupHealth) -> str:
     return labels
 
 
-async def metrics_text(engine: Engine) -> str:
+async def metrics_text(reads: Client | Engine) -> str:
     """Event counters since boot, then backlog gauges read now, then the flow-control
-    queues'; ends with a newline."""
-    lines = [engine.metrics().to_prometheus().rstrip("\n")]
+    queues'; ends with a newline. Over a `Client` (no worker, so no events, worker health or
+    queues) only the backlog gauges, which the store answers."""
+    engine = reads if isinstance(reads, Engine) else None
+    lines = [engine.metrics().to_prometheus().rstrip("\n")] if engine is not None else []
     for status in ("pending", "running", "dead"):
-        count = await engine.count_runs(status=status)
+        count = await reads.count_runs(status=status)
         lines.append(f"# TYPE durable_{status}_runs gauge")
         lines.append(f"durable_{status}_runs {min(count, GAUGE_CAP)}")
+    if engine is None:
+        return "\n".join(lines) + "\n"
     groups = await engine.worker_health()
     if groups:
         lines.append("# TYPE durable_group_queue_depth gauge")

@@ -9,7 +9,8 @@ Engine events exist only in the process that drives the run. A console served by
 `drive=False` engine (`durably dashboard STORE_URL` next to separate workers) therefore also
 polls the run row every `POLL_SECONDS` and sends `{"type": "run.changed", "runId", "status",
 "updatedAt"}` when its status or `updatedAt` moved — so the page still follows a run that
-moves in another process (the UI refetches on any message).
+moves in another process (the UI refetches on any message). A console over a `Client`
+has no events at all: it only polls the row.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+from durably._engine.client.client import Client
 from durably._engine.defs.events import EngineEvent
 from durably._engine.engine import Engine
 
@@ -35,7 +37,7 @@ QUEUE_LIMIT = 10_000
 
 
 async def event_stream(
-    engine: Engine,
+    engine: Client | Engine,
     run_id: str,
     request: Request | None = None,
     keepalive: float = KEEPALIVE_SECONDS,
@@ -43,8 +45,9 @@ async def event_stream(
 ) -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[EngineEvent | dict[str, Any]] = asyncio.Queue()
+    worker = engine if isinstance(engine, Engine) else None
     if poll is None:
-        poll = None if engine.drive_runs else POLL_SECONDS
+        poll = None if worker is not None and worker.drive_runs else POLL_SECONDS
 
     def enqueue(event: EngineEvent | dict[str, Any]) -> None:
         if queue.qsize() >= QUEUE_LIMIT:
@@ -79,7 +82,7 @@ async def event_stream(
                 seen = now
             await asyncio.sleep(poll)
 
-    unsubscribe = engine.subscribe(on_event)
+    unsubscribe = worker.subscribe(on_event) if worker is not None else None
     poller = asyncio.ensure_future(watch_row()) if poll else None
     try:
         yield ": connected\n\n"
@@ -95,12 +98,13 @@ async def event_stream(
             data = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
             yield f"data: {data}\n\n"
     finally:
-        unsubscribe()
+        if unsubscribe is not None:
+            unsubscribe()
         if poller is not None:
             poller.cancel()
 
 
-def sse_response(engine: Engine, run_id: str, request: Request) -> StreamingResponse:
+def sse_response(engine: Client | Engine, run_id: str, request: Request) -> StreamingResponse:
     return StreamingResponse(
         event_stream(engine, run_id, request),
         media_type="text/event-stream",

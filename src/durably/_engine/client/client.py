@@ -43,7 +43,7 @@ from durably._engine.client.session import ClientSession, HostedSession, StoreSe
 from durably._engine.client.signal_api import BufferedSignals
 from durably._engine.control import operator, signals
 from durably._engine.control.plane import ControlPlane
-from durably._engine.control.signals import buffer_policy
+from durably._engine.control.signals import BufferBounds, buffer_policy
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.options import UNSET, EngineOptions, Unset, merge_options
 from durably._engine.defs.registry import Workflow
@@ -125,6 +125,12 @@ class Client:
     `ValueError` naming it.
 
     Use it as `async with Client(...) as client:`; calls made before open it lazily.
+
+    Its verbs are `Engine`'s under the same names and signatures; what an engine has beyond
+    them needs the worker: `update` (the engine's validators check it), `publish_event`
+    (its `on_event` workflows are in the engine's registry), worker health, queues,
+    observing, the registry and polling by hand. `durably.SyncClient` has the same verbs for
+    synchronous code.
     """
 
     def __init__(
@@ -179,6 +185,12 @@ class Client:
     @property
     def namespace(self) -> str | None:
         return self._plane.namespace
+
+    @property
+    def signal_buffer(self) -> BufferBounds:
+        """The bounds its signals are checked against (`max_payload_bytes`, …), as
+        `Engine.signal_buffer`: what a console over this client refuses a body past."""
+        return self._plane.signal_buffer
 
     # ================================================================== lifecycle
 
@@ -305,6 +317,19 @@ class Client:
             return RunHandle(self, rid, wf, self._plane.registration)
         rid = await self._plane.create_run(request, plain_input(request.workflow, input))
         return RunHandle(self, rid, None, self._plane.registration)
+
+    async def execute(
+        self,
+        workflow: Workflow[I, O] | str,
+        input: Any = None,
+        *,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> O:
+        """Start (`start`'s keywords) and wait for the output; `RunFailedError` if the run
+        does not complete. A worker somewhere must drive the run."""
+        handle: RunHandle[O] = await self.start(workflow, input, **options)
+        return await handle.result(timeout=timeout)
 
     def get_handle(self, run_id: str) -> RunHandle[Any]:
         """A handle on an existing run (its output is returned as stored JSON)."""
@@ -450,6 +475,12 @@ class Client:
         """Release the run's first pending breakpoint; None when it has none."""
         await self._session.open()
         return await operator.continue_run(self._plane, run_id)
+
+    async def redispatch_pending(self, run_id: str) -> dict[str, Any] | None:
+        """Re-send every dispatched-but-unsettled step of the run (at-least-once); None
+        when the run is unknown."""
+        await self._session.open()
+        return await operator.redispatch_pending(self._plane, run_id)
 
     async def delete_run(self, run_id: str) -> int:
         """Delete the run and its children; the number of runs deleted."""
