@@ -1,9 +1,8 @@
 """InMemoryStateStore: the reference StateStore.
 
 Everything lives in plain dicts (`memory_tables.MemoryTables`). Every method body runs
-without an `await`,
-so each call is atomic with respect to other asyncio tasks: compare-and-set, take-once and
-lease semantics need no lock.
+without an `await`, so each call is atomic with respect to other asyncio tasks:
+compare-and-set, take-once and lease semantics need no lock.
 
 Parity with the SQL stores is deliberate, so that tests written against this
 store hold for the others. What is stored and what is read back is decided in

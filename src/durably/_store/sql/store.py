@@ -11,6 +11,14 @@ Hot-path statements are built once per store with named bind parameters (`_q_*`)
 registered with the connector: on SQLite each runs in ONE aiosqlite call (concurrent ones
 share one call and one COMMIT) with SQL compiled once by SQLAlchemy; dynamic list queries go
 through SQLAlchemy's regular (cached) path.
+
+The store is assembled from part objects, each in a module of its own: bulk operations for
+fans (`bulk.py`), checkpoint aggregates (`aggregates.py`), run facets (`facets.py`), start
+admission (`quota.py`) and the signal buffer (`signal_buffer.py`). Each is handed, when the
+store is built, what it uses: the `StatementRunner` (`runner.py`: every statement of the
+store runs and is counted there, parts' and store's alike), the prebuilt `Statements`, the
+`SqlDialect`, the clock, and, for admission, the store's `get_run`. The store forwards those
+contract methods to the parts in one line each; no part sees the store itself.
 """
 
 from __future__ import annotations
@@ -664,7 +672,8 @@ class SqlStateStore(DerivedStoreMethods):
         stmt = sa.select(sa.func.count()).select_from(runs).where(*run_query_predicates(query))
         return await self._runner.read_scalar(stmt)
 
-    # ------------------------------------------------------------------ bulk, for fans (part)
+    # ------------------------------------------------------------------ bulk, for fans
+    # Forwards to `bulk.BulkOps`.
 
     async def register_child_waits(self, waits: Sequence[ChildWait]) -> None:
         """In ONE transaction, upsert every waiter and
@@ -702,7 +711,8 @@ class SqlStateStore(DerivedStoreMethods):
         (no scan of the pending backlog, whose plan degrades while a wide fan churns it)."""
         return await self._bulk.claim_runs(ids, owner, lease_until_ms, now_ms)
 
-    # ------------------------------------------------------------------ aggregates (part)
+    # ------------------------------------------------------------------ checkpoint aggregates
+    # Forwards to `aggregates.SqlCheckpointAggregates`.
 
     async def checkpoint_stats(self, run_id: str, group: str | None = None) -> list[CheckpointStat]:
         """One bucket per `(parallelGroup, status, nameKind)` , ordered by
@@ -716,7 +726,8 @@ class SqlStateStore(DerivedStoreMethods):
         mapping), by seq, then `offset`/`limit`: one statement, filtered and paged in SQL."""
         return await self._aggregates.query_checkpoints(run_id, query)
 
-    # ------------------------------------------------------------------ facets (part)
+    # ------------------------------------------------------------------ facets
+    # Forwards to `facets.SqlRunFacets`.
 
     async def run_facets(self, query: RunQuery) -> list[RunFacetRow]:
         """`(status, origin, count)` cells over every run matching `query` minus its
@@ -737,7 +748,8 @@ class SqlStateStore(DerivedStoreMethods):
         """Unexpired leases grouped by `(namespace, owner)`; one `GROUP BY`."""
         return await self._facets.lease_owners(now_ms, namespace)
 
-    # ------------------------------------------------------------------ start admission (part)
+    # ------------------------------------------------------------------ start admission
+    # Forwards to `quota.SqlStartAdmission`: each call ONE transaction.
 
     async def create_run_gated(self, run: WorkflowRun, gate: StartGate) -> StartOutcome:
         return await self._admission.create_run_gated(run, gate)
@@ -759,7 +771,8 @@ class SqlStateStore(DerivedStoreMethods):
     ) -> list[str]:
         return await self._admission.wake_singleton_waiters(tag, workflow, limit, now_ms)
 
-    # ------------------------------------------------------------------ signal buffer (part)
+    # ------------------------------------------------------------------ signal buffer
+    # Forwards to `signal_buffer.SqlSignalBuffer`.
 
     async def buffer_signal(self, token: str, payload: JSONValue) -> None:
         await self._signal_buffer.buffer_signal(token, payload)
