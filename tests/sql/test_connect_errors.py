@@ -176,7 +176,7 @@ async def test_a_statement_over_command_timeout_names_the_server_and_the_option(
     try:
         await store.ensure_schema()
         with pytest.raises(TimeoutError) as caught:
-            await store._read_all(sa.select(sa.func.pg_sleep(3)))
+            await store._runner.read_all(sa.select(sa.func.pg_sleep(3)))
         assert await store.get_run("r1") is None  # the store goes on working
     finally:
         await store.close()

@@ -121,14 +121,14 @@ async def test_a_failing_transaction_rolls_back_alone(
     await store.create_run(make_run())
     for seq in range(4):
         await store.save_checkpoint(make_cp(seq=seq, status="pending"))
-    real_many = store._many
+    real_many = store._runner.many
 
     async def failing_many(session: Any, stmt: Any, params: Any) -> None:
         await real_many(session, stmt, params)  # the UPDATE writes, then the call blows up
         if any(p["w_seq"] == 0 for p in params):
             raise RuntimeError("injected")
 
-    monkeypatch.setattr(store, "_many", failing_many)
+    monkeypatch.setattr(store._runner, "many", failing_many)
     hops.clear()
     results = await asyncio.gather(
         store.save_checkpoints_if_pending([make_cp(seq=0), make_cp(seq=1)]),

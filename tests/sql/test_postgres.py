@@ -262,7 +262,7 @@ async def test_an_in_flight_statement_fails_clearly_and_the_next_call_reconnects
         await store.create_run(make_run())
 
         async def slow() -> None:  # a statement on the store's own connections
-            await store._read_all(sa.select(sa.func.pg_sleep(5)))
+            await store._runner.read_all(sa.select(sa.func.pg_sleep(5)))
 
         task = asyncio.create_task(slow())
         await asyncio.sleep(0.3)
@@ -345,7 +345,7 @@ def _pool(store: SqlStateStore) -> Any:
 
 
 async def _sleep(store: SqlStateStore, seconds: float) -> None:
-    await store._read_all(sa.select(sa.func.pg_sleep(seconds)))
+    await store._runner.read_all(sa.select(sa.func.pg_sleep(seconds)))
 
 
 async def test_the_pool_is_bounded_and_keeps_pool_size_idle(pg_schema: str) -> None:
@@ -447,7 +447,9 @@ async def test_concurrent_checkpoint_writes_share_round_trips(pg_url: str) -> No
         await asyncio.gather(*(store.save_checkpoint(make_cp(f"r{i}", i)) for i in range(200)))
         assert store.statement_count - before == 200  # statements, as a caller sees them
         assert cx.group_round_trips < 100  # round trips: grouped while one was in flight
-        counted = await store._read_all(sa.text("SELECT count(*) FROM durable_step_checkpoints"))
+        counted = await store._runner.read_all(
+            sa.text("SELECT count(*) FROM durable_step_checkpoints")
+        )
         assert counted[0][0] == 200
 
         # one bad row fails alone; its group-mates are written

@@ -213,9 +213,7 @@ async def test_clock_stamps_updated_at(db_path: Path) -> None:
 async def no_returning(db_path: Path) -> AsyncIterator[SqlStateStore]:
     """The same store as on SQLite < 3.35 (no UPDATE/DELETE … RETURNING)."""
     store = SqlStateStore.from_url(sqlite_url(db_path))
-    store.dialect = SqlDialect("sqlite", returning=False)
-    store._q = Statements(store.dialect)
-    store._cx.register(*store._q.prebuilt())
+    store._assemble(SqlDialect("sqlite", returning=False))  # statements and parts alike
     await store.ensure_schema()
     yield store
     await store.close()
@@ -259,13 +257,13 @@ async def test_batched_cas_rolls_back_on_a_database_error(
 ) -> None:
     for seq in range(3):
         await store.save_checkpoint(make_cp(seq=seq, status="pending"))
-    real_many = store._many
+    real_many = store._runner.many
 
     async def failing_many(session: Any, stmt: Any, params: Any) -> None:
         await real_many(session, stmt, params)  # the executemany UPDATE writes, then blows up
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(store, "_many", failing_many)
+    monkeypatch.setattr(store._runner, "many", failing_many)
     with pytest.raises(RuntimeError, match="injected"):
         await store.save_checkpoints_if_pending([make_cp(seq=s) for s in range(3)])
     monkeypatch.undo()

@@ -230,14 +230,14 @@ def _sql(store: Any) -> Any:
 def _count_rows(store: Any) -> Callable[[], list[int]]:
     """Wrap the store's one read path: how many rows each statement sent back."""
     seen: list[int] = []
-    inner = store._read_all
+    inner = store._runner.read_all
 
     async def counting(stmt: Any, params: Any = None, *, point: bool = False) -> Any:
         found = await inner(stmt, params, point=point)
         seen.append(len(found))
         return found
 
-    store._read_all = counting
+    store._runner.read_all = counting
     return lambda: seen
 
 
@@ -270,7 +270,7 @@ async def test_sql_tag_and_attribute_filters_send_back_only_matches(store: Any) 
 async def _plan(store: Any, stmt: sa.Select[Any]) -> str:
     compiled = stmt.compile(dialect=store.engine.dialect, compile_kwargs={"literal_binds": True})
     if store.dialect.is_sqlite:
-        rows = await store._read_all(sa.text(f"EXPLAIN QUERY PLAN {compiled}"))
+        rows = await store._runner.read_all(sa.text(f"EXPLAIN QUERY PLAN {compiled}"))
         return "\n".join(str(row[-1]) for row in rows)
 
     async def work(s: Any) -> Any:

@@ -1,27 +1,35 @@
 """InMemoryStateStore: the reference StateStore.
 
-Everything lives in plain dicts on the instance. Every method body runs without an `await`,
-so each call is atomic with respect to other asyncio tasks: compare-and-set, take-once and
-lease semantics need no lock.
+Everything lives in plain dicts (`memory_tables.MemoryTables`). Every method body runs
+without an `await`, so each call is atomic with respect to other asyncio tasks:
+compare-and-set, take-once and lease semantics need no lock.
 
 Parity with the SQL stores is deliberate, so that tests written against this
 store hold for the others. What is stored and what is read back is decided in
 `memory_rows.py` (strict-JSON payloads, millisecond UTC datetimes, `namespace=None` written
 as `'default'`, a fresh copy on every read); a missing run in `update_run` is a no-op.
+
+The store is assembled from part objects, each in a module of its own: checkpoint aggregates
+(`memory_aggregates.py`), run facets (`memory_facets.py`), start admission
+(`memory_quota.py`) and the signal buffer (`memory_signals.py`). The store makes one
+`MemoryTables` (the rows, the attribute index, the clock, the test counters), hands it to
+each part with whichever of its own contract methods the part writes through, and forwards
+those contract methods to the parts in one line each. No part sees the store itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from durably._core.aggregates import CheckpointQuery, CheckpointStat
+from durably._core.buffered_signals import BufferedSignalInfo, BufferScope
 from durably._core.models import (
-    AttributeFilter,
-    AttributeValue,
     BufferedEvent,
+    BufferedSignal,
     ChildWait,
     JSONValue,
     RunPatch,
@@ -32,6 +40,14 @@ from durably._core.models import (
     WorkflowRun,
     delivered_signal,
     now_utc,
+)
+from durably._core.quota import StartGate, StartOutcome
+from durably._core.run_facets import (
+    LeaseOwnerRow,
+    RunFacetRow,
+    RunValueAxis,
+    RunValueFacetOptions,
+    RunValueFacetRow,
 )
 from durably._store.derived import DerivedStoreMethods
 from durably._store.memory_aggregates import MemoryCheckpointAggregates
@@ -48,10 +64,9 @@ from durably._store.memory_rows import (
     to_json,
 )
 from durably._store.memory_signals import MemorySignalBuffer
-from durably._store.protocol import BULK_CHUNK, WakeHandler
+from durably._store.memory_tables import MemoryTables
+from durably._store.protocol import WakeHandler
 from durably._store.query import (
-    attribute_value_matches,
-    matches_query,
     namespace_matches,
     newest_first,
     page,
@@ -67,88 +82,47 @@ _PATCH_KEYS: frozenset[str] = frozenset(RunPatch.__optional_keys__) | frozenset(
 # ------------------------------------------------------------------ the store
 
 
-class InMemoryStateStore(
-    DerivedStoreMethods,
-    MemoryCheckpointAggregates,
-    MemoryRunFacets,
-    MemorySignalBuffer,
-    MemoryStartAdmission,
-):
+class InMemoryStateStore(DerivedStoreMethods):
     """The reference StateStore: what every other store must answer.
 
     Test hooks: `last_attribute_candidates`, `last_checkpoint_rows_read`,
-    `checkpoint_rows_read` and `statement_count` (one per method call).
+    `checkpoint_rows_read`, `checkpoint_stats_rows_read` and `statement_count` (one per
+    method call), read from the store's `MemoryTables`.
     """
 
     def __init__(self, *, clock: Callable[[], datetime] | None = None) -> None:
         self._clock: Callable[[], datetime] = clock or now_utc
-        self._runs: dict[str, WorkflowRun] = {}
-        # run_id -> seq -> row (keyed by (run_id, seq), grouped by run for cheap scans)
-        self._checkpoints: dict[str, dict[int, StepCheckpoint]] = {}
-        self._waiters: dict[str, SignalWaiter] = {}
-        # buffered signals: token -> FIFO of rows (memory_signals.py)
-        self._init_signal_buffer()
-        self._events: dict[str, BufferedEvent] = {}
-        self._dedup: dict[str, str] = {}  # start dedup key -> the run that took it last
-        # attribute index: key -> run_id -> typed value (narrows attribute filters)
-        self._attr_index: dict[str, dict[str, AttributeValue]] = {}
-
+        self._tables = tables = MemoryTables(self._clock)
+        self._aggregates = MemoryCheckpointAggregates(tables)
+        self._facets = MemoryRunFacets(tables)
+        self._admission = MemoryStartAdmission(tables, self.create_run)
+        self._signal_buffer = MemorySignalBuffer(
+            tables, save_checkpoint=self.save_checkpoint, buffer_event=self.buffer_event
+        )
         self._wake_handlers: list[WakeHandler] = []
         self._instance_holds: set[str] = set()
-        self.statement_count: int = 0
-        self.last_attribute_candidates: int = 0
-        self.last_checkpoint_rows_read: int = 0
-        self.checkpoint_rows_read: int = 0
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ test hooks
 
-    def _tick(self) -> None:
-        self.statement_count += 1
+    @property
+    def statement_count(self) -> int:
+        return self._tables.statement_count
 
-    def _rows_read(self, n: int, *, last: bool = True) -> None:
-        self.checkpoint_rows_read += n
-        if last:
-            self.last_checkpoint_rows_read = n
+    @property
+    def last_attribute_candidates(self) -> int:
+        return self._tables.last_attribute_candidates
 
-    def _index_attributes(self, run_id: str, attrs: Mapping[str, AttributeValue] | None) -> None:
-        for key, value in (attrs or {}).items():
-            self._attr_index.setdefault(key, {})[run_id] = value
+    @property
+    def last_checkpoint_rows_read(self) -> int:
+        return self._tables.last_checkpoint_rows_read
 
-    def _unindex_attributes(self, run: WorkflowRun) -> None:
-        for key in run.search_attributes or {}:
-            bucket = self._attr_index.get(key)
-            if bucket is not None:
-                bucket.pop(run.id, None)
-                if not bucket:
-                    del self._attr_index[key]
+    @property
+    def checkpoint_rows_read(self) -> int:
+        return self._tables.checkpoint_rows_read
 
-    def _attribute_candidates(self, filters: Sequence[AttributeFilter]) -> set[str]:
-        """Index pass: intersect the per-filter candidate sets."""
-        candidates: set[str] | None = None
-        for flt in filters:
-            bucket = self._attr_index.get(flt.key, {})
-            ids = {rid for rid, value in bucket.items() if attribute_value_matches(value, flt)}
-            candidates = ids if candidates is None else candidates & ids
-            if not candidates:
-                break
-        result = candidates or set()
-        self.last_attribute_candidates = len(result)
-        return result
-
-    def _select(self, query: RunQuery) -> list[WorkflowRun]:
-        """Filtered (unpaged, unordered) stored rows matching `query`."""
-        pool: Iterable[WorkflowRun]
-        if query.attributes:
-            pool = [self._runs[rid] for rid in self._attribute_candidates(query.attributes)]
-        else:
-            pool = self._runs.values()
-        return [run for run in pool if matches_query(run, query)]
-
-    def _run_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
-        rows = self._checkpoints.get(run_id)
-        if not rows:
-            return []
-        return [rows[seq] for seq in sorted(rows)]
+    @property
+    def checkpoint_stats_rows_read(self) -> int:
+        return self._tables.checkpoint_stats_rows_read
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -162,17 +136,17 @@ class InMemoryStateStore(
     # ------------------------------------------------------------------ runs
 
     async def create_run(self, run: WorkflowRun) -> None:
-        self._tick()
-        if run.id in self._runs:
+        self._tables.tick()
+        if run.id in self._tables.runs:
             raise ValueError(f"run {run.id} already exists")
         stored = norm_run(run)
-        self._runs[run.id] = stored
-        self._index_attributes(run.id, stored.search_attributes)
+        self._tables.runs[run.id] = stored
+        self._tables.index_attributes(run.id, stored.search_attributes)
 
     async def update_run(self, run_id: str, patch: RunPatch) -> None:
         """Presence-based patch: a key absent from `patch` is left alone, a key set to None
         clears the field."""
-        self._tick()
+        self._tables.tick()
         self._patch_run(run_id, patch)
 
     def _patch_run(self, run_id: str, patch: RunPatch) -> None:
@@ -186,61 +160,61 @@ class InMemoryStateStore(
             changes[key] = norm_patch_value(run_id, key, value)
         if not changes:
             return  # an empty effective patch issues no UPDATE
-        current = self._runs.get(run_id)
+        current = self._tables.runs.get(run_id)
         if current is None:
             return  # durably: a missing run is a no-op, like the SQL stores
         if "updated_at" not in changes:
             changes["updated_at"] = at_ms(self._clock())
-        self._runs[run_id] = dataclasses.replace(current, **changes)
+        self._tables.runs[run_id] = dataclasses.replace(current, **changes)
         if "search_attributes" in changes:
-            self._unindex_attributes(current)
-            self._index_attributes(run_id, changes["search_attributes"])
+            self._tables.unindex_attributes(current)
+            self._tables.index_attributes(run_id, changes["search_attributes"])
 
     async def update_run_if_status(
         self, run_id: str, patch: RunPatch, statuses: Sequence[RunStatus]
     ) -> bool:
         """`update_run` only while the run's status is one of `statuses`."""
-        self._tick()
-        current = self._runs.get(run_id)
+        self._tables.tick()
+        current = self._tables.runs.get(run_id)
         if current is None or current.status not in statuses:
             return False
         self._patch_run(run_id, patch)
         return True
 
     async def get_run(self, run_id: str) -> WorkflowRun | None:
-        self._tick()
-        run = self._runs.get(run_id)
+        self._tables.tick()
+        run = self._tables.runs.get(run_id)
         return read_run(run) if run is not None else None
 
     async def delete_run(self, run_id: str) -> None:
         """Deletes the run, its checkpoints, waiters and attribute rows (not buffers)."""
-        self._tick()
-        run = self._runs.pop(run_id, None)
+        self._tables.tick()
+        run = self._tables.runs.pop(run_id, None)
         if run is not None:
-            self._unindex_attributes(run)
-        self._checkpoints.pop(run_id, None)
-        for token in [t for t, w in self._waiters.items() if w.run_id == run_id]:
-            del self._waiters[token]
+            self._tables.unindex_attributes(run)
+        self._tables.checkpoints.pop(run_id, None)
+        for token in [t for t, w in self._tables.waiters.items() if w.run_id == run_id]:
+            del self._tables.waiters[token]
 
     # ------------------------------------------------------------------ checkpoints
 
     async def get_checkpoint(self, run_id: str, seq: int) -> StepCheckpoint | None:
-        self._tick()
-        cp = self._checkpoints.get(run_id, {}).get(seq)
+        self._tables.tick()
+        cp = self._tables.checkpoints.get(run_id, {}).get(seq)
         if cp is None:
             return None
-        self._rows_read(1, last=False)  # durably: counted, but not a "last" listing read
+        self._tables.rows_read(1, last=False)  # durably: counted, but not a "last" listing read
         return read_checkpoint(cp)
 
     async def save_checkpoint(self, cp: StepCheckpoint) -> None:
         """Upsert on (run_id, seq): the whole row is replaced."""
-        self._tick()
+        self._tables.tick()
         stored = norm_checkpoint(cp)
-        self._checkpoints.setdefault(cp.run_id, {})[cp.seq] = stored
+        self._tables.checkpoints.setdefault(cp.run_id, {})[cp.seq] = stored
 
     async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
         """Batched CAS: per-entry results in order, all-or-nothing on failure."""
-        self._tick()
+        self._tables.tick()
         if not cps:
             return []
         # Validate every entry before touching storage: if anything raises, nothing is written.
@@ -250,52 +224,68 @@ class InMemoryStateStore(
         for row in staged_rows:
             key = (row.run_id, row.seq)
             current = (
-                staged[key] if key in staged else self._checkpoints.get(row.run_id, {}).get(row.seq)
+                staged[key]
+                if key in staged
+                else self._tables.checkpoints.get(row.run_id, {}).get(row.seq)
             )
             won = current is not None and current.status == "pending"
             if won:
                 staged[key] = row  # a later entry for the same key sees this write
             results.append(won)
         for (run_id, seq), row in staged.items():
-            self._checkpoints.setdefault(run_id, {})[seq] = row
+            self._tables.checkpoints.setdefault(run_id, {})[seq] = row
         return results
 
     async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
-        self._tick()
-        rows = self._run_checkpoints(run_id)
-        self._rows_read(len(rows))
+        self._tables.tick()
+        rows = self._tables.run_checkpoints(run_id)
+        self._tables.rows_read(len(rows))
         return [read_checkpoint(cp) for cp in rows]
 
     async def get_latest_checkpoint_by_name(self, run_id: str, name: str) -> StepCheckpoint | None:
-        self._tick()
+        self._tables.tick()
         best: StepCheckpoint | None = None
-        for cp in self._checkpoints.get(run_id, {}).values():
+        for cp in self._tables.checkpoints.get(run_id, {}).values():
             if cp.name == name and (best is None or cp.seq > best.seq):
                 best = cp
-        self._rows_read(0 if best is None else 1)
+        self._tables.rows_read(0 if best is None else 1)
         return read_checkpoint(best) if best is not None else None
 
     async def count_checkpoints(
         self, run_id: str, from_seq: int, to_seq: int, statuses: Sequence[str]
     ) -> int:
         """Rows with `from_seq <= seq <= to_seq` (both inclusive) and a listed status."""
-        self._tick()
+        self._tables.tick()
         if not statuses:
             return 0
         wanted = set(statuses)
         return sum(
             1
-            for seq, cp in self._checkpoints.get(run_id, {}).items()
+            for seq, cp in self._tables.checkpoints.get(run_id, {}).items()
             if from_seq <= seq <= to_seq and cp.status in wanted
         )
+
+    # --- aggregates: memory_aggregates.MemoryCheckpointAggregates
+
+    async def checkpoint_stats(self, run_id: str, group: str | None = None) -> list[CheckpointStat]:
+        """One bucket per `(parallelGroup, status, nameKind)` , ordered by
+        `min_seq`; only `group`'s checkpoints when given."""
+        return await self._aggregates.checkpoint_stats(run_id, group)
+
+    async def query_checkpoints(
+        self, run_id: str, query: CheckpointQuery | Mapping[str, Any] | None = None
+    ) -> list[StepCheckpoint]:
+        """The run's checkpoints matching `query`, by seq, then `offset`/`limit` (a
+        `CheckpointQuery`, or its camelCase JSON mapping)."""
+        return await self._aggregates.query_checkpoints(run_id, query)
 
     # ------------------------------------------------------------------ pick-up scans
 
     async def list_incomplete_runs(self, namespace: str | None = None) -> list[WorkflowRun]:
-        self._tick()
+        self._tables.tick()
         rows = [
             r
-            for r in self._runs.values()
+            for r in self._tables.runs.values()
             if r.status in _INCOMPLETE_STATUSES and namespace_matches(r.namespace, namespace)
         ]
         rows.sort(key=lambda r: (r.created_at, r.id))  # no order is promised; be stable
@@ -305,10 +295,10 @@ class InMemoryStateStore(
         self, now_ms: int, namespace: str | None = None, limit: int | None = None
     ) -> list[WorkflowRun]:
         """Suspended and blocked runs with `wake_at <= now_ms`, ordered by (wake_at, id)."""
-        self._tick()
+        self._tables.tick()
         rows = [
             r
-            for r in self._runs.values()
+            for r in self._tables.runs.values()
             if r.status in ("suspended", "blocked")
             and r.wake_at is not None
             and r.wake_at <= now_ms
@@ -323,10 +313,10 @@ class InMemoryStateStore(
         self, now_ms: int, namespace: str | None = None, limit: int = 100
     ) -> list[WorkflowRun]:
         """Suspended runs whose owner's lease lapsed."""
-        self._tick()
+        self._tables.tick()
         rows = [
             r
-            for r in self._runs.values()
+            for r in self._tables.runs.values()
             if r.status == "suspended"
             and r.locked_by is not None
             and r.locked_until is not None
@@ -339,48 +329,52 @@ class InMemoryStateStore(
     # ------------------------------------------------------------------ leases
 
     def _try_lock(self, run_id: str, owner: str, lease_until_ms: int, now_ms: int) -> bool:
-        run = self._runs.get(run_id)
+        run = self._tables.runs.get(run_id)
         if run is None:
             return False
         # Boundary inclusive: `locked_until == now_ms` is expired and can be taken by anyone.
         if run.locked_until is not None and run.locked_until > now_ms:
             return False
-        self._runs[run_id] = dataclasses.replace(run, locked_by=owner, locked_until=lease_until_ms)
+        self._tables.runs[run_id] = dataclasses.replace(
+            run, locked_by=owner, locked_until=lease_until_ms
+        )
         return True
 
     async def release_run_lock(self, run_id: str) -> None:
-        self._tick()
-        run = self._runs.get(run_id)
+        self._tables.tick()
+        run = self._tables.runs.get(run_id)
         if run is not None:
-            self._runs[run_id] = dataclasses.replace(run, locked_by=None, locked_until=None)
+            self._tables.runs[run_id] = dataclasses.replace(run, locked_by=None, locked_until=None)
 
     # --- leases in bulk: one call per engine instance, not per run
 
     async def renew_run_locks(self, owner: str, lease_until_ms: int) -> int:
-        self._tick()
+        self._tables.tick()
         count = 0
-        for run_id, run in self._runs.items():
+        for run_id, run in self._tables.runs.items():
             if run.locked_by == owner:
-                self._runs[run_id] = dataclasses.replace(run, locked_until=lease_until_ms)
+                self._tables.runs[run_id] = dataclasses.replace(run, locked_until=lease_until_ms)
                 count += 1
         return count
 
     async def release_locks_of(self, owner: str) -> int:
-        self._tick()
+        self._tables.tick()
         count = 0
-        for run_id, run in self._runs.items():
+        for run_id, run in self._tables.runs.items():
             if run.locked_by == owner:
-                self._runs[run_id] = dataclasses.replace(run, locked_by=None, locked_until=None)
+                self._tables.runs[run_id] = dataclasses.replace(
+                    run, locked_by=None, locked_until=None
+                )
                 count += 1
         return count
 
     async def claim_run(
         self, run_id: str, owner: str, lease_until_ms: int, now_ms: int
     ) -> WorkflowRun | None:
-        self._tick()
+        self._tables.tick()
         if not self._try_lock(run_id, owner, lease_until_ms, now_ms):
             return None
-        return read_run(self._runs[run_id])
+        return read_run(self._tables.runs[run_id])
 
     async def claim_pending_runs(
         self,
@@ -391,10 +385,10 @@ class InMemoryStateStore(
         namespace: str | None = None,
     ) -> list[WorkflowRun]:
         """Lease up to `limit` pending runs, higher priority first, then oldest."""
-        self._tick()
+        self._tables.tick()
         rows = [
             r
-            for r in self._runs.values()
+            for r in self._tables.runs.values()
             if r.status == "pending"
             and namespace_matches(r.namespace, namespace)
             and (r.locked_until is None or r.locked_until <= now_ms)
@@ -403,20 +397,20 @@ class InMemoryStateStore(
         claimed = []
         for row in rows[: max(limit, 0)]:
             self._try_lock(row.id, owner, lease_until_ms, now_ms)
-            claimed.append(read_run(self._runs[row.id]))
+            claimed.append(read_run(self._tables.runs[row.id]))
         return claimed
 
     async def claim_runs(
         self, ids: Sequence[str], owner: str, lease_until_ms: int, now_ms: int
     ) -> list[WorkflowRun]:
         """Lease the listed runs still `pending`."""
-        self._tick_chunks(len(ids))
+        self._tables.tick_chunks(len(ids))
         claimed = []
         for run_id in dict.fromkeys(ids):
-            row = self._runs.get(run_id)
+            row = self._tables.runs.get(run_id)
             if row is not None and row.status == "pending":
                 if self._try_lock(run_id, owner, lease_until_ms, now_ms):
-                    claimed.append(read_run(self._runs[run_id]))
+                    claimed.append(read_run(self._tables.runs[run_id]))
         return claimed
 
     async def hold_instance(self, instance_id: str) -> _MemoryHold | None:
@@ -435,39 +429,36 @@ class InMemoryStateStore(
 
     async def put_signal_waiter(self, waiter: SignalWaiter) -> None:
         """Upsert by token: a later put for the same token replaces the row."""
-        self._tick()
-        self._waiters[waiter.token] = waiter
+        self._tables.tick()
+        self._tables.waiters[waiter.token] = waiter
 
     # ------------------------------------------------------------------ bulk (fans)
     # The multi-row contracts of `_store/sql/bulk.py`; one "statement" per chunk of
     # BULK_CHUNK entries, as the SQL store counts them.
 
-    def _tick_chunks(self, n: int) -> None:
-        self.statement_count += max(1, -(-n // BULK_CHUNK))
-
     async def register_child_waits(self, waits: Sequence[ChildWait]) -> None:
         if not waits:
             return
-        self._tick_chunks(len(waits))
+        self._tables.tick_chunks(len(waits))
         for wait in waits:
-            self._waiters[wait.waiter.token] = wait.waiter
+            self._tables.waiters[wait.waiter.token] = wait.waiter
             if wait.placeholder is not None:
-                rows = self._checkpoints.setdefault(wait.placeholder.run_id, {})
+                rows = self._tables.checkpoints.setdefault(wait.placeholder.run_id, {})
                 rows.setdefault(wait.placeholder.seq, norm_checkpoint(wait.placeholder))
 
     async def create_runs(self, new_runs: Sequence[WorkflowRun]) -> list[str | None]:
         if not new_runs:
             return []
-        self._tick_chunks(len(new_runs))
+        self._tables.tick_chunks(len(new_runs))
         out: list[str | None] = []
         for run in new_runs:
-            existing = self._runs.get(run.id)
+            existing = self._tables.runs.get(run.id)
             if existing is not None:
                 out.append(existing.workflow)
                 continue
             stored = norm_run(run)
-            self._runs[run.id] = stored
-            self._index_attributes(run.id, stored.search_attributes)
+            self._tables.runs[run.id] = stored
+            self._tables.index_attributes(run.id, stored.search_attributes)
             out.append(None)
         return out
 
@@ -477,71 +468,179 @@ class InMemoryStateStore(
         if not payloads:
             return []
         by_token = dict(payloads)
-        self._tick_chunks(len(by_token))
+        self._tables.tick_chunks(len(by_token))
         written: list[StepCheckpoint] = []
         for token, payload in by_token.items():
-            waiter = self._waiters.pop(token, None)
+            waiter = self._tables.waiters.pop(token, None)
             if waiter is not None:
                 cp = delivered_signal(waiter, payload, at)
-                self._checkpoints.setdefault(cp.run_id, {})[cp.seq] = norm_checkpoint(cp)
+                self._tables.checkpoints.setdefault(cp.run_id, {})[cp.seq] = norm_checkpoint(cp)
                 written.append(cp)
         return written
 
     async def fold_checkpoints(
         self, run_id: str, first_seq: int, last_seq: int, cp: StepCheckpoint
     ) -> None:
-        self._tick()
-        rows = self._checkpoints.setdefault(run_id, {})
+        self._tables.tick()
+        rows = self._tables.checkpoints.setdefault(run_id, {})
         for seq in [s for s in rows if first_seq <= s <= last_seq]:
             del rows[seq]
         rows[cp.seq] = norm_checkpoint(cp)
 
     async def list_signal_waiters(self, prefix: str) -> list[SignalWaiter]:
         """Tokens starting with `prefix` (exact, case-sensitive), by (run_id, seq, token)."""
-        self._tick()
-        rows = [w for t, w in self._waiters.items() if t.startswith(prefix)]
+        self._tables.tick()
+        rows = [w for t, w in self._tables.waiters.items() if t.startswith(prefix)]
         rows.sort(key=lambda w: (w.run_id, w.seq, w.token))
         return rows
 
     async def remove_signal_waiter(self, waiter: SignalWaiter) -> None:
         """Deletes only the row matching token AND run_id AND seq."""
-        self._tick()
-        current = self._waiters.get(waiter.token)
+        self._tables.tick()
+        current = self._tables.waiters.get(waiter.token)
         if current is not None and current.run_id == waiter.run_id and current.seq == waiter.seq:
-            del self._waiters[waiter.token]
+            del self._tables.waiters[waiter.token]
 
     # ------------------------------------------------------------------ buffers
-    # Buffered signals: memory_signals.MemorySignalBuffer.
+    # Buffered signals and bounded events: memory_signals.MemorySignalBuffer.
+
+    async def buffer_signal(self, token: str, payload: JSONValue) -> None:
+        await self._signal_buffer.buffer_signal(token, payload)
+
+    async def buffer_signal_bounded(
+        self, token: str, payload: JSONValue, *, ttl_ms: int, per_token: int, per_namespace: int
+    ) -> BufferScope | None:
+        return await self._signal_buffer.buffer_signal_bounded(
+            token, payload, ttl_ms=ttl_ms, per_token=per_token, per_namespace=per_namespace
+        )
+
+    async def peek_buffered_signals(self, token: str, limit: int) -> list[BufferedSignal]:
+        return await self._signal_buffer.peek_buffered_signals(token, limit)
+
+    async def take_buffered_signal_into(
+        self, token: str, cp: StepCheckpoint, *, waiting: bool = False
+    ) -> BufferedSignal | None:
+        """The oldest live row of `token` becomes `cp`'s output, in one step."""
+        return await self._signal_buffer.take_buffered_signal_into(token, cp, waiting=waiting)
+
+    async def deliver_buffered_signal(self, token: str, at: datetime) -> StepCheckpoint | None:
+        """The token's waiter and its oldest live row, taken together into the waiter's
+        checkpoint (one step)."""
+        return await self._signal_buffer.deliver_buffered_signal(token, at)
+
+    async def buffer_event_bounded(
+        self, event: BufferedEvent, *, ttl_ms: int, per_name: int, per_namespace: int
+    ) -> BufferScope | None:
+        """The caps checked and the event stored in one step: exact. Live: published less
+        than `ttl_ms` before this event."""
+        return await self._signal_buffer.buffer_event_bounded(
+            event, ttl_ms=ttl_ms, per_name=per_name, per_namespace=per_namespace
+        )
+
+    async def purge_expired_events(self, published_before_ms: int) -> int:
+        return await self._signal_buffer.purge_expired_events(published_before_ms)
+
+    async def take_buffered_event_into(self, event_id: str, token: str, cp: StepCheckpoint) -> bool:
+        """The buffered event becomes `cp`'s output and the wait's waiter row goes, in one
+        step."""
+        return await self._signal_buffer.take_buffered_event_into(event_id, token, cp)
+
+    async def deliver_buffered_event(
+        self, event_id: str, token: str, at: datetime
+    ) -> StepCheckpoint | None:
+        """The token's waiter and the buffered event, taken together into the waiter's
+        checkpoint (one step)."""
+        return await self._signal_buffer.deliver_buffered_event(event_id, token, at)
+
+    async def list_buffered_signals(
+        self, *, prefix: str | None, limit: int, offset: int
+    ) -> list[BufferedSignalInfo]:
+        return await self._signal_buffer.list_buffered_signals(
+            prefix=prefix, limit=limit, offset=offset
+        )
+
+    async def count_buffered_signals(self, *, prefix: str | None = None) -> int:
+        return await self._signal_buffer.count_buffered_signals(prefix=prefix)
+
+    async def purge_buffered_signals(
+        self, *, token: str | None = None, prefix: str | None = None, expired_only: bool = False
+    ) -> int:
+        return await self._signal_buffer.purge_buffered_signals(
+            token=token, prefix=prefix, expired_only=expired_only
+        )
 
     async def buffer_event(self, event: BufferedEvent) -> None:
-        self._tick()
-        if event.id in self._events:
+        self._tables.tick()
+        if event.id in self._tables.events:
             raise ValueError(f"buffered event {event.id} already exists")
-        self._events[event.id] = dataclasses.replace(event, payload=to_json(event.payload))
+        self._tables.events[event.id] = dataclasses.replace(event, payload=to_json(event.payload))
 
     async def list_buffered_events(self, name: str, limit: int) -> list[BufferedEvent]:
         """Oldest `published_at` first (ties by id), at most `limit`, not consuming."""
-        self._tick()
-        rows = [e for e in self._events.values() if e.name == name]
+        self._tables.tick()
+        rows = [e for e in self._tables.events.values() if e.name == name]
         rows.sort(key=lambda e: (e.published_at, e.id))
         return [dataclasses.replace(e, payload=clone(e.payload)) for e in rows[: max(limit, 0)]]
 
     async def remove_buffered_event(self, event_id: str) -> bool:
-        self._tick()
-        return self._events.pop(event_id, None) is not None
+        self._tables.tick()
+        return self._tables.events.pop(event_id, None) is not None
 
     # ------------------------------------------------------------------ listing
 
     async def list_runs(self, query: RunQuery) -> list[WorkflowRun]:
         """Matching runs, newest first (created_at DESC, id DESC), then offset/limit."""
-        self._tick()
-        rows = page(newest_first(self._select(query)), query.offset, query.limit)
+        self._tables.tick()
+        rows = page(newest_first(self._tables.select(query)), query.offset, query.limit)
         return [read_run(r) for r in rows]
 
     async def count_runs(self, query: RunQuery) -> int:
         """Number of runs matching `query`; `limit`/`offset` are ignored (0.77)."""
-        self._tick()
-        return len(self._select(query))
+        self._tables.tick()
+        return len(self._tables.select(query))
+
+    # --- facets: memory_facets.MemoryRunFacets
+
+    async def run_facets(self, query: RunQuery) -> list[RunFacetRow]:
+        """`(status, origin, count)` cells over every run matching `query` minus its
+        status/origin predicates and page."""
+        return await self._facets.run_facets(query)
+
+    async def run_value_facets(
+        self,
+        axis: RunValueAxis | Mapping[str, Any] | str,
+        query: RunQuery,
+        opts: RunValueFacetOptions | Mapping[str, Any] | None = None,
+    ) -> list[RunValueFacetRow]:
+        """Values of `axis` over the newest `scan` runs matching `query`."""
+        return await self._facets.run_value_facets(axis, query, opts)
+
+    async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
+        """Unexpired leases grouped by `(namespace, owner)`."""
+        return await self._facets.lease_owners(now_ms, namespace)
+
+    # ------------------------------------------------------------------ start admission
+    # memory_quota.MemoryStartAdmission: each call one atomic step.
+
+    async def create_run_gated(self, run: WorkflowRun, gate: StartGate) -> StartOutcome:
+        return await self._admission.create_run_gated(run, gate)
+
+    async def gate_untagged_run(
+        self, run_id: str, new_tags: Sequence[str], gate: StartGate
+    ) -> StartOutcome:
+        return await self._admission.gate_untagged_run(run_id, new_tags, gate)
+
+    async def try_admit_singleton(
+        self, run_id: str, tag: str, workflow: str, limit: int, retry_wake_at_ms: int
+    ) -> bool:
+        return await self._admission.try_admit_singleton(
+            run_id, tag, workflow, limit, retry_wake_at_ms
+        )
+
+    async def wake_singleton_waiters(
+        self, tag: str, workflow: str, limit: int, now_ms: int
+    ) -> list[str]:
+        return await self._admission.wake_singleton_waiters(tag, workflow, limit, now_ms)
 
 
 class _MemoryHold:

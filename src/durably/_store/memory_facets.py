@@ -7,15 +7,17 @@
   `scan` runs match (the SQL stores count column axes exactly over every run);
 - `lease_owners`: unexpired leases grouped by `(namespace, owner)`.
 
-The answers the SQL stores must reproduce.
+The answers the SQL stores must reproduce. A part object of `InMemoryStateStore` (which
+forwards the three contract methods to it): it is given the store's `MemoryTables`, whose
+`select` is the same attribute-indexed selection `list_runs` uses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from durably._core.models import RunQuery, WorkflowRun
+from durably._core.models import RunQuery
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -28,23 +30,19 @@ from durably._core.run_facets import (
     run_value_facets_from_runs,
     unpaged,
 )
+from durably._store.memory_tables import MemoryTables
 from durably._store.query import newest_first
 
 
 class MemoryRunFacets:
-    """Mixed into `InMemoryStateStore` (which provides what is declared here)."""
+    """Run facets and lease owners over the runs of `tables`."""
 
-    if TYPE_CHECKING:
-        _runs: dict[str, WorkflowRun]
-
-        def _tick(self) -> None: ...
-        def _select(self, query: RunQuery) -> list[WorkflowRun]: ...
+    def __init__(self, tables: MemoryTables) -> None:
+        self._tables = tables
 
     async def run_facets(self, query: RunQuery) -> list[RunFacetRow]:
-        """`(status, origin, count)` cells over every run matching `query` minus its
-        status/origin predicates and page."""
-        self._tick()
-        return run_facets_from_runs(newest_first(self._select(facet_query(query))))
+        self._tables.tick()
+        return run_facets_from_runs(newest_first(self._tables.select(facet_query(query))))
 
     async def run_value_facets(
         self,
@@ -52,16 +50,14 @@ class MemoryRunFacets:
         query: RunQuery,
         opts: RunValueFacetOptions | Mapping[str, Any] | None = None,
     ) -> list[RunValueFacetRow]:
-        """Values of `axis` over the newest `scan` runs matching `query`."""
-        self._tick()
+        self._tables.tick()
         options = RunValueFacetOptions.of(opts)
-        window = newest_first(self._select(unpaged(query)))[: options.effective_scan]
+        window = newest_first(self._tables.select(unpaged(query)))[: options.effective_scan]
         return run_value_facets_from_runs(window, axis, options)
 
     async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
-        """Unexpired leases grouped by `(namespace, owner)`."""
-        self._tick()
-        return lease_owners_from_runs(self._runs.values(), now_ms, namespace)
+        self._tables.tick()
+        return lease_owners_from_runs(self._tables.runs.values(), now_ms, namespace)
 
 
 __all__ = ["MemoryRunFacets"]

@@ -18,13 +18,17 @@ and `last_checkpoint_rows_read` count the rows `query_checkpoints` returned;
 `checkpoint_stats` returns no checkpoint rows and adds nothing there.
 `checkpoint_stats_rows_read` counts the rows the `GROUP BY` sent back (one per
 bucket), which is what proves a 40 000-row run's stats cost O(buckets) rows on the wire.
-`_count_checkpoint_rows(n)` is there for the store's other checkpoint reads.
+`count_checkpoint_rows(n)` is there for the store's other checkpoint reads; the counters are
+this object's and the store reads them from here.
+
+A part object of `SqlStateStore` (which forwards the two contract methods to it), given
+what it uses: the store's `StatementRunner`, its prebuilt `Statements` and its `SqlDialect`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -37,11 +41,10 @@ from durably._core.aggregates import (
 )
 from durably._core.models import CheckpointStatus, StepCheckpoint, utc_from_ms
 from durably._store.sql import rows as _rows
+from durably._store.sql.dialect import SqlDialect
+from durably._store.sql.runner import StatementRunner
 from durably._store.sql.schema import CHECKPOINT_COLUMNS, checkpoints
-
-if TYPE_CHECKING:
-    from durably._store.sql.dialect import SqlDialect
-    from durably._store.sql.statements import Statements
+from durably._store.sql.statements import Statements
 
 
 def stat_from_row(row: Sequence[Any]) -> CheckpointStat:
@@ -96,46 +99,41 @@ def query_checkpoints_statement(
 
 
 class SqlCheckpointAggregates:
-    """Mixed into `SqlStateStore` (which provides what is declared here)."""
+    """`checkpoint_stats` and `query_checkpoints`, and the checkpoint-row counters."""
 
-    #: rows returned by checkpoint reads since construction (as the in-memory store counts them).
-    checkpoint_rows_read: int = 0
-    #: rows returned by the last counted checkpoint read.
-    last_checkpoint_rows_read: int = 0
-    #: rows the `checkpoint_stats` GROUP BY sent back (one per bucket), cumulative.
-    checkpoint_stats_rows_read: int = 0
+    def __init__(self, runner: StatementRunner, statements: Statements, dialect: SqlDialect):
+        self._runner = runner
+        self._q = statements
+        self._dialect = dialect
+        #: rows returned by checkpoint reads since construction (as the in-memory store
+        #: counts them).
+        self.checkpoint_rows_read = 0
+        #: rows returned by the last counted checkpoint read.
+        self.last_checkpoint_rows_read = 0
+        #: rows the `checkpoint_stats` GROUP BY sent back (one per bucket), cumulative.
+        self.checkpoint_stats_rows_read = 0
 
-    if TYPE_CHECKING:
-        dialect: SqlDialect
-        _q: Statements
-
-        async def _read_all(
-            self, stmt: sa.Executable, params: Any = None, *, point: bool = False
-        ) -> Sequence[Sequence[Any]]: ...
-
-    def _count_checkpoint_rows(self, n: int, *, last: bool = True) -> None:
+    def count_checkpoint_rows(self, n: int, *, last: bool = True) -> None:
         self.checkpoint_rows_read += n
         if last:
             self.last_checkpoint_rows_read = n
 
     async def checkpoint_stats(self, run_id: str, group: str | None = None) -> list[CheckpointStat]:
-        """One bucket per `(parallelGroup, status, nameKind)` , ordered by
-        `min_seq`; only `group`'s checkpoints when given. One `GROUP BY` statement."""
         if group is None:
-            found = await self._read_all(self._q.cp_stats, {"run_id": run_id})
+            found = await self._runner.read_all(self._q.cp_stats, {"run_id": run_id})
         else:
-            found = await self._read_all(self._q.cp_stats_group, {"run_id": run_id, "group": group})
+            found = await self._runner.read_all(
+                self._q.cp_stats_group, {"run_id": run_id, "group": group}
+            )
         self.checkpoint_stats_rows_read += len(found)
         return [stat_from_row(row) for row in found]
 
     async def query_checkpoints(
         self, run_id: str, query: CheckpointQuery | Mapping[str, Any] | None = None
     ) -> list[StepCheckpoint]:
-        """The run's checkpoints matching `query` (a `CheckpointQuery` or its camelCase JSON
-        mapping), by seq, then `offset`/`limit`: one statement, filtered and paged in SQL."""
-        stmt = query_checkpoints_statement(self.dialect, run_id, as_checkpoint_query(query))
-        found = [] if stmt is None else await self._read_all(stmt)
-        self._count_checkpoint_rows(len(found))
+        stmt = query_checkpoints_statement(self._dialect, run_id, as_checkpoint_query(query))
+        found = [] if stmt is None else await self._runner.read_all(stmt)
+        self.count_checkpoint_rows(len(found))
         return [_rows.checkpoint_from_row(row) for row in found]
 
 

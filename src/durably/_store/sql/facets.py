@@ -18,13 +18,18 @@ Each call is ONE statement, filtered in SQL by the shared predicate builder
 
 Every answer is piped through the shared merges (`merge_run_facet_rows`,
 `merge_run_value_facet_rows`), which fold blank origins and order/limit value rows.
-`facet_rows_read` (durably test hook) counts the rows the `GROUP BY`s sent back.
+`facet_rows_read` (durably test hook, read through the store) counts the rows the
+`GROUP BY`s sent back.
+
+A part object of `SqlStateStore` (which forwards the three contract methods to it): it is
+given only the store's `StatementRunner`, since its statements are built per call from the
+shared predicate builder and read the same way on both databases.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -44,10 +49,8 @@ from durably._core.run_facets import (
 )
 from durably._store.query import DEFAULT_NAMESPACE
 from durably._store.sql.predicates import namespace_predicate, run_query_predicates
+from durably._store.sql.runner import StatementRunner
 from durably._store.sql.schema import attributes, runs, tags
-
-if TYPE_CHECKING:
-    from durably._store.sql.dialect import SqlDialect
 
 # A constant in the SQL text (no bind), so the same expression in SELECT and GROUP BY reads
 # identically on PostgreSQL (two binds `$1`/`$2` would not be "the same expression").
@@ -141,26 +144,19 @@ def _value_rows(axis: RunValueAxis, found: Sequence[Sequence[Any]]) -> list[tupl
 
 
 class SqlRunFacets:
-    """Mixed into `SqlStateStore` (which provides what is declared here)."""
+    """Run facets and lease owners: one `GROUP BY` each."""
 
-    #: Test hook: rows the facet `GROUP BY`s sent back since construction.
-    facet_rows_read: int = 0
-
-    if TYPE_CHECKING:
-        dialect: SqlDialect
-
-        async def _read_all(
-            self, stmt: sa.Executable, params: Any = None, *, point: bool = False
-        ) -> Sequence[Sequence[Any]]: ...
+    def __init__(self, runner: StatementRunner) -> None:
+        self._runner = runner
+        #: Test hook: rows the facet `GROUP BY`s sent back since construction.
+        self.facet_rows_read = 0
 
     async def _facet_rows(self, stmt: sa.Executable) -> Sequence[Sequence[Any]]:
-        found = await self._read_all(stmt)
+        found = await self._runner.read_all(stmt)
         self.facet_rows_read += len(found)
         return found
 
     async def run_facets(self, query: RunQuery) -> list[RunFacetRow]:
-        """`(status, origin, count)` cells over every run matching `query` minus its
-        status/origin predicates and page; one `GROUP BY`."""
         found = await self._facet_rows(run_facets_statement(query))
         return merge_run_facet_rows((row[0], row[1], int(row[2])) for row in found)
 
@@ -170,15 +166,12 @@ class SqlRunFacets:
         query: RunQuery,
         opts: RunValueFacetOptions | Mapping[str, Any] | None = None,
     ) -> list[RunValueFacetRow]:
-        """Values of `axis` over the runs matching `query` (page ignored) with their counts,
-        most frequent first, at most `opts.limit` (100); one `GROUP BY`."""
         ax = RunValueAxis.of(axis)
         options = RunValueFacetOptions.of(opts)
         found = await self._facet_rows(run_value_facets_statement(ax, query, options))
         return merge_run_value_facet_rows(_value_rows(ax, found), options)
 
     async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
-        """Unexpired leases grouped by `(namespace, owner)`; one `GROUP BY`."""
         found = await self._facet_rows(lease_owners_statement(now_ms, namespace))
         rows = [
             LeaseOwnerRow(namespace=str(ns), owner=str(owner), runs=int(n), lease_until=int(until))

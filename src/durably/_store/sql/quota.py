@@ -10,13 +10,18 @@ write lock (`BEGIN IMMEDIATE`), which serialises the same way.
 
 Runs are counted through the tag index (`durable_run_tags (tag, run_id)`); a singleton
 holder is a run that also carries the admission marker tag.
+
+A part object of `SqlStateStore` (which forwards the four contract methods to it), given
+what it uses: the store's `StatementRunner`, its prebuilt `Statements` (the run insert a
+gated start shares with `create_run`), its `SqlDialect`, its clock, and its `get_run` (to
+tell an idempotent start from a conflicting one after a lost race).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam
@@ -32,12 +37,11 @@ from durably._core.quota import (
     singleton_lock_key,
 )
 from durably._store.sql import rows as _rows
+from durably._store.sql.connection import Session
+from durably._store.sql.dialect import SqlDialect
+from durably._store.sql.runner import StatementRunner
 from durably._store.sql.schema import run_dedup, runs, tags
-
-if TYPE_CHECKING:
-    from durably._store.sql.connection import Connector, Session
-    from durably._store.sql.dialect import SqlDialect
-    from durably._store.sql.statements import Statements
+from durably._store.sql.statements import Statements
 
 Row = Sequence[Any]
 
@@ -100,30 +104,30 @@ def _count_tagged(statuses: Sequence[str], by_workflow: bool) -> sa.Select[Any]:
 
 
 class SqlStartAdmission:
-    """Mixed into `SqlStateStore` (which provides what is declared here)."""
+    """Gated starts and singleton admission, each ONE transaction."""
 
-    if TYPE_CHECKING:
-        dialect: SqlDialect
-        _cx: Connector
-        _q: Statements
-        _clock: Callable[[], datetime]
-
-        async def _fetch(
-            self, s: Session, stmt: sa.Executable, params: Any = None
-        ) -> Sequence[Row]: ...
-        async def _run(self, s: Session, stmt: sa.Executable, params: Any = None) -> int: ...
-        async def _many(
-            self, s: Session, stmt: sa.Executable, params: list[dict[str, Any]]
-        ) -> None: ...
-        async def get_run(self, run_id: str) -> WorkflowRun | None: ...
+    def __init__(
+        self,
+        runner: StatementRunner,
+        statements: Statements,
+        dialect: SqlDialect,
+        *,
+        clock: Callable[[], datetime],
+        get_run: Callable[[str], Awaitable[WorkflowRun | None]],
+    ) -> None:
+        self._runner = runner
+        self._q = statements
+        self._dialect = dialect
+        self._clock = clock
+        self._get_run = get_run
 
     async def _lock(self, s: Session, keys: Sequence[str]) -> None:
         """PostgreSQL: serialise on each key until the transaction ends (SQLite's write lock
         already does)."""
-        if self.dialect.is_sqlite:
+        if self._dialect.is_sqlite:
             return
         for key in keys:
-            await self._fetch(s, _LOCK, {"k": key})
+            await self._runner.fetch(s, _LOCK, {"k": key})
 
     async def _count(
         self, s: Session, tag: str, statuses: Sequence[str], workflow: str | None
@@ -131,7 +135,7 @@ class SqlStartAdmission:
         params: dict[str, Any] = {"tag": tag}
         if workflow is not None:
             params["wf"] = workflow
-        found = await self._fetch(s, _count_tagged(statuses, workflow is not None), params)
+        found = await self._runner.fetch(s, _count_tagged(statuses, workflow is not None), params)
         return int(found[0][0] or 0) if found else 0
 
     async def create_run_gated(self, run: WorkflowRun, gate: StartGate) -> StartOutcome:
@@ -141,32 +145,34 @@ class SqlStartAdmission:
 
         async def work(s: Session) -> StartOutcome:
             await self._lock(s, gate.lock_keys)
-            found = await self._fetch(s, _RUN, {"id": run.id})
+            found = await self._runner.fetch(s, _RUN, {"id": run.id})
             if found:
                 return StartOutcome("exists", holder=str(found[0][0]))
             if gate.dedup_key is not None:
-                holder = await self._fetch(s, _DEDUP_HOLDER, {"k": gate.dedup_key})
+                holder = await self._runner.fetch(s, _DEDUP_HOLDER, {"k": gate.dedup_key})
                 if holder and holder[0][1] in LIVE_RUN_STATUSES:
                     return StartOutcome("duplicate", holder=str(holder[0][0]))
             refused = await self._check_capacity(s, gate)
             if refused is not None:
                 return refused
-            await self._run(s, self._q.insert_run, params)
+            await self._runner.run(s, self._q.insert_run, params)
             if tag_rows:
-                await self._many(s, self._q.insert_tags, tag_rows)
+                await self._runner.many(s, self._q.insert_tags, tag_rows)
             if attr_rows:
-                await self._many(s, self._q.insert_attrs, attr_rows)
+                await self._runner.many(s, self._q.insert_attrs, attr_rows)
             if gate.dedup_key is not None:
-                await self._run(s, _DELETE_DEDUP, {"k": gate.dedup_key})
-                await self._run(s, _INSERT_DEDUP, {"dedup_key": gate.dedup_key, "run_id": run.id})
+                await self._runner.run(s, _DELETE_DEDUP, {"k": gate.dedup_key})
+                await self._runner.run(
+                    s, _INSERT_DEDUP, {"dedup_key": gate.dedup_key, "run_id": run.id}
+                )
             return StartOutcome("created")
 
         try:
-            outcome: StartOutcome = await self._cx.write(work, tx=True)
+            outcome: StartOutcome = await self._runner.transaction(work)
         except sa.exc.IntegrityError:
             # Another start inserted the same run id between our check and our insert (its
             # keys differ from ours, so no lock ordered the two): an idempotent start.
-            existing = await self.get_run(run.id)
+            existing = await self._get_run(run.id)
             if existing is None:
                 raise
             return StartOutcome("exists", holder=existing.workflow)
@@ -177,7 +183,7 @@ class SqlStartAdmission:
     ) -> StartOutcome:
         async def work(s: Session) -> StartOutcome:
             await self._lock(s, gate.lock_keys)
-            found = await self._fetch(s, _RUN, {"id": run_id})
+            found = await self._runner.fetch(s, _RUN, {"id": run_id})
             if not found or found[0][1] != "pending":
                 return StartOutcome("exists", holder=str(found[0][0]) if found else None)
             outcome = await self._check_capacity(s, gate)
@@ -189,8 +195,7 @@ class SqlStartAdmission:
                     current = await self._add_tag(s, run_id, current, tag)
             return StartOutcome("created")
 
-        result: StartOutcome = await self._cx.write(work, tx=True)
-        return result
+        return await self._runner.transaction(work)
 
     async def _check_capacity(self, s: Session, gate: StartGate) -> StartOutcome | None:
         """The singleton depth and the quota of `gate` (inside its transaction, under its
@@ -210,13 +215,13 @@ class SqlStartAdmission:
         return None
 
     async def _line(self, s: Session, tag: str, workflow: str) -> list[tuple[str, str, bool]]:
-        found = await self._fetch(s, _SINGLETON_LINE, {"tag": tag, "wf": workflow})
+        found = await self._runner.fetch(s, _SINGLETON_LINE, {"tag": tag, "wf": workflow})
         return [(str(row[0]), str(row[1]), bool(row[2])) for row in found]
 
     async def _add_tag(self, s: Session, run_id: str, current: list[str], tag: str) -> list[str]:
         tags_now = [*current, tag]
-        await self._run(s, _SET_TAGS, {"w_id": run_id, "tags": _rows.tags_to_sql(tags_now)})
-        await self._run(s, _INSERT_TAG, {"run_id": run_id, "tag": tag})
+        await self._runner.run(s, _SET_TAGS, {"w_id": run_id, "tags": _rows.tags_to_sql(tags_now)})
+        await self._runner.run(s, _INSERT_TAG, {"run_id": run_id, "tag": tag})
         return tags_now
 
     async def try_admit_singleton(
@@ -226,7 +231,7 @@ class SqlStartAdmission:
 
         async def work(s: Session) -> bool:
             await self._lock(s, [singleton_lock_key(workflow, tag)])
-            found = await self._fetch(s, _RUN, {"id": run_id})
+            found = await self._runner.fetch(s, _RUN, {"id": run_id})
             if not found or found[0][1] not in SINGLETON_ACTIVE_STATUSES:
                 return False
             status = str(found[0][1])
@@ -240,10 +245,12 @@ class SqlStartAdmission:
                     await self._add_tag(s, run_id, current, SINGLETON_ADMITTED_TAG)
                 return True
             if status != "cancelling":
-                await self._run(s, _DENY, {"w_id": run_id, "wake_at": retry_wake_at_ms, "now": now})
+                await self._runner.run(
+                    s, _DENY, {"w_id": run_id, "wake_at": retry_wake_at_ms, "now": now}
+                )
             return False
 
-        return bool(await self._cx.write(work, tx=True))
+        return bool(await self._runner.transaction(work))
 
     async def wake_singleton_waiters(
         self, tag: str, workflow: str, limit: int, now_ms: int
@@ -252,8 +259,7 @@ class SqlStartAdmission:
             await self._lock(s, [singleton_lock_key(workflow, tag)])
             _, nxt = singleton_line(await self._line(s, tag, workflow), limit)
             for run_id in nxt:
-                await self._run(s, _WAKE, {"w_id": run_id, "wake_at": now_ms})
+                await self._runner.run(s, _WAKE, {"w_id": run_id, "wake_at": now_ms})
             return nxt
 
-        result: list[str] = await self._cx.write(work, tx=True)
-        return result
+        return await self._runner.transaction(work)

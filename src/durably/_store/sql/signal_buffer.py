@@ -17,14 +17,18 @@ written on `durably._store.protocol.StateStore`).
   waiter row of the token is locked first (`FOR UPDATE`), then the checkpoint row, in the
   order `deliver_signals` takes them: concurrent deliveries to one wait queue behind each
   other and the later finds the waiter gone.
+
+A part object of `SqlStateStore` (which forwards the contract methods to it), given what it
+uses: the store's `StatementRunner` (every statement runs and is counted there), its
+prebuilt `Statements`, its `SqlDialect` and its clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam
@@ -41,12 +45,11 @@ from durably._core.models import (
 from durably._core.tokens import token_namespace
 from durably._core.triggers import ACCUMULATOR_PREFIX
 from durably._store.sql import rows as _rows
+from durably._store.sql.connection import Session
+from durably._store.sql.dialect import SqlDialect
+from durably._store.sql.runner import StatementRunner
 from durably._store.sql.schema import buffered_events, buffered_signals
-
-if TYPE_CHECKING:
-    from durably._store.sql.connection import Connector, Session
-    from durably._store.sql.dialect import SqlDialect
-    from durably._store.sql.statements import Statements
+from durably._store.sql.statements import Statements
 
 _bs = buffered_signals.c
 _TABLE = buffered_signals.name
@@ -175,33 +178,24 @@ _PURGE_EVENTS = sa.delete(buffered_events).where(
 )
 
 
-# ------------------------------------------------------------------ the mixin
+# ------------------------------------------------------------------ the part
 
 
 class SqlSignalBuffer:
-    """Mixed into `SqlStateStore` (which provides what is declared here)."""
+    """Buffered signals, bounded buffered events, and their takes into checkpoints."""
 
-    if TYPE_CHECKING:
-        dialect: SqlDialect
-        statement_count: int
-        _cx: Connector
-        _clock: Callable[[], datetime]
-        _q: Statements
-
-        async def _write(self, stmt: sa.Executable, params: Any = None) -> int: ...
-        async def _write_first(
-            self, stmt: sa.Executable, params: Any = None
-        ) -> Sequence[Any] | None: ...
-        async def _fetch(
-            self, s: Session, stmt: sa.Executable, params: Any = None
-        ) -> Sequence[Sequence[Any]]: ...
-        async def _run(self, s: Session, stmt: sa.Executable, params: Any = None) -> int: ...
-        async def _read_all(
-            self, stmt: sa.Executable, params: Any = None, *, point: bool = False
-        ) -> Sequence[Sequence[Any]]: ...
-        async def _read_scalar(
-            self, stmt: sa.Executable, params: Any = None, *, point: bool = False
-        ) -> int: ...
+    def __init__(
+        self,
+        runner: StatementRunner,
+        statements: Statements,
+        dialect: SqlDialect,
+        *,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._runner = runner
+        self._q = statements
+        self._dialect = dialect
+        self._clock = clock
 
     def _now_ms(self) -> int:
         return _rows.ms(self._clock())
@@ -214,7 +208,7 @@ class SqlSignalBuffer:
             "buffered_at": self._now_ms(),
             "expires_at": None,
         }
-        await self._write(self._q.buffer_signal, params)
+        await self._runner.write(self._q.buffer_signal, params)
 
     async def buffer_signal_bounded(
         self, token: str, payload: JSONValue, *, ttl_ms: int, per_token: int, per_namespace: int
@@ -229,67 +223,63 @@ class SqlSignalBuffer:
             "per_token": int(per_token),
             "per_ns": int(per_namespace),
         }
-        if await self._write(self._q.buffer_signal_bounded, params) == 1:
+        if await self._runner.write(self._q.buffer_signal_bounded, params) == 1:
             return None
         # Refused (the cold path): say which cap. The token's own count decides; a row taken
         # between the two statements can only make this answer "namespace" too eagerly.
-        live = await self._read_scalar(
+        live = await self._runner.read_scalar(
             self._q.count_token_signals, {"token": token, "now": now}, point=True
         )
         return "token" if live >= per_token else "namespace"
 
     async def peek_buffered_signals(self, token: str, limit: int) -> list[BufferedSignal]:
         params = {"token": token, "now": self._now_ms(), "lim": max(int(limit), 0)}
-        found = await self._read_all(self._q.peek_signals, params, point=True)
+        found = await self._runner.read_all(self._q.peek_signals, params, point=True)
         return [BufferedSignal(payload=_rows.json_from_sql(row[0])) for row in found]
 
     async def _take_signal_text(self, s: Session, params: dict[str, Any]) -> Any:
         """Inside a transaction: delete the oldest live row of `params["token"]` and return
         its payload as stored (JSON text, or None for a NULL payload); `_MISS` when none."""
         if self._q.take_signal is not None:
-            found = await self._fetch(s, self._q.take_signal, params)
+            found = await self._runner.fetch(s, self._q.take_signal, params)
             return found[0][0] if found else _MISS
-        found = await self._fetch(s, self._q.oldest_signal, params)
+        found = await self._runner.fetch(s, self._q.oldest_signal, params)
         if not found:
             return _MISS
         signal_id, text = found[0]
-        await self._run(s, self._q.delete_signal, {"id": signal_id})
+        await self._runner.run(s, self._q.delete_signal, {"id": signal_id})
         return text
 
     async def take_buffered_signal_into(
         self, token: str, cp: StepCheckpoint, *, waiting: bool = False
     ) -> BufferedSignal | None:
-        """The oldest live row of `token` becomes `cp`'s output in ONE transaction (the
-        contract: `StateStore`). The stored payload text is copied as is."""
         probe = {"token": token, "now": self._now_ms()}
-        if not await self._read_all(self._q.oldest_signal, probe, point=True):
+        if not await self._runner.read_all(self._q.oldest_signal, probe, point=True):
             return None  # the common miss: one read, no transaction
         row = _rows.checkpoint_to_sql(cp)  # a payload that cannot be stored fails here
         key = {"run_id": cp.run_id, "seq": cp.seq}
 
         async def work(s: Session) -> BufferedSignal | None:
-            held = await self._fetch(s, self._q.lock_waiter, {"token": token})
+            held = await self._runner.fetch(s, self._q.lock_waiter, {"token": token})
             ours = bool(held) and (held[0][1], held[0][2]) == (cp.run_id, cp.seq)
             if waiting and not ours:
                 return None  # a sender took our waiter: its delivery is on the way
-            status = await self._fetch(s, self._q.lock_cp_status, key)
+            status = await self._runner.fetch(s, self._q.lock_cp_status, key)
             if status and status[0][0] == "completed":
                 return None
             text = await self._take_signal_text(s, probe)
             if text is _MISS:
                 return None
             if ours:
-                await self._run(s, self._q.remove_waiter, {"token": token, **key})
-            await self._run(s, self._q.save_cp, {**row, "output": text})
+                await self._runner.run(s, self._q.remove_waiter, {"token": token, **key})
+            await self._runner.run(s, self._q.save_cp, {**row, "output": text})
             return BufferedSignal(payload=_rows.json_from_sql(text))
 
-        return await self._cx.write(work, tx=True)
+        return await self._runner.transaction(work)
 
     async def deliver_buffered_signal(self, token: str, at: datetime) -> StepCheckpoint | None:
-        """The token's waiter and its oldest live row, taken together into the waiter's
-        checkpoint in ONE transaction (the contract: `StateStore`)."""
         params = {"token": token}
-        if not await self._read_all(self._q.get_waiter, params, point=True):
+        if not await self._runner.read_all(self._q.get_waiter, params, point=True):
             return None  # the common case, nobody waits: one read, no transaction
 
         async def take(s: Session) -> Any:
@@ -306,28 +296,26 @@ class SqlSignalBuffer:
         params = {"token": token}
 
         async def work(s: Session) -> StepCheckpoint | None:
-            held = await self._fetch(s, self._q.lock_waiter, params)
+            held = await self._runner.fetch(s, self._q.lock_waiter, params)
             if not held:
                 return None
             text = await take(s)
             if text is _MISS:
                 return None
-            await self._run(s, self._q.delete_waiter, params)
+            await self._runner.run(s, self._q.delete_waiter, params)
             cp = delivered_signal(_rows.waiter_from_row(held[0]), None, at)
-            await self._run(s, self._q.save_cp, {**_rows.checkpoint_to_sql(cp), "output": text})
+            await self._runner.run(
+                s, self._q.save_cp, {**_rows.checkpoint_to_sql(cp), "output": text}
+            )
             return replace(cp, output=_rows.json_from_sql(text))
 
-        return await self._cx.write(work, tx=True)
+        return await self._runner.transaction(work)
 
     # ------------------------------------------------------------------ buffered events
 
     async def buffer_event_bounded(
         self, event: BufferedEvent, *, ttl_ms: int, per_name: int, per_namespace: int
     ) -> BufferScope | None:
-        """ONE statement: the insert happens only while the event's name holds fewer than
-        `per_name` live events and all external events fewer than `per_namespace` (as
-        `buffer_signal_bounded`: on PostgreSQL N concurrent publishers may pass a cap by
-        at most N - 1). Live: published less than `ttl_ms` before this event."""
         since = int(event.published_at) - int(ttl_ms)
         params = {
             "id": event.id,
@@ -338,55 +326,51 @@ class SqlSignalBuffer:
             "per_name": int(per_name),
             "per_ns": int(per_namespace),
         }
-        if await self._write(_INSERT_EVENT_BOUNDED, params) == 1:
+        if await self._runner.write(_INSERT_EVENT_BOUNDED, params) == 1:
             return None
-        live = await self._read_scalar(_COUNT_NAME_LIVE, {"name": event.name, "since": since})
+        live = await self._runner.read_scalar(
+            _COUNT_NAME_LIVE, {"name": event.name, "since": since}
+        )
         return "token" if live >= per_name else "namespace"
 
     async def purge_expired_events(self, published_before_ms: int) -> int:
-        """Delete the external buffered events published at or before the given time (the
-        engine's own accumulator events never expire)."""
-        return await self._write(_PURGE_EVENTS, {"before": int(published_before_ms)})
+        return await self._runner.write(_PURGE_EVENTS, {"before": int(published_before_ms)})
 
     async def _take_event_text(self, s: Session, event_id: str) -> Any:
         """Inside a transaction: delete the buffered event and return its payload as stored;
         `_MISS` when it is gone. The delete decides: of two transactions that read the row,
         the one whose delete finds it gone (PostgreSQL re-checks it after the other commits)
         takes nothing."""
-        found = await self._fetch(s, self._q.event_payload, {"id": event_id})
+        found = await self._runner.fetch(s, self._q.event_payload, {"id": event_id})
         if not found:
             return _MISS
-        if await self._run(s, self._q.remove_event, {"id": event_id}) != 1:
+        if await self._runner.run(s, self._q.remove_event, {"id": event_id}) != 1:
             return _MISS
         return found[0][0]
 
     async def take_buffered_event_into(self, event_id: str, token: str, cp: StepCheckpoint) -> bool:
-        """The event becomes `cp`'s output and the wait's waiter row goes, in ONE
-        transaction (the contract: `StateStore`). Locks as `take_buffered_signal_into`."""
         row = _rows.checkpoint_to_sql(cp)  # a payload that cannot be stored fails here
         key = {"run_id": cp.run_id, "seq": cp.seq}
 
         async def work(s: Session) -> bool:
-            held = await self._fetch(s, self._q.lock_waiter, {"token": token})
+            held = await self._runner.fetch(s, self._q.lock_waiter, {"token": token})
             if not held or (held[0][1], held[0][2]) != (cp.run_id, cp.seq):
                 return False  # a publisher took our waiter: its delivery is on the way
-            status = await self._fetch(s, self._q.lock_cp_status, key)
+            status = await self._runner.fetch(s, self._q.lock_cp_status, key)
             if status and status[0][0] == "completed":
                 return False
             text = await self._take_event_text(s, event_id)
             if text is _MISS:
                 return False
-            await self._run(s, self._q.remove_waiter, {"token": token, **key})
-            await self._run(s, self._q.save_cp, {**row, "output": text})
+            await self._runner.run(s, self._q.remove_waiter, {"token": token, **key})
+            await self._runner.run(s, self._q.save_cp, {**row, "output": text})
             return True
 
-        return await self._cx.write(work, tx=True)
+        return await self._runner.transaction(work)
 
     async def deliver_buffered_event(
         self, event_id: str, token: str, at: datetime
     ) -> StepCheckpoint | None:
-        """The token's waiter and the buffered event, taken together into the waiter's
-        checkpoint in ONE transaction (the contract: `StateStore`)."""
 
         async def take(s: Session) -> Any:
             return await self._take_event_text(s, event_id)
@@ -399,8 +383,8 @@ class SqlSignalBuffer:
         self, *, prefix: str | None, limit: int, offset: int
     ) -> list[BufferedSignalInfo]:
         stmt = (
-            sa.select(_bs.token, _size_bytes(self.dialect), _bs.buffered_at, _bs.expires_at)
-            .where(*_prefix_where(self.dialect, prefix))
+            sa.select(_bs.token, _size_bytes(self._dialect), _bs.buffered_at, _bs.expires_at)
+            .where(*_prefix_where(self._dialect, prefix))
             .order_by(_bs.id)
             .limit(max(int(limit), 0))
             .offset(max(int(offset), 0))
@@ -412,16 +396,16 @@ class SqlSignalBuffer:
                 buffered_at=utc_from_ms(int(buffered_at)) if buffered_at is not None else None,
                 expires_at=utc_from_ms(int(expires_at)) if expires_at is not None else None,
             )
-            for token, size, buffered_at, expires_at in await self._read_all(stmt)
+            for token, size, buffered_at, expires_at in await self._runner.read_all(stmt)
         ]
 
     async def count_buffered_signals(self, *, prefix: str | None = None) -> int:
         stmt = (
             sa.select(sa.func.count())
             .select_from(buffered_signals)
-            .where(*_prefix_where(self.dialect, prefix))
+            .where(*_prefix_where(self._dialect, prefix))
         )
-        return await self._read_scalar(stmt)
+        return await self._runner.read_scalar(stmt)
 
     async def purge_buffered_signals(
         self, *, token: str | None = None, prefix: str | None = None, expired_only: bool = False
@@ -430,10 +414,10 @@ class SqlSignalBuffer:
         if token is not None:
             where.append(_bs.token == token)
         else:
-            where.extend(_prefix_where(self.dialect, prefix))
+            where.extend(_prefix_where(self._dialect, prefix))
         if expired_only:
             where.append(_bs.expires_at <= self._now_ms())
-        return await self._write(sa.delete(buffered_signals).where(*where))
+        return await self._runner.write(sa.delete(buffered_signals).where(*where))
 
 
 __all__ = ["SqlSignalBuffer", "migration_v3"]

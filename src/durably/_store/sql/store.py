@@ -11,11 +11,19 @@ Hot-path statements are built once per store with named bind parameters (`_q_*`)
 registered with the connector: on SQLite each runs in ONE aiosqlite call (concurrent ones
 share one call and one COMMIT) with SQL compiled once by SQLAlchemy; dynamic list queries go
 through SQLAlchemy's regular (cached) path.
+
+The store is assembled from part objects, each in a module of its own: bulk operations for
+fans (`bulk.py`), checkpoint aggregates (`aggregates.py`), run facets (`facets.py`), start
+admission (`quota.py`) and the signal buffer (`signal_buffer.py`). Each is handed, when the
+store is built, what it uses: the `StatementRunner` (`runner.py`: every statement of the
+store runs and is counted there, parts' and store's alike), the prebuilt `Statements`, the
+`SqlDialect`, the clock, and, for admission, the store's `get_run`. The store forwards those
+contract methods to the parts in one line each; no part sees the store itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -24,8 +32,13 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from durably._core.aggregates import CheckpointQuery, CheckpointStat
+from durably._core.buffered_signals import BufferedSignalInfo, BufferScope
 from durably._core.models import (
     BufferedEvent,
+    BufferedSignal,
+    ChildWait,
+    JSONValue,
     RunPatch,
     RunQuery,
     RunStatus,
@@ -33,6 +46,14 @@ from durably._core.models import (
     StepCheckpoint,
     WorkflowRun,
     now_utc,
+)
+from durably._core.quota import StartGate, StartOutcome
+from durably._core.run_facets import (
+    LeaseOwnerRow,
+    RunFacetRow,
+    RunValueAxis,
+    RunValueFacetOptions,
+    RunValueFacetRow,
 )
 from durably._store.derived import DerivedStoreMethods
 from durably._store.protocol import InstanceHold, StateStore, WakeBus
@@ -50,6 +71,7 @@ from durably._store.sql.leases import release_retrying
 from durably._store.sql.migrations import apply_on
 from durably._store.sql.predicates import run_query_predicates
 from durably._store.sql.quota import SqlStartAdmission
+from durably._store.sql.runner import StatementRunner
 from durably._store.sql.schema import (
     RUN_COLUMNS,
     runs,
@@ -71,14 +93,7 @@ def _cas_params(row: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-class SqlStateStore(
-    DerivedStoreMethods,
-    BulkOps,
-    SqlCheckpointAggregates,
-    SqlRunFacets,
-    SqlSignalBuffer,
-    SqlStartAdmission,
-):
+class SqlStateStore(DerivedStoreMethods):
     """The SQL StateStore for SQLite (aiosqlite) and PostgreSQL (asyncpg).
 
     Construct with an `AsyncEngine` (`owns_engine=True` makes `close()` dispose it) or with
@@ -98,7 +113,8 @@ class SqlStateStore(
         self.dialect = SqlDialect(engine.dialect.name)
         install_sqlite_pragmas(engine)
         self._cx = connector_for(self.dialect, engine)
-        self._cx.on_rerun = self._rerun
+        self._runner = StatementRunner(self._cx)
+        self._cx.on_rerun = self._runner.rerun
         self._schema_ready = False
         #: PostgreSQL schema of the tables when the engine was made by durably with one
         #: (`?schema=` / `schema=`); None: the connections' default `search_path`.
@@ -108,11 +124,46 @@ class SqlStateStore(
         if not self.dialect.is_sqlite:
             self.schema = _pg.schema_of(engine)
             _pg.install_liveness_check(engine)
-        #: SQL statements executed so far (benchmarks divide it by the number of steps).
-        self.statement_count: int = 0
-        self._q = Statements(self.dialect)
         self._update_if_status_stmts: dict[tuple[str, ...], sa.Update] = {}
-        self._cx.register(*self._q.prebuilt())
+        self._assemble(self.dialect)
+
+    def _assemble(self, dialect: SqlDialect) -> None:
+        """Build the prebuilt statements of `dialect` and the part objects that share them
+        (a test builds the store again for a dialect without RETURNING this way)."""
+        self.dialect = dialect
+        self._q = q = Statements(dialect)
+        self._cx.register(*q.prebuilt())
+        runner = self._runner
+        self._bulk = BulkOps(runner, q, dialect)
+        self._aggregates = SqlCheckpointAggregates(runner, q, dialect)
+        self._facets = SqlRunFacets(runner)
+        self._admission = SqlStartAdmission(
+            runner, q, dialect, clock=self._clock, get_run=self.get_run
+        )
+        self._signal_buffer = SqlSignalBuffer(runner, q, dialect, clock=self._clock)
+
+    # ------------------------------------------------------------------ test hooks
+
+    @property
+    def statement_count(self) -> int:
+        """SQL statements executed so far (benchmarks divide it by the number of steps)."""
+        return self._runner.statement_count
+
+    @property
+    def checkpoint_rows_read(self) -> int:
+        return self._aggregates.checkpoint_rows_read
+
+    @property
+    def last_checkpoint_rows_read(self) -> int:
+        return self._aggregates.last_checkpoint_rows_read
+
+    @property
+    def checkpoint_stats_rows_read(self) -> int:
+        return self._aggregates.checkpoint_stats_rows_read
+
+    @property
+    def facet_rows_read(self) -> int:
+        return self._facets.facet_rows_read
 
     @classmethod
     def from_url(
@@ -186,60 +237,6 @@ class SqlStateStore(
     def __repr__(self) -> str:
         return f"SqlStateStore({self.engine.url.render_as_string(hide_password=True)!r})"
 
-    # Every statement goes through one of these three (each counts one statement).
-
-    async def _fetch(self, s: Session, stmt: sa.Executable, params: Any = None) -> Sequence[Row]:
-        self.statement_count += 1
-        return await s.fetch(stmt, params)
-
-    async def _run(self, s: Session, stmt: sa.Executable, params: Any = None) -> int:
-        self.statement_count += 1
-        return await s.execute(stmt, params)
-
-    async def _many(self, s: Session, stmt: sa.Executable, params: list[dict[str, Any]]) -> None:
-        self.statement_count += 1
-        await s.executemany(stmt, params)
-
-    async def _write(self, stmt: sa.Executable, params: Any = None) -> int:
-        """One statement on the write path (autocommitted by itself, or group-committed
-        with other callers' on SQLite); affected rows."""
-        self.statement_count += 1
-        return await self._cx.execute(stmt, params)
-
-    async def _write_first(self, stmt: sa.Executable, params: Any = None) -> Row | None:
-        """One `… RETURNING` statement on the write path; its first row."""
-        self.statement_count += 1
-        found = await self._cx.fetch(stmt, params, write=True)
-        return found[0] if found else None
-
-    async def _read_all(
-        self, stmt: sa.Executable, params: Any = None, *, point: bool = False
-    ) -> Sequence[Row]:
-        """One read statement. `point=True` for small indexed lookups (hot engine paths),
-        which SQLite runs on the writer connection; scans and lists use the pool."""
-        if point:
-            self.statement_count += 1
-            return await self._cx.fetch(stmt, params, write=False)
-
-        async def work(s: Session) -> Sequence[Row]:
-            return await self._fetch(s, stmt, params)
-
-        return await self._cx.read(work)
-
-    def _rerun(self, statements: int) -> None:
-        """`work` statements rolled back with a lost group commit, about to run again."""
-        self.statement_count -= statements
-
-    async def _read_first(self, stmt: sa.Executable, params: Any = None) -> Row | None:
-        found = await self._read_all(stmt, params, point=True)
-        return found[0] if found else None
-
-    async def _read_scalar(
-        self, stmt: sa.Executable, params: Any = None, *, point: bool = False
-    ) -> int:
-        found = await self._read_all(stmt, params, point=point)
-        return int(found[0][0] or 0) if found else 0
-
     # ------------------------------------------------------------------ lifecycle (optional)
 
     async def ensure_schema(self) -> None:
@@ -268,17 +265,17 @@ class SqlStateStore(
         attr_rows = _rows.attribute_rows(run.id, run.search_attributes)
         tag_rows = _rows.tag_rows(run.id, run.tags)
         if not attr_rows and not tag_rows:
-            await self._write(self._q.insert_run, params)
+            await self._runner.write(self._q.insert_run, params)
             return
 
         async def work(s: Session) -> None:
-            await self._run(s, self._q.insert_run, params)
+            await self._runner.run(s, self._q.insert_run, params)
             if tag_rows:
-                await self._many(s, self._q.insert_tags, tag_rows)
+                await self._runner.many(s, self._q.insert_tags, tag_rows)
             if attr_rows:
-                await self._many(s, self._q.insert_attrs, attr_rows)
+                await self._runner.many(s, self._q.insert_attrs, attr_rows)
 
-        await self._cx.write(work, tx=True)
+        await self._runner.transaction(work)
 
     async def update_run(self, run_id: str, patch: RunPatch) -> None:
         """Presence-based patch (a key absent from `patch` is left alone); a missing run is a
@@ -325,26 +322,26 @@ class SqlStateStore(
         tag_rows = _rows.tag_rows(run_id, items["tags"]) if rewrite_tags else []
         values["w_id"] = run_id
         if not rewrite_attrs and not rewrite_tags:
-            return await self._write(update, values)
+            return await self._runner.write(update, values)
 
         async def work(s: Session) -> int:
-            if await self._run(s, update, values) == 0:
+            if await self._runner.run(s, update, values) == 0:
                 return 0  # missing run (or status guard failed): no orphan side rows
             key = {"run_id": run_id}
             if rewrite_attrs:
-                await self._run(s, self._q.delete_attrs, key)
+                await self._runner.run(s, self._q.delete_attrs, key)
                 if attr_rows:
-                    await self._many(s, self._q.insert_attrs, attr_rows)
+                    await self._runner.many(s, self._q.insert_attrs, attr_rows)
             if rewrite_tags:
-                await self._run(s, self._q.delete_tags, key)
+                await self._runner.run(s, self._q.delete_tags, key)
                 if tag_rows:
-                    await self._many(s, self._q.insert_tags, tag_rows)
+                    await self._runner.many(s, self._q.insert_tags, tag_rows)
             return 1
 
-        return int(await self._cx.write(work, tx=True))
+        return int(await self._runner.transaction(work))
 
     async def get_run(self, run_id: str) -> WorkflowRun | None:
-        row = await self._read_first(self._q.get_run, {"id": run_id})
+        row = await self._runner.read_first(self._q.get_run, {"id": run_id})
         return _rows.run_from_row(row) if row is not None else None
 
     async def delete_run(self, run_id: str) -> None:
@@ -354,22 +351,21 @@ class SqlStateStore(
 
         async def work(s: Session) -> None:
             for stmt in self._q.delete_run_rows:
-                await self._run(s, stmt, params)
+                await self._runner.run(s, stmt, params)
 
-        await self._cx.write(work, tx=True)
+        await self._runner.transaction(work)
 
     # ------------------------------------------------------------------ checkpoints
 
     async def get_checkpoint(self, run_id: str, seq: int) -> StepCheckpoint | None:
-        row = await self._read_first(self._q.get_cp, {"run_id": run_id, "seq": seq})
-        self._count_checkpoint_rows(0 if row is None else 1, last=False)
+        row = await self._runner.read_first(self._q.get_cp, {"run_id": run_id, "seq": seq})
+        self._aggregates.count_checkpoint_rows(0 if row is None else 1, last=False)
         return _rows.checkpoint_from_row(row) if row is not None else None
 
     async def save_checkpoint(self, cp: StepCheckpoint) -> None:
         """Upsert on (run_id, seq): the whole row is replaced. (The hot path of a step:
         concurrent ones share a round trip and a commit on PostgreSQL.)"""
-        self.statement_count += 1
-        await self._cx.execute_idempotent(self._q.save_cp, _rows.checkpoint_to_sql(cp))
+        await self._runner.write_idempotent(self._q.save_cp, _rows.checkpoint_to_sql(cp))
 
     async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
         """Batched compare-and-set: per-entry results in input order, each entry compared
@@ -383,7 +379,7 @@ class SqlStateStore(
             return []
         rows = [_rows.checkpoint_to_sql(cp) for cp in cps]  # validate all before writing
         if len(rows) == 1:
-            return [await self._write(self._q.cas_cp, _cas_params(rows[0])) == 1]
+            return [await self._runner.write(self._q.cas_cp, _cas_params(rows[0])) == 1]
         keys = list(dict.fromkeys((row["run_id"], row["seq"]) for row in rows))
 
         async def work(s: Session) -> list[bool]:
@@ -392,7 +388,7 @@ class SqlStateStore(
             for start in range(0, len(keys), step):
                 chunk = keys[start : start + step]
                 params = self.dialect.pairs_params("keys", chunk)
-                found = await self._fetch(s, self._q.pending_keys, params)
+                found = await self._runner.fetch(s, self._q.pending_keys, params)
                 for found_row in found:
                     status[(found_row[0], int(found_row[1]))] = "pending"
             results: list[bool] = []
@@ -405,19 +401,19 @@ class SqlStateStore(
                     final[key] = row
                 results.append(won)
             if final:
-                await self._many(s, self._q.cas_cp, [_cas_params(r) for r in final.values()])
+                await self._runner.many(s, self._q.cas_cp, [_cas_params(r) for r in final.values()])
             return results
 
-        return await self._cx.write(work, tx=True)
+        return await self._runner.transaction(work)
 
     async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
-        found = await self._read_all(self._q.list_cps, {"run_id": run_id}, point=True)
-        self._count_checkpoint_rows(len(found))
+        found = await self._runner.read_all(self._q.list_cps, {"run_id": run_id}, point=True)
+        self._aggregates.count_checkpoint_rows(len(found))
         return [_rows.checkpoint_from_row(row) for row in found]
 
     async def get_latest_checkpoint_by_name(self, run_id: str, name: str) -> StepCheckpoint | None:
-        row = await self._read_first(self._q.latest_cp, {"run_id": run_id, "name": name})
-        self._count_checkpoint_rows(0 if row is None else 1)
+        row = await self._runner.read_first(self._q.latest_cp, {"run_id": run_id, "name": name})
+        self._aggregates.count_checkpoint_rows(0 if row is None else 1)
         return _rows.checkpoint_from_row(row) if row is not None else None
 
     async def count_checkpoints(
@@ -432,7 +428,7 @@ class SqlStateStore(
             "hi": to_seq,
             "statuses": self.dialect.list_value(list(dict.fromkeys(statuses))),
         }
-        return await self._read_scalar(self._q.count_cps, params, point=True)
+        return await self._runner.read_scalar(self._q.count_cps, params, point=True)
 
     # ------------------------------------------------------------------ pick-up scans
 
@@ -447,7 +443,7 @@ class SqlStateStore(
         else:
             stmt = variants[1] if namespace == DEFAULT_NAMESPACE else variants[2]
             params = {**params, "ns": namespace}
-        return [_rows.run_from_row(row) for row in await self._read_all(stmt, params)]
+        return [_rows.run_from_row(row) for row in await self._runner.read_all(stmt, params)]
 
     async def list_incomplete_runs(self, namespace: str | None = None) -> list[WorkflowRun]:
         """Runs in `running` or `cancelling` (ordered by created_at, id for stability)."""
@@ -475,15 +471,19 @@ class SqlStateStore(
     async def release_run_lock(self, run_id: str) -> None:
         # Retried while no connection can be had; logged at ERROR if it still fails
         # (`leases.py`): a silently failed release leaves the run waiting out its lease.
-        await release_retrying(lambda: self._write(self._q.release, {"w_id": run_id}), run_id)
+        await release_retrying(
+            lambda: self._runner.write(self._q.release, {"w_id": run_id}), run_id
+        )
 
     async def renew_run_locks(self, owner: str, lease_until_ms: int) -> int:
         """Extend every lease held by `owner` in one UPDATE; rows touched."""
-        return await self._write(self._q.renew_all, {"w_owner": owner, "w_until": lease_until_ms})
+        return await self._runner.write(
+            self._q.renew_all, {"w_owner": owner, "w_until": lease_until_ms}
+        )
 
     async def release_locks_of(self, owner: str) -> int:
         """Clear every lease held by `owner` in one UPDATE; rows touched."""
-        return await self._write(self._q.release_all, {"w_owner": owner})
+        return await self._runner.write(self._q.release_all, {"w_owner": owner})
 
     async def claim_run(
         self, run_id: str, owner: str, lease_until_ms: int, now_ms: int
@@ -492,16 +492,16 @@ class SqlStateStore(
         return the locked row: one `UPDATE … RETURNING`."""
         params = {"w_id": run_id, "w_owner": owner, "w_until": lease_until_ms, "w_now": now_ms}
         if self._q.claim is not None:
-            row = await self._write_first(self._q.claim, params)
+            row = await self._runner.write_first(self._q.claim, params)
             return _rows.run_from_row(row) if row is not None else None
 
         async def work(s: Session) -> WorkflowRun | None:
-            if await self._run(s, self._q.try_lock, params) != 1:
+            if await self._runner.run(s, self._q.try_lock, params) != 1:
                 return None
-            found = await self._fetch(s, self._q.get_run, {"id": run_id})
+            found = await self._runner.fetch(s, self._q.get_run, {"id": run_id})
             return _rows.run_from_row(found[0]) if found else None
 
-        return await self._cx.write(work, tx=True)
+        return await self._runner.transaction(work)
 
     async def claim_pending_runs(
         self,
@@ -533,12 +533,11 @@ class SqlStateStore(
             stmt = variants[1] if namespace == DEFAULT_NAMESPACE else variants[2]
             params["ns"] = namespace
         if self.dialect.supports_returning:
-            self.statement_count += 1
-            found = await self._cx.fetch(stmt, params, write=True)
+            found = await self._runner.write_returning(stmt, params)
             claimed = [_rows.run_from_row(row) for row in found]
         else:
-            claimed = await self._cx.write(
-                lambda s: self._claim_without_returning(s, stmt, params), tx=True
+            claimed = await self._runner.transaction(
+                lambda s: self._claim_without_returning(s, stmt, params)
             )
         # RETURNING promises no order: hand the runs back in the order they were picked.
         claimed.sort(key=pickup_order)
@@ -549,11 +548,11 @@ class SqlStateStore(
     ) -> list[WorkflowRun]:
         """SQLite < 3.35: SELECT the candidates, then lease them (one transaction holding the
         write lock, so nobody else can take them in between)."""
-        found = [_rows.run_from_row(row) for row in await self._fetch(s, pick, params)]
+        found = [_rows.run_from_row(row) for row in await self._runner.fetch(s, pick, params)]
         if not found:
             return []
         lock = {k: params[k] for k in ("w_owner", "w_until", "w_now")}
-        await self._many(s, self._q.try_lock, [{**lock, "w_id": run.id} for run in found])
+        await self._runner.many(s, self._q.try_lock, [{**lock, "w_id": run.id} for run in found])
         owner, until = params["w_owner"], params["w_until"]
         return [replace(run, locked_by=owner, locked_until=until) for run in found]
 
@@ -595,13 +594,13 @@ class SqlStateStore(
         if self._channel is None:
             schema = self.schema
             if schema is None:
-                row = await self._read_first(self._q.current_schema)
+                row = await self._runner.read_first(self._q.current_schema)
                 schema = str(row[0]) if row is not None and row[0] is not None else "public"
             self._channel = _pg.wake_channel(schema)
         return self._channel
 
     async def _notify(self, channel: str, payload: str) -> None:
-        await self._write(self._q.notify, {"channel": channel, "payload": payload})
+        await self._runner.write(self._q.notify, {"channel": channel, "payload": payload})
 
     # ------------------------------------------------------------------ waiters
 
@@ -613,26 +612,26 @@ class SqlStateStore(
             "seq": waiter.seq,
             "parallel_group": waiter.parallel_group,
         }
-        await self._write(self._q.put_waiter, params)
+        await self._runner.write(self._q.put_waiter, params)
 
     async def list_signal_waiters(self, prefix: str) -> list[SignalWaiter]:
         """Tokens starting with `prefix` (exact, case-sensitive), by (run_id, seq, token)."""
         if prefix == "":
-            found = await self._read_all(self._q.all_waiters)
+            found = await self._runner.read_all(self._q.all_waiters)
         else:
             ranged, params = self.dialect.prefix_params(prefix)
             stmt = self._q.waiters_ranged if ranged else self._q.waiters_plain
-            found = await self._read_all(stmt, params, point=True)
+            found = await self._runner.read_all(stmt, params, point=True)
         return [_rows.waiter_from_row(row) for row in found]
 
     async def remove_signal_waiter(self, waiter: SignalWaiter) -> None:
         """Delete only the row matching token AND run_id AND seq."""
         params = {"token": waiter.token, "run_id": waiter.run_id, "seq": waiter.seq}
-        await self._write(self._q.remove_waiter, params)
+        await self._runner.write(self._q.remove_waiter, params)
 
     # ------------------------------------------------------------------ buffers
 
-    # Buffered signals: signal_buffer.SqlSignalBuffer.
+    # Buffered signals and bounded events: signal_buffer.SqlSignalBuffer (below).
 
     async def buffer_event(self, event: BufferedEvent) -> None:
         params = {
@@ -641,16 +640,16 @@ class SqlStateStore(
             "payload": _rows.json_or_null(event.payload),
             "published_at": int(event.published_at),
         }
-        await self._write(self._q.buffer_event, params)
+        await self._runner.write(self._q.buffer_event, params)
 
     async def list_buffered_events(self, name: str, limit: int) -> list[BufferedEvent]:
         """Oldest `published_at` first (ties by id), at most `limit`, not consuming."""
         params = {"name": name, "lim": max(limit, 0)}
-        found = await self._read_all(self._q.list_events, params, point=True)
+        found = await self._runner.read_all(self._q.list_events, params, point=True)
         return [_rows.event_from_row(row) for row in found]
 
     async def remove_buffered_event(self, event_id: str) -> bool:
-        return await self._write(self._q.remove_event, {"id": event_id}) == 1
+        return await self._runner.write(self._q.remove_event, {"id": event_id}) == 1
 
     # ------------------------------------------------------------------ listing
 
@@ -666,12 +665,184 @@ class SqlStateStore(
             stmt = stmt.limit(max(int(query.limit), 0))
         if query.offset:
             stmt = stmt.offset(max(int(query.offset), 0))
-        return [_rows.run_from_row(row) for row in await self._read_all(stmt)]
+        return [_rows.run_from_row(row) for row in await self._runner.read_all(stmt)]
 
     async def count_runs(self, query: RunQuery) -> int:
         """Runs matching `query`; `limit`/`offset` are ignored."""
         stmt = sa.select(sa.func.count()).select_from(runs).where(*run_query_predicates(query))
-        return await self._read_scalar(stmt)
+        return await self._runner.read_scalar(stmt)
+
+    # ------------------------------------------------------------------ bulk, for fans
+    # Forwards to `bulk.BulkOps`.
+
+    async def register_child_waits(self, waits: Sequence[ChildWait]) -> None:
+        """In ONE transaction, upsert every waiter and
+        insert each placeholder whose `(run_id, seq)` has no row yet (an existing row, e.g. a
+        completion already delivered, is never overwritten)."""
+        await self._bulk.register_child_waits(waits)
+
+    async def create_runs(self, new_runs: Sequence[WorkflowRun]) -> list[str | None]:
+        """Insert every run whose id is free, in ONE transaction; for each entry,
+        `None` when this call created it, else the workflow name of the run already holding
+        the id (the caller decides between idempotent and conflicting)."""
+        return await self._bulk.create_runs(new_runs)
+
+    async def deliver_signals(
+        self, payloads: Sequence[tuple[str, JSONValue]], at: datetime
+    ) -> list[StepCheckpoint]:
+        """Signal delivery for many tokens in ONE transaction: take every
+        existing waiter (`DELETE … WHERE token IN … RETURNING`) and upsert its `signal:<token>`
+        checkpoint; a crash can't take a waiter without writing its row. Returns the rows
+        written (tokens without a waiter are left to the caller)."""
+        return await self._bulk.deliver_signals(payloads, at)
+
+    async def fold_checkpoints(
+        self, run_id: str, first_seq: int, last_seq: int, cp: StepCheckpoint
+    ) -> None:
+        """Replace the rows of `first_seq..last_seq` by ONE folded
+        `fan:` row (`cp`, at `first_seq`), in one transaction."""
+        await self._bulk.fold_checkpoints(run_id, first_seq, last_seq, cp)
+
+    async def claim_runs(
+        self, ids: Sequence[str], owner: str, lease_until_ms: int, now_ms: int
+    ) -> list[WorkflowRun]:
+        """`claim_pending_runs` for known ids (the children this engine just
+        created): lease those still `pending` with a free or expired lease, by primary key
+        (no scan of the pending backlog, whose plan degrades while a wide fan churns it)."""
+        return await self._bulk.claim_runs(ids, owner, lease_until_ms, now_ms)
+
+    # ------------------------------------------------------------------ checkpoint aggregates
+    # Forwards to `aggregates.SqlCheckpointAggregates`.
+
+    async def checkpoint_stats(self, run_id: str, group: str | None = None) -> list[CheckpointStat]:
+        """One bucket per `(parallelGroup, status, nameKind)` , ordered by
+        `min_seq`; only `group`'s checkpoints when given. One `GROUP BY` statement."""
+        return await self._aggregates.checkpoint_stats(run_id, group)
+
+    async def query_checkpoints(
+        self, run_id: str, query: CheckpointQuery | Mapping[str, Any] | None = None
+    ) -> list[StepCheckpoint]:
+        """The run's checkpoints matching `query` (a `CheckpointQuery` or its camelCase JSON
+        mapping), by seq, then `offset`/`limit`: one statement, filtered and paged in SQL."""
+        return await self._aggregates.query_checkpoints(run_id, query)
+
+    # ------------------------------------------------------------------ facets
+    # Forwards to `facets.SqlRunFacets`.
+
+    async def run_facets(self, query: RunQuery) -> list[RunFacetRow]:
+        """`(status, origin, count)` cells over every run matching `query` minus its
+        status/origin predicates and page; one `GROUP BY`."""
+        return await self._facets.run_facets(query)
+
+    async def run_value_facets(
+        self,
+        axis: RunValueAxis | Mapping[str, Any] | str,
+        query: RunQuery,
+        opts: RunValueFacetOptions | Mapping[str, Any] | None = None,
+    ) -> list[RunValueFacetRow]:
+        """Values of `axis` over the runs matching `query` (page ignored) with their counts,
+        most frequent first, at most `opts.limit` (100); one `GROUP BY`."""
+        return await self._facets.run_value_facets(axis, query, opts)
+
+    async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
+        """Unexpired leases grouped by `(namespace, owner)`; one `GROUP BY`."""
+        return await self._facets.lease_owners(now_ms, namespace)
+
+    # ------------------------------------------------------------------ start admission
+    # Forwards to `quota.SqlStartAdmission`: each call ONE transaction.
+
+    async def create_run_gated(self, run: WorkflowRun, gate: StartGate) -> StartOutcome:
+        return await self._admission.create_run_gated(run, gate)
+
+    async def gate_untagged_run(
+        self, run_id: str, new_tags: Sequence[str], gate: StartGate
+    ) -> StartOutcome:
+        return await self._admission.gate_untagged_run(run_id, new_tags, gate)
+
+    async def try_admit_singleton(
+        self, run_id: str, tag: str, workflow: str, limit: int, retry_wake_at_ms: int
+    ) -> bool:
+        return await self._admission.try_admit_singleton(
+            run_id, tag, workflow, limit, retry_wake_at_ms
+        )
+
+    async def wake_singleton_waiters(
+        self, tag: str, workflow: str, limit: int, now_ms: int
+    ) -> list[str]:
+        return await self._admission.wake_singleton_waiters(tag, workflow, limit, now_ms)
+
+    # ------------------------------------------------------------------ signal buffer
+    # Forwards to `signal_buffer.SqlSignalBuffer`.
+
+    async def buffer_signal(self, token: str, payload: JSONValue) -> None:
+        await self._signal_buffer.buffer_signal(token, payload)
+
+    async def buffer_signal_bounded(
+        self, token: str, payload: JSONValue, *, ttl_ms: int, per_token: int, per_namespace: int
+    ) -> BufferScope | None:
+        return await self._signal_buffer.buffer_signal_bounded(
+            token, payload, ttl_ms=ttl_ms, per_token=per_token, per_namespace=per_namespace
+        )
+
+    async def peek_buffered_signals(self, token: str, limit: int) -> list[BufferedSignal]:
+        return await self._signal_buffer.peek_buffered_signals(token, limit)
+
+    async def take_buffered_signal_into(
+        self, token: str, cp: StepCheckpoint, *, waiting: bool = False
+    ) -> BufferedSignal | None:
+        """The oldest live row of `token` becomes `cp`'s output in ONE transaction (the
+        contract: `StateStore`). The stored payload text is copied as is."""
+        return await self._signal_buffer.take_buffered_signal_into(token, cp, waiting=waiting)
+
+    async def deliver_buffered_signal(self, token: str, at: datetime) -> StepCheckpoint | None:
+        """The token's waiter and its oldest live row, taken together into the waiter's
+        checkpoint in ONE transaction (the contract: `StateStore`)."""
+        return await self._signal_buffer.deliver_buffered_signal(token, at)
+
+    async def buffer_event_bounded(
+        self, event: BufferedEvent, *, ttl_ms: int, per_name: int, per_namespace: int
+    ) -> BufferScope | None:
+        """ONE statement: the insert happens only while the event's name holds fewer than
+        `per_name` live events and all external events fewer than `per_namespace` (as
+        `buffer_signal_bounded`: on PostgreSQL N concurrent publishers may pass a cap by
+        at most N - 1). Live: published less than `ttl_ms` before this event."""
+        return await self._signal_buffer.buffer_event_bounded(
+            event, ttl_ms=ttl_ms, per_name=per_name, per_namespace=per_namespace
+        )
+
+    async def purge_expired_events(self, published_before_ms: int) -> int:
+        """Delete the external buffered events published at or before the given time (the
+        engine's own accumulator events never expire)."""
+        return await self._signal_buffer.purge_expired_events(published_before_ms)
+
+    async def take_buffered_event_into(self, event_id: str, token: str, cp: StepCheckpoint) -> bool:
+        """The event becomes `cp`'s output and the wait's waiter row goes, in ONE
+        transaction (the contract: `StateStore`). Locks as `take_buffered_signal_into`."""
+        return await self._signal_buffer.take_buffered_event_into(event_id, token, cp)
+
+    async def deliver_buffered_event(
+        self, event_id: str, token: str, at: datetime
+    ) -> StepCheckpoint | None:
+        """The token's waiter and the buffered event, taken together into the waiter's
+        checkpoint in ONE transaction (the contract: `StateStore`)."""
+        return await self._signal_buffer.deliver_buffered_event(event_id, token, at)
+
+    async def list_buffered_signals(
+        self, *, prefix: str | None, limit: int, offset: int
+    ) -> list[BufferedSignalInfo]:
+        return await self._signal_buffer.list_buffered_signals(
+            prefix=prefix, limit=limit, offset=offset
+        )
+
+    async def count_buffered_signals(self, *, prefix: str | None = None) -> int:
+        return await self._signal_buffer.count_buffered_signals(prefix=prefix)
+
+    async def purge_buffered_signals(
+        self, *, token: str | None = None, prefix: str | None = None, expired_only: bool = False
+    ) -> int:
+        return await self._signal_buffer.purge_buffered_signals(
+            token=token, prefix=prefix, expired_only=expired_only
+        )
 
 
 __all__ = ["SqlStateStore"]
