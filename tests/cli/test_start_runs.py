@@ -132,7 +132,7 @@ def test_unknown_things(tmp_path: Path) -> None:
     assert "hello" in wf.stderr  # lists what is registered
 
     ok(durably("start", "app:engine", "hello", "--input", '"x"', cwd=tmp_path))
-    for verb in ("show", "cancel", "retry", "continue"):
+    for verb in ("show", "cancel", "retry", "continue", "redispatch"):
         missing = durably("runs", verb, "no-such-run", "--store", store, cwd=tmp_path)
         assert missing.returncode == 1, verb
         assert "Run no-such-run not found." in missing.stderr, verb
@@ -171,6 +171,15 @@ def test_cancel_a_waiting_run(tmp_path: Path) -> None:
     assert cancelled["status"] == "cancelled" and cancelled["changed"] is True
     again = ok(durably("runs", "cancel", "c1", "--store", store, cwd=tmp_path))
     assert "already cancelled" in again.stdout
+
+
+def test_redispatch_a_run_without_remote_steps(tmp_path: Path) -> None:
+    store = write_app(tmp_path)
+    ok(durably("start", "app:engine", "gated", "--input", '"c"', "--run-id", "d1", cwd=tmp_path))
+    sent = json_of(durably("runs", "redispatch", "d1", "--store", store, "--json", cwd=tmp_path))
+    assert sent["runId"] == "d1" and sent["redispatched"] == 0
+    human = ok(durably("runs", "redispatch", "d1", "--store", store, cwd=tmp_path))
+    assert "nothing re-dispatched" in human.stdout
 
 
 def test_no_command_prints_usage(tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ PARSED: dict[str, list[tuple[str, Any]]] = {
     "lease_ms": [("5000", 5_000), (" 7000 ", 7_000)],
     "timer_poll_ms": [("50", 50)],
     "reconcile_ms": [("60000", 60_000)],
+    "remote_redispatch_ms": [("5000", 5_000), ("none", None)],
+    "remote_redispatch_max": [("3", 3)],
     "max_recovery_attempts": [("3", 3), ("none", None), ("None", None)],
     "drain_timeout_ms": [("0", 0)],
     "instance_wait_ms": [("250", 250), ("none", None)],
@@ -53,6 +55,8 @@ BAD_ENV: list[tuple[str, str]] = [
     ("DURABLY_SIGNAL_BUFFER_TTL", "30 fortnights"),
     ("DURABLY_SIGNAL_BUFFER_TTL", "-5"),
     ("DURABLY_CONCURRENCY", "0"),
+    ("DURABLY_REMOTE_REDISPATCH_MS", "0"),
+    ("DURABLY_REMOTE_REDISPATCH_MAX", "0"),
     ("DURABLY_CONCURRENCY", "lots"),
 ]
 

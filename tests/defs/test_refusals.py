@@ -108,7 +108,6 @@ def test_step_decorators_take_no_queue() -> None:
         ("dead_letter_workflow", "dead-letter workflows are not supported yet"),
         ("topology", "topology roles are given as role="),
         ("partition", "serving partitions are not supported yet"),
-        ("remote_redispatch_ms", "timed re-dispatch of unanswered remote steps"),
     ],
 )
 def test_engine_options_of_missing_features_name_the_feature(option: str, feature: str) -> None:

@@ -93,6 +93,18 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=on_control_engine(_continue))
 
     p = verbs.add_parser(
+        "redispatch",
+        help="re-dispatch the run's pending remote steps (engine.redispatch_pending)",
+        description=(
+            "Mark every remote step of the run still waiting for its answer (a `pending` "
+            "row) as its next attempt and re-drive the run: engine.redispatch_pending."
+        ),
+    )
+    target_options(p)
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.set_defaults(handler=on_control_engine(_redispatch))
+
+    p = verbs.add_parser(
         "signal",
         help="deliver a signal (ctx.wait_for_signal) by token",
         description=(
@@ -292,6 +304,19 @@ async def _continue(engine: Engine, args: argparse.Namespace) -> int:
         print_json(_result_json(result, run))
     else:
         echo(f"Run {run.id} continued past its breakpoint.")
+    return EXIT_OK
+
+
+async def _redispatch(engine: Engine, args: argparse.Namespace) -> int:
+    run = await _require_run(engine, args.run_id)
+    result = await engine.redispatch_pending(run.id)
+    count = int(result["redispatched"]) if result is not None else 0
+    if args.json:
+        print_json(result if result is not None else {"runId": run.id, "redispatched": 0})
+    elif count:
+        echo(f"Run {run.id}: {count} pending remote step(s) re-dispatched.")
+    else:
+        echo(f"Run {run.id} has no pending remote step; nothing re-dispatched.")
     return EXIT_OK
 
 

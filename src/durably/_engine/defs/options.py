@@ -118,6 +118,23 @@ class EngineOptions:
     the same id to let go (ms) before giving up. None: `drain_timeout_ms + 2 * lease_ms`,
     enough for a predecessor that is draining or has just died."""
 
+    remote_redispatch_ms: int | None = _default("remote_redispatch_ms", None)
+    """Opt-in self-heal of lost dispatches (ms). A step sent over a transport whose row is
+    still `pending` this long after it was (last) dispatched is dispatched again under the
+    same step id, by the run waiting on it (it wakes at that time like at a timer), and
+    logged at INFO. The re-dispatch counts as a new attempt of the step: the row's attempt
+    number goes up, so the answer of the lost dispatch, should it arrive late, is dropped and
+    the row is settled once, by the re-dispatch's answer. A step that is only slow is run
+    twice, so choose a window well above the step's running time (steps must be idempotent).
+    None: never; a pending step waits for its answer (or its `timeout=`). In-process steps
+    are never re-dispatched."""
+
+    remote_redispatch_max: int = _default("remote_redispatch_max", 10)
+    """With `remote_redispatch_ms`: re-dispatches of one step before it fails with
+    `remote_step_lost` (not retried). Re-dispatches and retries share the step's attempt
+    number: the step is given up as lost when a window passes with that number already past
+    this value."""
+
     # ------------------------------------------------------------ capacity
     max_concurrent_runs: int = _default("max_concurrent_runs", 1_000)
     """Runs this engine drives at once: it picks up pending runs only while fewer execute
@@ -225,6 +242,8 @@ _MINIMUM: Final[dict[str, int]] = {
     "lease_ms": 1,
     "timer_poll_ms": 1,
     "reconcile_ms": 1,
+    "remote_redispatch_ms": 1,
+    "remote_redispatch_max": 1,
     "max_recovery_attempts": 0,  # 0: the first crash of its owner makes a run dead
     "drain_timeout_ms": 0,  # 0: interrupt in-flight turns at once on close
     "instance_wait_ms": 0,
@@ -241,7 +260,7 @@ _MINIMUM: Final[dict[str, int]] = {
     "signal_buffer_per_token": 1,
     "signal_buffer_per_namespace": 1,
 }
-_OPTIONAL: Final = frozenset({"max_recovery_attempts", "instance_wait_ms"})
+_OPTIONAL: Final = frozenset({"max_recovery_attempts", "instance_wait_ms", "remote_redispatch_ms"})
 _FLAGS: Final = frozenset({"track_step_start", "always_replay"})
 
 

@@ -61,14 +61,6 @@ _ENGINE_OPTIONS: dict[str, str] = {
         "serving partitions are not supported yet: a worker serves its steps on the tokens of "
         "its engine's namespace (`<step>@<namespace>`); a separate partition is planned"
     ),
-    "remote_redispatch_ms": (
-        "timed re-dispatch of unanswered remote steps is not supported yet: bound an attempt "
-        "with the step's timeout= (it is then retried by the step's policy)"
-    ),
-    "remote_redispatch_max": (
-        "timed re-dispatch of unanswered remote steps is not supported yet: bound an attempt "
-        "with the step's timeout= (it is then retried by the step's policy)"
-    ),
     "remote_advance_silence_ms": (
         "a separate silence window for remote turns is not supported yet: a turn with no "
         "decision is issued again at the reconcile wake (reconcile_ms)"

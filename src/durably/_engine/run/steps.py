@@ -219,7 +219,15 @@ async def _run_remote(
             deadline = None
             if timeout_ms is not None:
                 deadline = ms_from_utc(cp.started_at) + timeout_ms
-            settled = await ex.wait(seq, deadline, accept=SETTLED, lazy_since=rechecks)
+            # With the self-heal on, the wait ends at the re-dispatch time when that comes
+            # before the attempt's timeout.
+            heal_at = _redispatch_at(ex, cp)
+            healing = heal_at is not None and (deadline is None or heal_at < deadline)
+            wake = heal_at if healing else deadline
+            settled = await ex.wait(seq, wake, accept=SETTLED, lazy_since=rechecks)
+            if settled is None and healing:
+                cp = await _redispatch(ex, remote, cp, json_input)
+                continue
             if settled is None:
                 cp = await _fail_pending(
                     ex,
@@ -296,6 +304,73 @@ async def _dispatch(
             ),
         )
     return pending
+
+
+def _redispatch_at(ex: Execution, cp: StepCheckpoint) -> int | None:
+    """When the pending attempt `cp` is due to be dispatched again (`remote_redispatch_ms`
+    after its last dispatch), or None when the self-heal is off. Derived from the row's
+    dispatch time, so every turn and every process computes the same deadline."""
+    window = ex.host.options.remote_redispatch_ms
+    if window is None or cp.status != "pending":
+        return None
+    sent = cp.enqueued_at if cp.enqueued_at is not None else cp.started_at
+    return ms_from_utc(sent) + window
+
+
+async def _redispatch(
+    ex: Execution, remote: RemoteDispatch, cp: StepCheckpoint, json_input: JSONValue
+) -> StepCheckpoint:
+    """Send a step whose answer did not come within `remote_redispatch_ms` again, under the
+    same step id and as its next attempt, or fail it as lost past `remote_redispatch_max`.
+
+    The new attempt number and dispatch time are written by compare-and-set on the pending
+    row before the task leaves: an answer that lands meanwhile wins (and is returned), two
+    turns cannot both re-send, and the lost dispatch's late answer, naming the old attempt,
+    is dropped by the settler — so the row settles once."""
+    if cp.attempts > ex.host.options.remote_redispatch_max:
+        n = cp.attempts - 1
+        return await _fail_pending(
+            ex,
+            cp,
+            StepError(
+                message=f'remote step "{cp.name}" lost — no result after {n} '
+                f"re-dispatch{'es' if n != 1 else ''}",
+                code="remote_step_lost",
+                retryable=False,
+            ),
+        )
+    now = utc_from_ms(ex.now())
+    again = replace(cp, attempts=cp.attempts + 1, enqueued_at=now)
+    if not await ex.store.save_checkpoint_if_pending(again):
+        fresh = await ex.store.get_checkpoint(ex.run_id, cp.seq)
+        if fresh is None:
+            return cp
+        ex.snapshot[cp.seq] = fresh
+        return fresh
+    ex.snapshot[cp.seq] = again
+    log.info(
+        "run %s: step %s (seq %d) still pending after %d ms: re-dispatched on %s as attempt %d",
+        ex.run_id,
+        cp.name,
+        cp.seq,
+        ex.host.options.remote_redispatch_ms,
+        cp.worker_group or remote.token_for(ex.run, cp.name),
+        again.attempts,
+    )
+    try:
+        await remote.dispatch(ex.run, cp.seq, cp.name, json_input, again.attempts)
+    except Exception as exc:
+        log.warning("run %s: step %s could not be re-dispatched: %s", ex.run_id, cp.name, exc)
+        return await _fail_pending(
+            ex,
+            again,
+            StepError(
+                message=f"remote step dispatch failed: {exc}",
+                code="dispatch_failed",
+                retryable=True,
+            ),
+        )
+    return again
 
 
 async def _fail_pending(ex: Execution, cp: StepCheckpoint, error: StepError) -> StepCheckpoint:
