@@ -85,6 +85,30 @@ async def test_unknown_workflow_name(engine_factory: EngineFactory, uid: str):
         assert await engine.list_runs() == []
 
 
+async def test_unknown_workflow_name_names_close_matches(engine_factory: EngineFactory, uid: str):
+    # A typo in a start by name is refused with the registered names it is close to, and
+    # no run is written; a name close to nothing registered gets no suggestion.
+    @durably.workflow(f"{uid}.invoices.convert")
+    async def convert(ctx: WorkflowCtx, x: int) -> int:
+        return x
+
+    async with engine_factory() as engine:
+        engine.register(convert)
+        with pytest.raises(WorkflowNotFoundError) as typo:
+            await engine.start(f"{uid}.invoices.convrt", 1)
+        with pytest.raises(WorkflowNotFoundError) as far:
+            await engine.start("zz-unrelated", 1)
+        handle = await engine.start(f"{uid}.invoices.convert", 2)
+        assert await handle.result(timeout=RESULT_TIMEOUT) == 2
+        assert [r.workflow for r in await engine.list_runs()] == [f"{uid}.invoices.convert"]
+
+    # Best match first (workflows of other tests in this process may follow it).
+    assert str(typo.value).startswith(
+        f"workflow {uid}.invoices.convrt is not registered; did you mean '{uid}.invoices.convert'"
+    )
+    assert "did you mean" not in str(far.value)
+
+
 class Payment(BaseModel):
     amount: int
     currency: str

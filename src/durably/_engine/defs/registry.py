@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import random
 import re
@@ -483,6 +484,15 @@ def is_newer_version(a: str, b: str) -> bool:
         return float(a) > float(b)
     except ValueError:
         return _natural_key(a) > _natural_key(b)
+
+
+def close_matches(name: str, names: Iterable[str]) -> str:
+    """A "did you mean" suffix for an error naming an unknown workflow: the known names
+    closest to `name` (a typo is the usual cause), or "" when none is close."""
+    found = difflib.get_close_matches(name, sorted(set(names)), n=3)
+    if not found:
+        return ""
+    return "; did you mean " + " or ".join(repr(n) for n in found) + "?"
 
 
 class Registry:

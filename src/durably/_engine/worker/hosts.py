@@ -31,7 +31,13 @@ from durably._engine.control.plane import ControlPlane
 from durably._engine.control.signals import CompletionMailbox, SignalRoute
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.events import EngineEvent, EventBus
-from durably._engine.defs.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
+from durably._engine.defs.registry import (
+    DEFAULT_REGISTRY,
+    Registry,
+    Step,
+    Workflow,
+    close_matches,
+)
 from durably._engine.defs.vocab import parent_tag
 from durably._engine.triggers import publish
 from durably._engine.worker.runs import BackgroundTasks, ExecutingRuns, Redispatch
@@ -218,7 +224,9 @@ class Registrations:
                 f"workflow {name}@{version} is not registered — a pinned start never falls "
                 f"back to another version (registered: {', '.join(versions) or 'none'})"
             )
-        raise WorkflowNotFoundError(f"workflow {name} is not registered")
+        raise WorkflowNotFoundError(
+            f"workflow {name} is not registered{close_matches(name, self._workflows.latest)}"
+        )
 
     def prepare_input(self, workflow: Workflow[Any, Any], input: Any) -> JSONValue:
         """Validate a start input against the workflow's annotation/validator → JSON."""
