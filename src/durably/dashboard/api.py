@@ -7,7 +7,9 @@ transports and flow control report) — answer `501` saying they need an `Engine
 `metrics` serves the run gauges read from the store without the engine's event counters.
 
 Every route is relative to the API base path. Mutating routes (retry, retry-with-input,
-cancel, continue, redispatch, bulk, webhooks, updates) answer `403` in read-only mode.
+cancel, continue, redispatch, delete, bulk, webhooks, updates) answer `403` in read-only mode.
+Every timeline row of a run's detail and of a fan page carries `row`: what it stands for
+(`durably._read.rows`: its true kind, its real duration, whether the engine wrote it).
 Errors use `{statusCode, message, error}`. Query parameters are read strictly (see
 `filters`): every route names the parameters it takes and refuses any other with a 400,
 so a typo can never widen what a request reads or changes. Same-origin, content type and
@@ -17,6 +19,7 @@ body size are checked before any route runs (`security.ConsoleGate`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,10 +33,12 @@ from durably._core.errors import (
     ReservedTokenError,
     SignalBufferFullError,
 )
+from durably._core.models import WorkflowRun
 from durably._engine.client.client import Client
 from durably._engine.engine import Engine
-from durably._read import lists
+from durably._read import lists, rows
 from durably._read.list_models import RunListItem
+from durably._read.models import FanPage, RunDetail
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 from durably.dashboard.filters import (
     FILTER_PARAMS,
@@ -127,14 +132,15 @@ class DashboardApi:
         def r(path: str, endpoint: Endpoint, method: str = "GET") -> Route:
             return Route(path, wrap(self._errors(endpoint)), methods=[method])
 
-        def w(path: str, endpoint: Endpoint, action: str) -> Route:
-            return r(path, self._mutating(endpoint, action), "POST")
+        def w(path: str, endpoint: Endpoint, action: str, method: str = "POST") -> Route:
+            return r(path, self._mutating(endpoint, action), method)
 
         return [
             r("/runs", self.list_runs),
             r("/runs/facets", self.run_facets),
             r("/runs/values", self.run_values),
             r("/runs/{run_id}", self.run_detail),
+            w("/runs/{run_id}", self.delete_run, "delete", "DELETE"),
             r("/runs/{run_id}/fans/{group:path}", self.fan_members),
             r("/runs/{run_id}/stream", self.stream),
             r("/runs/{run_id}/events/{key:path}", self.get_event),
@@ -235,7 +241,7 @@ class DashboardApi:
         if detail.not_modified and detail.etag is not None:
             return not_modified(detail.etag)
         headers = {"ETag": detail.etag} if detail.etag else None
-        return json_response(detail.to_json(), headers=headers)
+        return json_response(self._detail_json(detail), headers=headers)
 
     async def fan_members(self, request: Request) -> Response:
         run_id = path_param(request, "run_id")
@@ -255,7 +261,27 @@ class DashboardApi:
         if members.not_modified and members.etag is not None:
             return not_modified(members.etag)
         headers = {"ETag": members.etag} if members.etag else None
-        return json_response(members.to_json(), headers=headers)
+        return json_response(self._page_json(members), headers=headers)
+
+    def _now_ms(self) -> int:
+        # The engine's clock when there is one (its rows were stamped by it), else the wall.
+        return self.worker.clock() if self.worker is not None else int(time.time() * 1000)
+
+    def _detail_json(self, detail: RunDetail) -> dict[str, Any]:
+        body: dict[str, Any] = detail.to_json()
+        now = self._now_ms()
+        views = rows.describe_rows(detail.timeline, now)
+        body["timeline"] = rows.annotate(detail.timeline, views, now)
+        for fan, fan_json in zip(detail.fans or (), body.get("fans", ()), strict=True):
+            if fan.failures:
+                fan_json["failures"] = rows.annotate(fan.failures, None, now)
+        return body
+
+    def _page_json(self, page: FanPage) -> dict[str, Any]:
+        body: dict[str, Any] = page.to_json()
+        now = self._now_ms()
+        body["items"] = rows.annotate(page.items, rows.describe_rows(page.items, now), now)
+        return body
 
     async def stream(self, request: Request) -> Response:
         _params(request, _NONE)
@@ -271,6 +297,54 @@ class DashboardApi:
         return json_response(value)
 
     # ------------------------------------------------------------------ controls
+
+    async def delete_run(self, request: Request) -> Response:
+        """`DELETE runs/:id`: delete a finished run with its checkpoints and its child runs
+        (`delete_run`); `{runId, deleted}` (how many runs went).
+
+        Only a terminal run (completed, failed, cancelled, dead), and only when none of its
+        descendants is still live: deleting a live run orphans the worker driving it (its
+        next write would find no run) — cancel it first. Checked, then deleted: a descendant
+        started in between is deleted with the rest, as `delete_run` does."""
+        _params(request, _NONE)
+        run_id = path_param(request, "run_id")
+        run = await self.engine.get_run(run_id)
+        if run is None:
+            return error_response(404, f"run {run_id} not found")
+        if not run.is_terminal:
+            return error_response(
+                409,
+                f"run {run_id} is {run.status}: only a finished run (completed, failed, "
+                "cancelled or dead) can be deleted — cancel it first.",
+                {"status": run.status},
+            )
+        child = await self._live_descendant(run_id)
+        if child is not None:
+            return error_response(
+                409,
+                f"run {run_id} has a child run {child.id} that is still {child.status}: "
+                "deleting the run would delete it too — cancel it first.",
+                {"childRunId": child.id, "status": child.status},
+            )
+        deleted = await self.engine.delete_run(run_id)
+        return json_response({"runId": run_id, "deleted": deleted})
+
+    async def _live_descendant(self, run_id: str) -> WorkflowRun | None:
+        """The first descendant of the run that is not terminal, else None."""
+        seen = {run_id}
+        todo = [run_id]
+        while todo:
+            for child_id in await self.engine.get_run_children(todo.pop()):
+                if child_id in seen:
+                    continue
+                seen.add(child_id)
+                child = await self.engine.get_run(child_id)
+                if child is None:
+                    continue
+                if not child.is_terminal:
+                    return child
+                todo.append(child_id)
+        return None
 
     async def retry(self, request: Request) -> Response:
         _params(request, _NONE)
