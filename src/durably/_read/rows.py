@@ -215,9 +215,10 @@ def describe_row(
     leave them out where the neighbours are not at hand (a fan page's members have none)."""
     kind = _kind_of(cp)
     label = _LABELS[kind]
-    if cp.parallel_group is not None and kind not in ENGINE_ROW_KINDS:
-        label += " · fan member"
     view: dict[str, Any] = {"kind": kind, "label": label}
+    if cp.parallel_group is not None and kind not in ENGINE_ROW_KINDS:
+        view["label"] = label + " · fan member"
+        view["fan_member"] = True
     if kind in ENGINE_ROW_KINDS:
         view["engine"] = True
     if kind in ("sleep", "timeout") and cp.wake_at is not None:

@@ -61,7 +61,7 @@ export async function get(path, params, etag, signal) {
 
 export const getJson = async (path, params, signal) => (await get(path, params, null, signal)).body;
 
-// Every change is a same-origin POST that says it is JSON, with or without a body: the
+// Every change is a same-origin POST (or DELETE) that says it is JSON, with or without a body: the
 // server refuses any other content type on a change (a form or a no-cors fetch from another
 // site cannot send this one without a CORS preflight, which the console never answers).
 const SEND_JSON = { Accept: "application/json", "Content-Type": "application/json" };
@@ -74,6 +74,13 @@ export async function post(path, params, body) {
   const text = await res.text();
   if (!text) return null;
   try { return JSON.parse(text); } catch { return text; }
+}
+
+/** DELETE, as the console's other changes: same origin, saying JSON (no body). */
+export async function remove(path) {
+  const res = await fetch(url(path), { method: "DELETE", credentials: "same-origin", headers: { ...SEND_JSON } });
+  if (!res.ok) await fail(res);
+  return res.json();
 }
 
 /** Read-only mode: the config block says so, or a harmless mutation probe gets a 403

@@ -66,7 +66,12 @@ export function ago(value) {
 export function duration(from, to) {
   const a = ms(from), b = ms(to);
   if (a == null || b == null) return "—";
-  const d = b - a;
+  return millis(b - a);
+}
+
+/** A span in milliseconds, in words: `840 ms`, `1.0 s`, `2m 5s`. */
+export function millis(d) {
+  if (d == null) return "—";
   if (d < 1000) return `${d} ms`;
   if (d < 60000) return `${(d / 1000).toFixed(1)} s`;
   return `${Math.floor(d / 60000)}m ${Math.round((d % 60000) / 1000)}s`;

@@ -1,8 +1,10 @@
 // The run detail: header, relations (parent / children / onError handlers), controls, the
 // timeline with every wide fan as ONE node (expanding into paged members), the step detail
 // and live updates over server-sent events (refetching with If-None-Match).
-import { get, getJson, post, url, enc, state, onReadOnly } from "./api.js";
-import { h, clear, badge, when, duration, num, json, jsonBlock, errorBlock, runLink, flash } from "./dom.js";
+// Each row's `row` (from the server) says what it stands for: its kind in words, its real
+// duration, and whether the engine wrote it for itself (hidden unless asked for).
+import { get, getJson, post, remove, url, enc, state, onReadOnly } from "./api.js";
+import { h, clear, badge, when, duration, millis, num, json, jsonBlock, errorBlock, runLink, flash } from "./dom.js";
 import { confirmAction } from "./confirm.js";
 
 const SUMMARIZE_OVER = 50;
@@ -14,7 +16,7 @@ const CHILD = "signal:child:";
 
 export function runDetail(root, runId) {
   const path = "runs/" + enc(runId);
-  const view = { etag: null, detail: null, selected: null, fans: new Map(), events: [], closed: false };
+  const view = { etag: null, detail: null, selected: null, fans: new Map(), events: [], closed: false, engineRows: false };
   const top = h("section.card", { testid: "run-header" }, h("p.muted", {}, "Loading run…"));
   const controls = h("div.controls", { testid: "controls" });
   const relations = h("section.card", { testid: "relations", hidden: true });
@@ -22,10 +24,15 @@ export function runDetail(root, runId) {
   const stepPane = h("aside.card.step", { testid: "step-detail", hidden: true });
   const eventsList = h("ol.events", { testid: "event-log" });
   const live = h("span.live", { testid: "live-indicator", "data-state": "connecting" }, "connecting");
+  const engineCount = h("span.muted", { testid: "engine-row-count" });
+  const engineToggle = h("label.small.toggle", { title: "Rows the engine writes for itself, e.g. the deadline of a wait with a timeout" },
+    h("input", { type: "checkbox", testid: "engine-rows-toggle",
+      onchange: (e) => { view.engineRows = e.target.checked; if (view.detail) render(); } }),
+    " show engine rows ", engineCount);
   root.append(top, relations,
     h("div.split", {},
       h("section.card.grow", {},
-        h("div.head", {}, h("h3", {}, "Timeline"), live),
+        h("div.head", {}, h("h3", {}, "Timeline"), engineToggle, live),
         h("table.timeline", {}, h("thead", {}, h("tr", {}, ["#", "Step", "Kind", "Status", "Attempts", "Duration", "Started"].map((c) => h("th", {}, c)))), timeline)),
       stepPane),
     h("section.card", {}, h("details", { testid: "events-panel" }, h("summary", {}, "Live events & setEvent values"),
@@ -143,7 +150,16 @@ export function runDetail(root, runId) {
 
   // ---- timeline rows and fan nodes, merged in seq order
   function renderTimeline(rows, fans) {
-    const items = rows.map((cp) => ({ seq: cp.seq, cp })).concat(fans.map((f) => ({ seq: f.firstSeq, fan: f })));
+    // An engine row folds into the row it belongs to (a wait shows its timeout) unless asked
+    // for; one whose owner has no row yet (a wait still open, or one that timed out) stays:
+    // it is the only trace of that wait.
+    const seqs = new Set(rows.map((cp) => cp.seq));
+    const engine = rows.filter((cp) => cp.row && cp.row.engine);
+    const folded = engine.filter((cp) => cp.row.owner != null && seqs.has(cp.row.owner));
+    engineCount.textContent = `(${num(engine.length)})`;
+    const hidden = new Set(view.engineRows ? [] : folded.map((cp) => cp.seq));
+    const shown = rows.filter((cp) => !hidden.has(cp.seq));
+    const items = shown.map((cp) => ({ seq: cp.seq, cp })).concat(fans.map((f) => ({ seq: f.firstSeq, fan: f })));
     items.sort((a, b) => a.seq - b.seq || (a.fan ? -1 : 1));
     const seen = new Set();
     const out = [];
@@ -163,16 +179,36 @@ export function runDetail(root, runId) {
   function stepRow(cp, testid = "timeline-row") {
     const child = cp.name.startsWith(CHILD) ? cp.name.slice(CHILD.length) : null;
     const failed = cp.status === "failed" || (child && cp.output && cp.output.ok === false);
-    const tr = h("tr.step" + (view.selected && view.selected.seq === cp.seq ? ".sel" : ""),
-      { testid, "data-seq": cp.seq, "data-status": cp.status, onclick: (e) => { if (!e.target.closest("a")) select(cp, tr); } },
+    const row = cp.row || {};
+    const tr = h("tr.step" + (row.engine ? ".engine" : "") + (view.selected && view.selected.seq === cp.seq ? ".sel" : ""),
+      { testid, "data-seq": cp.seq, "data-status": cp.status, "data-kind": row.kind || cp.kind, "data-engine": row.engine ? "1" : null,
+        onclick: (e) => { if (!e.target.closest("a")) select(cp, tr); } },
       h("td.mono", {}, cp.seq),
-      h("td", {}, child ? [h("span.muted", {}, /\.onError\.\d+$/.test(child) ? "onError → " : "child → "), runLink(child, "child-link")]
+      h("td", {}, row.engine ? h("span.muted", {}, "↳ ") : null,
+        child ? [h("span.muted", {}, /\.onError\.\d+$/.test(child) ? "onError → " : "child → "), runLink(child, "child-link")]
         : cp.name.startsWith("fan:") ? [cp.name, h("span.muted", {}, ` (${num(cp.output && cp.output.count)} folded)`)] : cp.name,
       failed && cp.status !== "failed" ? h("span.badge.s-failed", {}, "child failed") : null),
-      h("td.muted", {}, cp.kind || ""), h("td", {}, badge(cp.status, "step-status")),
-      h("td", {}, cp.attempts ?? ""), h("td", {}, duration(cp.startedAt, cp.finishedAt)),
+      h("td.muted", { testid: "step-kind" }, row.label || cp.kind || "",
+        row.timeoutMs != null ? h("span.small", { testid: "step-timeout" }, ` · timeout ${millis(row.timeoutMs)}`) : null),
+      h("td", {}, row.state ? h("span.badge.s-" + row.state, { testid: "step-status", "data-status": row.state }, row.state.replace("_", " "))
+        : badge(cp.status, "step-status")),
+      h("td", {}, cp.attempts ?? ""), h("td", { testid: "step-duration", title: durationNote(cp) }, rowDuration(cp)),
       h("td", { title: when(cp.startedAt) }, when(cp.startedAt).slice(11)));
     return tr;
+  }
+
+  // The duration the server read from the row; none where the store does not keep it.
+  function rowDuration(cp) {
+    const row = cp.row;
+    if (!row) return duration(cp.startedAt, cp.finishedAt);
+    if (row.durationMs != null) return millis(row.durationMs);
+    return cp.status === "pending" || cp.status === "running" ? "…" : "—";
+  }
+  function durationNote(cp) {
+    const row = cp.row || {};
+    if (row.dueAt) return `scheduled ${when(cp.startedAt)}, due ${when(row.dueAt)}`;
+    if (row.durationMs == null && cp.status === "completed") return "the store records when this arrived, not when the wait began";
+    return "";
   }
 
   function select(cp, tr) {
@@ -189,9 +225,13 @@ export function runDetail(root, runId) {
       h("div.head", {}, h("h3", {}, `#${cp.seq} ${cp.name}`),
         h("button.link", { testid: "step-close", onclick: () => { stepPane.hidden = true; view.selected = null; } }, "close")),
       badge(cp.status, "step-detail-status"),
-      h("dl.meta", {}, meta("Kind", cp.kind), meta("Step id", cp.stepId), meta("Attempts", cp.attempts),
+      h("dl.meta", {}, meta("Kind", cp.row ? cp.row.label : cp.kind, "step-detail-kind"), meta("Stored kind", cp.kind),
+        cp.row && cp.row.engine ? meta("Written by", "the engine" + (cp.row.owner != null ? ` (for #${cp.row.owner})` : "")) : null,
+        meta("Step id", cp.stepId), meta("Attempts", cp.attempts), meta("Worker group", cp.workerGroup),
         meta("Group", cp.parallelGroup), meta("Enqueued", when(cp.enqueuedAt)), meta("Started", when(cp.startedAt)),
-        meta("Finished", when(cp.finishedAt)), meta("Duration", duration(cp.startedAt, cp.finishedAt))),
+        meta("Finished", when(cp.finishedAt)), cp.row && cp.row.dueAt ? meta("Due", when(cp.row.dueAt)) : null,
+        cp.row && cp.row.timeoutMs != null ? meta("Timeout", millis(cp.row.timeoutMs)) : null,
+        meta("Duration", rowDuration(cp))),
       errorBlock(cp.error, "step-error"),
       cp.output && cp.output.ok === false ? errorBlock({ message: cp.output.error, code: cp.output.code, details: cp.output.details }, "child-error") : null,
       jsonBlock("input", cp.input, "step-input"),
@@ -288,12 +328,20 @@ export function runDetail(root, runId) {
       ["continue", "Continue", waiting || st === "suspended", "Release the run's breakpoint?", () => post(path + "/continue")],
       ["redispatch", "Redispatch", active, "Re-send this run's dispatched but unsettled steps?", () => post(path + "/redispatch")],
       ["signal", "Signal…", active, "Deliver a signal (webhook token and JSON payload):", signal, { json: null, token: true }],
+      ["delete", "Delete…", !active, "Delete this run, its checkpoints and its child runs? This cannot be undone.", () => remove(path)],
     ];
     clear(controls, defs.map(([id, label, ok, text, act, extra]) => {
       const b = h("button.ctl", { testid: "control-" + id, "data-mutates": "", "data-off": ok ? "0" : "1",
         disabled: state.readOnly || !ok, title: state.readOnly ? "read-only console" : "",
         onclick: () => confirmAction({ title: label.replace("…", ""), text, ...extra, run: act, done: (res) => {
           const other = res && res.runId && res.runId !== runId ? res.runId : null;
+          if (id === "delete") {
+            flash(`Deleted ${runId}` + (res && res.deleted > 1 ? ` and ${num(res.deleted - 1)} child run(s)` : ""));
+            view.closed = true;
+            if (source) source.close();
+            location.hash = "#/runs";
+            return;
+          }
           flash(`${label.replace("…", "")}: done` + (other ? ` → new run ${other}` : res && res.status ? ` (${res.status})` : ""));
           if (other) location.hash = "#/runs/" + enc(other);
           else { view.etag = null; refreshSoon(); }
