@@ -331,7 +331,7 @@ export function runDetail(root, runId) {
       ["delete", "Delete…", !active, "Delete this run, its checkpoints and its child runs? This cannot be undone.", () => remove(path)],
     ];
     clear(controls, defs.map(([id, label, ok, text, act, extra]) => {
-      const b = h("button.ctl", { testid: "control-" + id, "data-mutates": "", "data-off": ok ? "0" : "1",
+      const b = h("button.ctl" + (id === "delete" ? ".danger" : ""), { testid: "control-" + id, "data-mutates": "", "data-off": ok ? "0" : "1",
         disabled: state.readOnly || !ok, title: state.readOnly ? "read-only console" : "",
         onclick: () => confirmAction({ title: label.replace("…", ""), text, ...extra, run: act, done: (res) => {
           const other = res && res.runId && res.runId !== runId ? res.runId : null;
