@@ -1,0 +1,17 @@
+"""The API reference (docs/reference/*.md, rendered by mkdocstrings) documents every public
+name of `durably`, so a name added to `__all__` without a page fails here."""
+
+from __future__ import annotations
+
+import re
+
+import durably
+from tests.docs.blocks import DOCS
+
+
+def test_every_public_name_has_a_reference_entry() -> None:
+    text = "\n".join(p.read_text() for p in (DOCS / "reference").glob("*.md"))
+    documented = set(re.findall(r"^::: durably\.(\w+)\s*$", text, flags=re.M))
+    public = {name for name in durably.__all__ if not name.startswith("__")}
+    assert not public - documented, f"missing from docs/reference: {sorted(public - documented)}"
+    assert not documented - public, f"not public: {sorted(documented - public)}"
