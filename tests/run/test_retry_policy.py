@@ -112,7 +112,7 @@ def test_a_bad_policy_is_refused_when_declared(
 
 
 def test_retry_takes_only_a_policy(uid: str) -> None:
-    with pytest.raises(TypeError, match="retry= takes a durably.RetryPolicy"):
+    with pytest.raises(TypeError, match=r"retry= takes a durably\.RetryPolicy"):
 
         @durably.step(f"{uid}.s", retry=3)  # type: ignore[arg-type]
         def s() -> None: ...

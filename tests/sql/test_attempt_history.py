@@ -86,7 +86,7 @@ async def test_the_history_survives_a_restart_on_postgresql(uid: str) -> None:
 _V6_ROW = (
     "INSERT INTO durable_step_checkpoints (run_id, seq, name, kind, step_id, status, error,"
     " attempts, started_at, finished_at) VALUES ('old', 0, 's', 'remote', 'old:0', 'failed',"
-    " '{\"message\": \"kept\"}', 2, 1000, 2000)"
+    ' \'{"message": "kept"}\', 2, 1000, 2000)'
 )
 
 
