@@ -394,3 +394,33 @@ async def test_the_history_of_a_long_retried_step_is_bounded(
     assert errors[-1].message.startswith(f"#{total} ") and errors[-1].message.endswith("…")
     # The row's own error keeps the last failure in full.
     assert cp.error is not None and len(cp.error.message) > ATTEMPT_MESSAGE_MAX
+
+
+async def test_a_requeue_appends_to_the_history(engine_factory: EngineFactory, uid: str) -> None:
+    state = {"fail": True, "n": 0}
+
+    @durably.step(f"{uid}.s", retries=1)
+    def s() -> str:
+        state["n"] += 1
+        if state["fail"]:
+            raise Transient(f"round {state['n']}")
+        return "done"
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx, _: None) -> str:
+        return await ctx.step(s)
+
+    async with engine_factory() as engine:
+        handle = await engine.start(wf, None, run_id=f"{uid}-r")
+        with pytest.raises(RunFailedError):
+            await handle.result(timeout=RESULT_TIMEOUT)
+        await engine.retry(handle.run_id)
+        with pytest.raises(RunFailedError):
+            await handle.result(timeout=RESULT_TIMEOUT)
+        state["fail"] = False
+        await engine.retry(handle.run_id)
+        assert await handle.result(timeout=RESULT_TIMEOUT) == "done"
+        [cp] = await engine.list_checkpoints(handle.run_id)
+    # Each round's attempt is numbered 1 again; nothing is overwritten.
+    assert _attempts(cp) == [(1, "round 1"), (1, "round 2")]
+    assert cp.status == "completed"

@@ -119,19 +119,16 @@ def add_attempt_error(
     """The attempt history with one more failed attempt: (kept entries, number omitted).
 
     The first `ATTEMPT_ERRORS_FIRST` entries stay; past them only the last
-    `ATTEMPT_ERRORS_LAST` are kept and each entry dropped from the middle is counted. An
-    entry for an attempt already recorded (the same attempt settled twice) replaces it."""
+    `ATTEMPT_ERRORS_LAST` are kept and each entry dropped from the middle is counted. Entries
+    only append: after a requeue the numbers start again at 1 and the times tell the rounds
+    apart."""
     message = error.message
     if len(message) > ATTEMPT_MESSAGE_MAX:
         message = message[: ATTEMPT_MESSAGE_MAX - 1] + "…"
     entry = AttemptError(
         attempt=attempt, at=at, message=message, code=error.code, retryable=error.retryable
     )
-    entries = list(kept or ())
-    if entries and entries[-1].attempt == attempt and entries[-1].at <= at:
-        entries[-1] = entry
-        return tuple(entries), omitted
-    entries.append(entry)
+    entries = [*(kept or ()), entry]
     limit = ATTEMPT_ERRORS_FIRST + ATTEMPT_ERRORS_LAST
     if len(entries) > limit:
         drop = len(entries) - limit
