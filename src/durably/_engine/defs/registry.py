@@ -253,8 +253,7 @@ def _exception_types(value: Any, key: str, where: str) -> tuple[type[Exception],
             )
         if not isinstance(item, type) or not issubclass(item, Exception):
             raise TypeError(
-                f"{where}: {key} takes exception classes (subclasses of Exception), "
-                f"not {item!r}"
+                f"{where}: {key} takes exception classes (subclasses of Exception), not {item!r}"
             )
     if key == "retry_on" and any(issubclass(t, FatalError) for t in found):
         raise ValueError(f"{where}: retry_on names FatalError, which is never retried")
