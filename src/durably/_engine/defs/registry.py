@@ -86,7 +86,7 @@ class RetryPolicy:
     jitter: bool
     retry_on: tuple[type[Exception], ...]
     dont_retry_on: tuple[type[Exception], ...]
-    given: frozenset[str] = field(compare=False, repr=False)
+    given: frozenset[str] = field(init=False, compare=False, repr=False)
 
     def __init__(
         self,
