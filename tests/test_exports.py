@@ -9,6 +9,7 @@ import durably
 EXPECTED_EXPORTS = [
     "AdaptiveConcurrency",
     "AesGcmCodec",
+    "AttemptError",
     "AttributeFilter",
     "Batch",
     "BufferedSignalInfo",

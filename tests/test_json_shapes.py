@@ -11,6 +11,7 @@ what `from_json` makes of the loose inputs it has always accepted (missing optio
 # ruff: noqa: E501  (the pinned JSON texts are kept on one line each)
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from durably import (
+    AttemptError,
     BufferedSignalInfo,
     EngineEvent,
     FanPage,
@@ -141,6 +143,15 @@ CP_FULL = StepCheckpoint(
     parallel_group="all:3:2:ff",
     enqueued_at=T2,
 )
+CP_ATTEMPTS = dataclasses.replace(
+    CP_MIN,
+    attempts=3,
+    attempt_errors=(
+        AttemptError(attempt=1, at=1_700_000_000_100, message="down"),
+        AttemptError(attempt=2, at=1_700_000_000_200, message="no", code="E", retryable=False),
+    ),
+    attempt_errors_omitted=4,
+)
 FAN = FanSummary(
     group="all:1:3",
     label="charge",
@@ -181,6 +192,7 @@ CASES: list[tuple[str, Any, bool]] = [
     ("run_falsy_values", RUN_FALSY, False),  # namespace None reads back as "default"
     ("checkpoint_min", CP_MIN, True),
     ("checkpoint_full", CP_FULL, True),
+    ("checkpoint_attempts", CP_ATTEMPTS, True),
     ("signal_waiter_min", SignalWaiter(token="t", run_id="r1", seq=2), True),
     (
         "signal_waiter_full",
@@ -365,6 +377,7 @@ PINNED: dict[str, str] = {
     "run_full": '{"id": "r2", "workflow": "wf", "workflowVersion": "7", "status": "failed", "input": {"x": 1}, "output": [1, "two"], "error": {"message": "boom", "code": "E_X", "details": {"a": [1, 2]}, "retryable": false, "stack": "Traceback"}, "wakeAt": 1700000000000, "lockedBy": "w-1", "lockedUntil": 1700000030000, "recoveryAttempts": 2, "tags": ["a", "b"], "searchAttributes": {"tier": "gold", "n": 3, "ok": true, "f": 1.5}, "namespace": "ns", "origin": "api", "priority": 4, "awaitingDecisionTaskId": "task-1", "createdAt": "2026-03-04T05:06:07.891234Z", "updatedAt": "2026-03-04T05:06:09Z"}',
     "run_falsy_values": '{"id": "r3", "workflow": "wf", "workflowVersion": "1", "status": "completed", "input": 0, "output": false, "tags": [], "searchAttributes": {}, "priority": 0, "createdAt": "2026-03-04T05:06:07.891234Z", "updatedAt": "2026-03-04T05:06:07.891234Z"}',
     "checkpoint_min": '{"runId": "r1", "seq": 0, "name": "inc", "kind": "local", "stepId": "r1:0", "status": "completed", "attempts": 1, "enqueuedAt": "2026-03-04T05:06:07.891234Z", "startedAt": "2026-03-04T05:06:07.891234Z", "finishedAt": "2026-03-04T05:06:09Z"}',
+    "checkpoint_attempts": '{"runId": "r1", "seq": 0, "name": "inc", "kind": "local", "stepId": "r1:0", "status": "completed", "attempts": 3, "attemptErrors": [{"attempt": 1, "at": 1700000000100, "message": "down"}, {"attempt": 2, "at": 1700000000200, "message": "no", "code": "E", "retryable": false}], "attemptErrorsOmitted": 4, "enqueuedAt": "2026-03-04T05:06:07.891234Z", "startedAt": "2026-03-04T05:06:07.891234Z", "finishedAt": "2026-03-04T05:06:09Z"}',
     "checkpoint_full": '{"runId": "r2", "seq": 3, "name": "charge", "kind": "remote", "stepId": "custom-id", "status": "failed", "input": {"amount": 5}, "error": {"message": "bare"}, "attempts": 3, "workerGroup": "billing", "events": [{"at": 1700000000123, "level": "warn", "message": "half", "subId": "s1", "name": "sub", "group": "g", "status": "completed", "phase": "end", "data": {"k": 1}}, {"at": 5, "level": "info", "message": "hi"}], "wakeAt": 1700000000500, "parallelGroup": "all:3:2:ff", "enqueuedAt": "2026-03-04T05:06:09Z", "startedAt": "2026-03-04T05:06:07.891234Z", "finishedAt": "2026-03-04T05:06:09Z"}',
     "signal_waiter_min": '{"token": "t", "runId": "r1", "seq": 2}',
     "signal_waiter_full": '{"token": "t", "runId": "r1", "seq": 2, "parallelGroup": "all:2:3"}',
@@ -575,8 +588,8 @@ LOOSE_PINNED: dict[str, str] = {
     "step_event_empty": "StepEvent(at=0, level='info', message='', sub_id=None, name=None, group=None, status=None, phase=None, data=None)",
     "run_defaults_and_epoch_ms": "WorkflowRun(id='1', workflow='wf', workflow_version='1', status='running', created_at=datetime.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=datetime.timezone.utc), updated_at=datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=datetime.timezone.utc), input=None, output=None, error=None, wake_at=None, locked_by=None, locked_until=None, recovery_attempts=None, tags=None, search_attributes=None, namespace='default', origin=None, priority=None, awaiting_decision_task_id=None)",
     "run_empty_namespace_and_odd_error": "WorkflowRun(id='r', workflow='wf', workflow_version='', status='running', created_at=datetime.datetime(2026, 3, 4, 5, 6, 7, 500000, tzinfo=datetime.timezone.utc), updated_at=datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=datetime.timezone.utc), input=None, output=None, error=None, wake_at=None, locked_by=None, locked_until=None, recovery_attempts=None, tags=('x',), search_attributes=None, namespace='default', origin=None, priority=None, awaiting_decision_task_id=None)",
-    "checkpoint_defaults": "StepCheckpoint(run_id='r', seq=2, name='n', kind='local', step_id='r:2', status='completed', started_at=datetime.datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=datetime.timezone.utc), finished_at=datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.timezone.utc), attempts=1, input=None, output=None, error=None, worker_group=None, events=None, wake_at=None, parallel_group=None, enqueued_at=datetime.datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=datetime.timezone.utc))",
-    "checkpoint_error_and_events": "StepCheckpoint(run_id='r', seq=1, name='n', kind='sleep', step_id='r:1', status='failed', started_at=datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=datetime.timezone.utc), finished_at=datetime.datetime(2026, 3, 4, 5, 6, 8, tzinfo=datetime.timezone.utc), attempts=2, input=None, output=None, error=StepError(message='x', code=None, details=None, retryable=None, stack=None), worker_group=None, events=(StepEvent(at=1, level='info', message='m', sub_id=None, name=None, group=None, status=None, phase=None, data=None),), wake_at=None, parallel_group=None, enqueued_at=datetime.datetime(2026, 3, 4, 5, 6, 6, tzinfo=datetime.timezone.utc))",
+    "checkpoint_defaults": "StepCheckpoint(run_id='r', seq=2, name='n', kind='local', step_id='r:2', status='completed', started_at=datetime.datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=datetime.timezone.utc), finished_at=datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.timezone.utc), attempts=1, input=None, output=None, error=None, worker_group=None, events=None, wake_at=None, parallel_group=None, enqueued_at=datetime.datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=datetime.timezone.utc), attempt_errors=None, attempt_errors_omitted=0)",
+    "checkpoint_error_and_events": "StepCheckpoint(run_id='r', seq=1, name='n', kind='sleep', step_id='r:1', status='failed', started_at=datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=datetime.timezone.utc), finished_at=datetime.datetime(2026, 3, 4, 5, 6, 8, tzinfo=datetime.timezone.utc), attempts=2, input=None, output=None, error=StepError(message='x', code=None, details=None, retryable=None, stack=None), worker_group=None, events=(StepEvent(at=1, level='info', message='m', sub_id=None, name=None, group=None, status=None, phase=None, data=None),), wake_at=None, parallel_group=None, enqueued_at=datetime.datetime(2026, 3, 4, 5, 6, 6, tzinfo=datetime.timezone.utc), attempt_errors=None, attempt_errors_omitted=0)",
     "fan_summary_loose": "FanSummary(group='all:1:2', label='', first_seq=1, last_seq=2, size=0, fail_fast=False, counts={}, failures=(), total=None, not_started=1, started_at=datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.timezone.utc), finished_at=None)",
     "fan_summary_counts": "FanSummary(group='g', label='l', first_seq=0, last_seq=0, size=1, fail_fast=True, counts={'failed': 2}, failures=(), total=None, not_started=None, started_at=None, finished_at=None)",
     "run_detail_loose": "RunDetail(run=WorkflowRun(id='r', workflow='wf', workflow_version='1', status='running', created_at=datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=datetime.timezone.utc), updated_at=datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=datetime.timezone.utc), input=None, output=None, error=None, wake_at=None, locked_by=None, locked_until=None, recovery_attempts=None, tags=None, search_attributes=None, namespace='default', origin=None, priority=None, awaiting_decision_task_id=None), timeline=(), children=('1', '2'), fans=None, child_count=2, etag=None, not_modified=False)",

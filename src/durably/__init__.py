@@ -44,6 +44,7 @@ from durably._core.errors import (
     WorkflowNotFoundError,
 )
 from durably._core.models import (
+    AttemptError,
     AttributeFilter,
     RunQuery,
     RunResult,
@@ -119,6 +120,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AdaptiveConcurrency",
     "AesGcmCodec",
+    "AttemptError",
     "AttributeFilter",
     "Batch",
     "BufferedSignalInfo",

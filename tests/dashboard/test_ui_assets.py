@@ -38,6 +38,7 @@ TESTIDS = set(
     "run-header run-id status-badge run-error run-input run-output relations rel-parent "
     "rel-child rel-handler child-link live-indicator timeline timeline-row step-status "
     "step-detail step-input step-output step-error step-events event-log event-key event-read "
+    "step-attempts step-attempt "
     "fan-node fan-expand fan-label fan-counts fan-count fan-progress fan-failures fan-failure "
     "fan-members fan-failed-only fan-member-rows fan-member-row fan-prev fan-next fan-range "
     "controls confirm-json confirm-token engine-rows-toggle engine-row-count step-kind "

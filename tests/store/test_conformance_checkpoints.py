@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from durably import SerializationError, StepError, StepEvent
+from durably._core.models import replace
 
 from .support import ConformantStore, at, make_cp, make_run
 
@@ -259,3 +260,33 @@ async def test_count_checkpoints_inclusive(store: ConformantStore) -> None:
     assert await store.count_checkpoints("r1", 10, 15, []) == 0
     assert await store.count_checkpoints("r1", 16, 20, ["pending"]) == 0
     assert await store.count_checkpoints("nope", 0, 100, ["pending"]) == 0
+
+
+async def test_the_attempt_history_round_trips_through_every_write(
+    store: ConformantStore,
+) -> None:
+    """`attempt_errors` (and the count of entries dropped from a long history) is stored
+    with the row by a plain save and by an if-pending CAS, and read back the same; a row
+    without history reads as none."""
+    await store.create_run(make_run())
+    cp = make_cp(seq=4, kind="remote", status="pending", output=None, attempts=3)
+    for n in (1, 2):
+        cp = cp.with_attempt_error(n, 1_781_136_000_000 + n, StepError(message=f"m{n}"))
+    cp = replace(cp, attempt_errors_omitted=7)
+    await store.save_checkpoint(cp)
+    got = await store.get_checkpoint("r1", 4)
+    assert got is not None
+    assert got.attempt_errors == cp.attempt_errors and got.attempt_errors_omitted == 7
+    failed = replace(got, status="failed", error=StepError(message="m3", code="E", retryable=False))
+    failed = failed.with_attempt_error(3, 1_781_136_000_003, failed.error or StepError(message=""))
+    assert await store.save_checkpoint_if_pending(failed)
+    [listed] = [c for c in await store.list_checkpoints("r1") if c.seq == 4]
+    assert [(e.attempt, e.message, e.code, e.retryable) for e in listed.attempt_errors or ()] == [
+        (1, "m1", None, None),
+        (2, "m2", None, None),
+        (3, "m3", "E", False),
+    ]
+    assert listed.attempt_errors_omitted == 7
+    await store.save_checkpoint(make_cp(seq=5))
+    plain = await store.get_checkpoint("r1", 5)
+    assert plain is not None and plain.attempt_errors is None and plain.attempt_errors_omitted == 0

@@ -6,7 +6,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from durably._cli.common import compact_json
-from durably._core.models import StepCheckpoint, WorkflowRun, ms_from_utc, now_utc
+from durably._core.models import (
+    ATTEMPT_ERRORS_FIRST,
+    StepCheckpoint,
+    WorkflowRun,
+    ms_from_utc,
+    now_utc,
+    utc_from_ms,
+)
 
 
 def format_duration(ms: float | None) -> str:
@@ -110,6 +117,28 @@ def checkpoint_row(cp: StepCheckpoint) -> list[str]:
     ]
 
 
+def attempt_lines(checkpoints: Sequence[StepCheckpoint], *, indent: str = "  ") -> list[str]:
+    """Every failed attempt of each step that had one: `#n  time  [code] message`, oldest
+    first, with a line for the attempts dropped from the middle of a long history."""
+    lines: list[str] = []
+    for cp in checkpoints:
+        errors = cp.attempt_errors or ()
+        if not errors:
+            continue
+        failed = len(errors) + cp.attempt_errors_omitted
+        lines.append(
+            f"{indent}seq {cp.seq}  {cp.name}  [{cp.status}]  {cp.attempts} "
+            f"attempt{'s' if cp.attempts != 1 else ''}, {failed} failed"
+        )
+        for i, error in enumerate(errors):
+            if i == ATTEMPT_ERRORS_FIRST and cp.attempt_errors_omitted:
+                lines.append(f"{indent}  … {cp.attempt_errors_omitted} more failed, not kept")
+            when = utc_from_ms(error.at).strftime("%H:%M:%S.%f")[:-3]
+            code = f"[{error.code}] " if error.code else ""
+            lines.append(f"{indent}  #{error.attempt}  {when}  {code}{error.message}")
+    return ["", "attempts:", *lines] if lines else []
+
+
 def run_header(run: WorkflowRun) -> list[str]:
     """`<workflow>  [<status>]  v<version>`, the run id, then the run's facts."""
     lines = [f"{run.workflow}  [{run.status}]  v{run.workflow_version}", run.id]
@@ -143,6 +172,7 @@ def run_detail(
 ) -> list[str]:
     lines = [*run_header(run), "", "input:  " + compact_json(run.input, 200), ""]
     lines.extend((render_timeline or timeline)(checkpoints))
+    lines.extend(attempt_lines(checkpoints))
     for child, child_cps in children:
         lines.append("")
         lines.append(

@@ -88,6 +88,55 @@ class StepError(JsonObject):
     stack: str | None = None
 
 
+# The attempt history a step row keeps: the first and the last attempts' errors, and a count
+# of those dropped between them, so a step retried a thousand times keeps a row of bounded
+# size (its first failures say how it started, its last ones how it is going). A message is
+# cut to a bounded length; the row's own `error` keeps the latest failure in full.
+ATTEMPT_ERRORS_FIRST = 5
+ATTEMPT_ERRORS_LAST = 20
+ATTEMPT_MESSAGE_MAX = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptError(JsonObject):
+    """One failed attempt of a step: its number, when it failed (`at`, epoch ms), and its
+    error's `message`, `code` and `retryable` flag (as the step's `StepError` had them)."""
+
+    attempt: int = field(metadata=json_field(read_default=0))
+    at: int = field(metadata=json_field(read_default=0))
+    message: str = field(metadata=json_field(read_default=""))
+    code: str | None = None
+    retryable: bool | None = None
+
+
+def add_attempt_error(
+    kept: tuple[AttemptError, ...] | None,
+    omitted: int,
+    attempt: int,
+    at: int,
+    error: StepError,
+) -> tuple[tuple[AttemptError, ...], int]:
+    """The attempt history with one more failed attempt: (kept entries, number omitted).
+
+    The first `ATTEMPT_ERRORS_FIRST` entries stay; past them only the last
+    `ATTEMPT_ERRORS_LAST` are kept and each entry dropped from the middle is counted. Entries
+    only append: after a requeue the numbers start again at 1 and the times tell the rounds
+    apart."""
+    message = error.message
+    if len(message) > ATTEMPT_MESSAGE_MAX:
+        message = message[: ATTEMPT_MESSAGE_MAX - 1] + "…"
+    entry = AttemptError(
+        attempt=attempt, at=at, message=message, code=error.code, retryable=error.retryable
+    )
+    entries = [*(kept or ()), entry]
+    limit = ATTEMPT_ERRORS_FIRST + ATTEMPT_ERRORS_LAST
+    if len(entries) > limit:
+        drop = len(entries) - limit
+        entries = entries[:ATTEMPT_ERRORS_FIRST] + entries[ATTEMPT_ERRORS_FIRST + drop :]
+        omitted += drop
+    return tuple(entries), omitted
+
+
 @dataclass(frozen=True, slots=True)
 class StepEvent(JsonObject):
     """One log line or sub-process outcome of a step attempt (`at` in epoch ms)."""
@@ -224,12 +273,19 @@ class StepCheckpoint(
         "events",
         "wake_at",
         "parallel_group",
+        "attempt_errors",
+        "attempt_errors_omitted",
         "enqueued_at",
         "started_at",
         "finished_at",
     ),
 ):
     """The persisted checkpoint row, keyed by (run_id, seq).
+
+    `attempt_errors` is the step's failed attempts, oldest first (bounded: the first
+    `ATTEMPT_ERRORS_FIRST` and the last `ATTEMPT_ERRORS_LAST`, with
+    `attempt_errors_omitted` counting those dropped between them); each attempt's write
+    carries the history so far, so it costs no write of its own. Empty lists are omitted.
 
     In JSON, a checkpoint without its own `enqueued_at` reports `startedAt` (it never waited
     in a queue), an empty `events` is omitted, and a missing `stepId` reads as
@@ -255,6 +311,17 @@ class StepCheckpoint(
         default=None,
         metadata=json_field(read_fallback=_started_at_of, write_fallback=_started_at),
     )
+    attempt_errors: tuple[AttemptError, ...] | None = field(
+        default=None, metadata=json_field(write="truthy")
+    )
+    attempt_errors_omitted: int = field(default=0, metadata=json_field(write="truthy"))
+
+    def with_attempt_error(self, attempt: int, at: int, error: StepError) -> StepCheckpoint:
+        """This row with `error` recorded as the failure of `attempt` (at `at`, epoch ms)."""
+        kept, omitted = add_attempt_error(
+            self.attempt_errors, self.attempt_errors_omitted, attempt, at, error
+        )
+        return dataclasses.replace(self, attempt_errors=kept, attempt_errors_omitted=omitted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +469,9 @@ def now_utc() -> datetime:
 
 
 __all__ = [
+    "ATTEMPT_ERRORS_FIRST",
+    "ATTEMPT_ERRORS_LAST",
+    "ATTEMPT_MESSAGE_MAX",
     "CHILD_EDGE_PREFIXES",
     "DEFAULT_CONCURRENCY_STATUSES",
     "HANDOFF_SEQ_BASE",
@@ -409,6 +479,7 @@ __all__ = [
     "RUN_STATUSES",
     "TERMINAL_RUN_STATUSES",
     "UNSET",
+    "AttemptError",
     "AttributeFilter",
     "AttributeOp",
     "AttributeValue",
@@ -426,6 +497,7 @@ __all__ = [
     "StepError",
     "StepEvent",
     "WorkflowRun",
+    "add_attempt_error",
     "checkpoint_name_kind",
     "ms_from_utc",
     "now_utc",

@@ -134,6 +134,7 @@ def norm_checkpoint(cp: StepCheckpoint) -> StepCheckpoint:
         output=to_json(cp.output),
         error=_norm_error(cp.error),
         events=_norm_events(cp.events),
+        attempt_errors=cp.attempt_errors or None,  # immutable entries: no copy needed
         started_at=started,
         finished_at=at_ms(cp.finished_at),
         # `enqueuedAt` absent is written as `startedAt` (a step that was never queued).

@@ -7,7 +7,7 @@ import inspect
 import random
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
 
 from durably._core.durations import (
@@ -41,25 +41,100 @@ P = ParamSpec("P")
 BackoffKind = Literal["fixed", "exponential", "exp"]
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How a step is retried.
+ExceptionTypes = type[Exception] | Iterable[type[Exception]]
 
-    `retries` is the MAXIMUM NUMBER OF ATTEMPTS (1 = a single try; `retries=3` is three
-    attempts, not four). `backoff` is `"fixed"` or `"exponential"`; `backoff_ms` the base
-    delay (0 = retry at once); `backoff_max_ms` caps it; `jitter` scales each delay by a
-    random factor in [0.5, 1.0].
+_POLICY_FIELDS = (
+    "max_attempts",
+    "backoff",
+    "backoff_ms",
+    "backoff_max_ms",
+    "jitter",
+    "retry_on",
+    "dont_retry_on",
+)
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class RetryPolicy:
+    """How a step is retried: `@durably.step("charge", retry=RetryPolicy(max_attempts=5,
+    backoff="exponential", backoff_ms=200, retry_on=(ConnectionError,)))`.
+
+    - `max_attempts`: the MAXIMUM NUMBER OF ATTEMPTS, the first one included (1 = a single
+      try). `retries=` is an alias of it (`retries=3` is three attempts, not four; the
+      legacy `retries=0` is one attempt); giving both with different values is an error.
+    - `backoff`: `"fixed"` or `"exponential"` (doubling per attempt), or the base delay as a
+      duration; `backoff_ms`: the base delay (a bare number is milliseconds; 0 = retry at
+      once); `backoff_max_ms` caps a delay; `jitter` scales each delay by a random factor
+      in [0.5, 1.0].
+    - `retry_on`: only failures raising one of these exception classes (or a subclass)
+      are retried, any other fails at once; `dont_retry_on`: these fail at once. A
+      `FatalError` (or an error marked `retryable: false`) is never retried.
+
+    The exception classes are checked in the process that runs the step's handler, where
+    the exception is a Python object: this process, or a durably worker serving the step
+    over a transport (which applies its own declaration of the step and reports the failure
+    as not retryable). Classes only, never names: a name could not tell a subclass.
+
+    A policy remembers which fields were given (`given`): a policy given at a call site
+    changes only those fields of the step's declared policy.
     """
 
-    retries: int = 1
-    backoff: BackoffKind = "fixed"
-    backoff_ms: int = 0
-    backoff_max_ms: int | None = None
-    jitter: bool = False
+    max_attempts: int
+    backoff: BackoffKind
+    backoff_ms: int
+    backoff_max_ms: int | None
+    jitter: bool
+    retry_on: tuple[type[Exception], ...]
+    dont_retry_on: tuple[type[Exception], ...]
+    given: frozenset[str] = field(init=False, compare=False, repr=False)
+
+    def __init__(
+        self,
+        max_attempts: int | None = None,
+        *,
+        retries: int | None = None,
+        backoff: str | Duration | None = None,
+        backoff_ms: Duration | None = None,
+        backoff_max_ms: Duration | None = None,
+        jitter: bool | None = None,
+        retry_on: ExceptionTypes | None = None,
+        dont_retry_on: ExceptionTypes | None = None,
+    ) -> None:
+        attempts = _attempts_from(max_attempts, retries, "RetryPolicy")
+        kind, base = _policy_backoff(backoff, backoff_ms, "RetryPolicy")
+        values: dict[str, Any] = {
+            "max_attempts": attempts,
+            "backoff": kind,
+            "backoff_ms": base,
+            "backoff_max_ms": ms_keyword_or_none(backoff_max_ms),
+            "jitter": _jitter(jitter, "RetryPolicy"),
+            "retry_on": _exception_types(retry_on, "retry_on", "RetryPolicy"),
+            "dont_retry_on": _exception_types(dont_retry_on, "dont_retry_on", "RetryPolicy"),
+        }
+        _check_classes(values["retry_on"], values["dont_retry_on"], "RetryPolicy")
+        given = frozenset(k for k, v in values.items() if v is not None)
+        defaults = _DEFAULTS
+        for key in _POLICY_FIELDS:
+            object.__setattr__(self, key, defaults[key] if values[key] is None else values[key])
+        object.__setattr__(self, "given", given)
 
     @property
-    def max_attempts(self) -> int:
-        return max(1, self.retries)
+    def retries(self) -> int:
+        """Alias of `max_attempts` (the number of attempts, not of re-tries)."""
+        return self.max_attempts
+
+    @property
+    def classifies(self) -> bool:
+        """Whether the policy looks at the exception's class (`retry_on`/`dont_retry_on`)."""
+        return bool(self.retry_on or self.dont_retry_on)
+
+    def retries_exception(self, exc: BaseException) -> bool:
+        """Whether a failure raising `exc` may be retried (the attempt count aside)."""
+        if isinstance(exc, FatalError) or getattr(exc, "retryable", None) is False:
+            return False
+        if self.dont_retry_on and isinstance(exc, self.dont_retry_on):
+            return False
+        return not self.retry_on or isinstance(exc, self.retry_on)
 
     def delay_ms(self, attempt: int) -> int:
         """The delay after attempt `attempt` failed."""
@@ -72,6 +147,11 @@ class RetryPolicy:
             return round(capped * (0.5 + random.random() * 0.5))
         return int(capped)
 
+    def merged(self, other: RetryPolicy) -> RetryPolicy:
+        """This policy with the fields `other` was given replaced by `other`'s."""
+        values = {k: getattr(other if k in other.given else self, k) for k in _POLICY_FIELDS}
+        return _policy_of(values, self.given | other.given)
+
     def overlay(
         self,
         *,
@@ -81,13 +161,161 @@ class RetryPolicy:
         backoff_max_ms: int | None = None,
         jitter: bool | None = None,
     ) -> RetryPolicy:
-        return RetryPolicy(
-            retries=self.retries if retries is None else retries,
-            backoff=self.backoff if backoff is None else backoff,
-            backoff_ms=self.backoff_ms if backoff_ms is None else backoff_ms,
-            backoff_max_ms=self.backoff_max_ms if backoff_max_ms is None else backoff_max_ms,
-            jitter=self.jitter if jitter is None else jitter,
+        """This policy with the loose keywords that were given (not None) replacing it."""
+        loose = {
+            "max_attempts": None if retries is None else _attempts_from(None, retries, "retries"),
+            "backoff": backoff,
+            "backoff_ms": backoff_ms,
+            "backoff_max_ms": backoff_max_ms,
+            "jitter": jitter,
+        }
+        values = {k: getattr(self, k) for k in _POLICY_FIELDS}
+        values.update({k: v for k, v in loose.items() if v is not None})
+        return _policy_of(values, self.given | {k for k, v in loose.items() if v is not None})
+
+
+def _policy_of(values: dict[str, Any], given: frozenset[str] | set[str]) -> RetryPolicy:
+    policy = object.__new__(RetryPolicy)
+    for key in _POLICY_FIELDS:
+        object.__setattr__(policy, key, values[key])
+    object.__setattr__(policy, "given", frozenset(given))
+    return policy
+
+
+_DEFAULTS: dict[str, Any] = {
+    "max_attempts": 1,
+    "backoff": "fixed",
+    "backoff_ms": 0,
+    "backoff_max_ms": None,
+    "jitter": False,
+    "retry_on": (),
+    "dont_retry_on": (),
+}
+
+
+def _attempts_from(max_attempts: Any, retries: Any, where: str) -> int | None:
+    """`max_attempts` / its alias `retries` as one number of attempts (None: neither)."""
+    for key, value in (("max_attempts", max_attempts), ("retries", retries)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise TypeError(f"{where}: {key} must be a whole number of attempts, not {value!r}")
+    if max_attempts is not None and max_attempts < 1:
+        raise ValueError(
+            f"{where}: max_attempts must be at least 1 (the first attempt counts), "
+            f"got {max_attempts}"
         )
+    if retries is not None and retries < 0:
+        raise ValueError(f"{where}: retries (the number of attempts) must be >= 0, got {retries}")
+    # The legacy `retries=0` has always meant a single attempt.
+    alias = None if retries is None else max(1, retries)
+    if max_attempts is not None and alias is not None and alias != max_attempts:
+        raise ValueError(
+            f"{where}: retries={retries} and max_attempts={max_attempts} disagree — retries is "
+            "an alias of max_attempts (the number of attempts): give one of them"
+        )
+    return max_attempts if max_attempts is not None else alias
+
+
+def _policy_backoff(
+    backoff: str | Duration | None, backoff_ms: Duration | None, where: str
+) -> tuple[BackoffKind | None, int | None]:
+    kind, base = _backoff_from(backoff)
+    if base is not None and backoff_ms is not None:
+        raise ValueError(
+            f"{where}: backoff={backoff!r} is a delay and backoff_ms={backoff_ms!r} another: "
+            "give the base delay once"
+        )
+    return kind, base if backoff_ms is None else ms_keyword(backoff_ms)
+
+
+def _jitter(jitter: Any, where: str) -> bool | None:
+    if jitter is not None and not isinstance(jitter, bool):
+        raise TypeError(f"{where}: jitter must be True or False, not {jitter!r}")
+    return jitter
+
+
+def _exception_types(value: Any, key: str, where: str) -> tuple[type[Exception], ...] | None:
+    """`retry_on=` / `dont_retry_on=`: one exception class or an iterable of them."""
+    if value is None:
+        return None
+    items = (value,) if isinstance(value, type | str) else value
+    try:
+        found = tuple(items)
+    except TypeError:
+        raise TypeError(
+            f"{where}: {key} takes exception classes (or a tuple of them), not {value!r}"
+        ) from None
+    for item in found:
+        if isinstance(item, str):
+            raise TypeError(
+                f"{where}: {key} takes exception classes, not names ({item!r}): a name "
+                "cannot match a subclass. The classes are checked where the handler runs "
+                "(this process, or the worker serving the step)"
+            )
+        if not isinstance(item, type) or not issubclass(item, Exception):
+            raise TypeError(
+                f"{where}: {key} takes exception classes (subclasses of Exception), not {item!r}"
+            )
+    if key == "retry_on" and any(issubclass(t, FatalError) for t in found):
+        raise ValueError(f"{where}: retry_on names FatalError, which is never retried")
+    return found
+
+
+def _check_classes(
+    retry_on: tuple[type[Exception], ...] | None,
+    dont_retry_on: tuple[type[Exception], ...] | None,
+    where: str,
+) -> None:
+    shared = [t.__name__ for t in retry_on or () if t in (dont_retry_on or ())]
+    if shared:
+        raise ValueError(
+            f"{where}: {', '.join(shared)} in both retry_on and dont_retry_on: say which it is"
+        )
+
+
+def resolve_policy(
+    base: RetryPolicy,
+    retry: RetryPolicy | None,
+    where: str,
+    *,
+    retries: int | None = None,
+    backoff: str | Duration | None = None,
+    backoff_ms: Duration | None = None,
+    backoff_max_ms: Duration | None = None,
+    jitter: bool | None = None,
+) -> RetryPolicy:
+    """The policy a declaration or a call gives: `base` (the step's declared policy, or the
+    defaults), the fields `retry` was given, then the loose keywords. A loose keyword that
+    disagrees with a field the policy was given is an error naming both."""
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(f"{where}: retry= takes a durably.RetryPolicy, not {retry!r}")
+    kind, base_ms = _backoff_from(backoff)
+    attempts = None if retries is None else _attempts_from(None, retries, where)
+    delay = ms_keyword(backoff_ms) if backoff_ms is not None else base_ms
+    cap = ms_keyword_or_none(backoff_max_ms)
+    loose: dict[str, tuple[str, Any, Any]] = {
+        "max_attempts": ("retries", retries, attempts),
+        "backoff": ("backoff", backoff, kind),
+        "backoff_ms": ("backoff_ms" if backoff_ms is not None else "backoff", backoff, delay),
+        "backoff_max_ms": ("backoff_max_ms", backoff_max_ms, cap),
+        "jitter": ("jitter", jitter, _jitter(jitter, where)),
+    }
+    policy = base
+    if retry is not None:
+        for key, (keyword, raw, value) in loose.items():
+            if value is not None and key in retry.given and getattr(retry, key) != value:
+                shown = backoff_ms if keyword == "backoff_ms" else raw
+                raise ValueError(
+                    f"{where}: {keyword}={shown!r} disagrees with the retry policy's "
+                    f"{key}={getattr(retry, key)!r}: give it once"
+                )
+        policy = policy.merged(retry)
+    return policy.overlay(
+        retries=attempts,
+        backoff=kind,
+        backoff_ms=delay,
+        backoff_max_ms=cap,
+        jitter=jitter,
+    )
 
 
 def _declared(kind: str, name: str | None) -> str:
@@ -176,6 +404,7 @@ def _make_step(
     fn: Callable[..., Any],
     name: str | None,
     *,
+    retry: RetryPolicy | None = None,
     retries: int | None = None,
     backoff: str | Duration | None = None,
     backoff_ms: Duration | None = None,
@@ -184,28 +413,19 @@ def _make_step(
     timeout: Duration | None = None,
     requires: Sequence[str] | None = None,
 ) -> Step[Any, Any]:
-    kind, base = _backoff_from(backoff)
-    explicit = frozenset(
-        k
-        for k, v in {
-            "retries": retries,
-            "backoff": kind,
-            "backoff_ms": base if backoff_ms is None else backoff_ms,
-            "backoff_max_ms": backoff_max_ms,
-            "jitter": jitter,
-        }.items()
-        if v is not None
-    )
-    policy = RetryPolicy().overlay(
+    policy = resolve_policy(
+        RetryPolicy(),
+        retry,
+        _declared("step", name or getattr(fn, "__qualname__", None)),
         retries=retries,
-        backoff=kind,
-        backoff_ms=ms_keyword(backoff_ms) if backoff_ms is not None else base,
-        backoff_max_ms=ms_keyword_or_none(backoff_max_ms),
+        backoff=backoff,
+        backoff_ms=backoff_ms,
+        backoff_max_ms=backoff_max_ms,
         jitter=jitter,
     )
     step_name = name or getattr(fn, "__qualname__", None) or fn.__name__
     cls: type[Step[Any, Any]] = AsyncStep if inspect.iscoroutinefunction(fn) else SyncStep
-    made = cls(fn, step_name, policy, to_ms_or_none(timeout), requires, explicit)
+    made = cls(fn, step_name, policy, to_ms_or_none(timeout), requires, policy.given)
     DEFAULT_REGISTRY.add_step(made)
     return made
 
@@ -213,6 +433,7 @@ def _make_step(
 def step(
     name: str | None = None,
     *,
+    retry: RetryPolicy | None = None,
     retries: int | None = None,
     backoff: str | Duration | None = None,
     backoff_ms: Duration | None = None,
@@ -225,7 +446,10 @@ def step(
 
     Durations: a number is seconds, a `timedelta` is itself, a string like `"500ms"`/`"30s"`.
     `backoff` is either the kind (`"fixed"`, `"exponential"`) or the base delay; `backoff_ms`
-    sets the base delay explicitly. The decorated object stays a plain callable.
+    sets the base delay explicitly; `retries` is the number of attempts (an alias of
+    `RetryPolicy.max_attempts`). `retry=RetryPolicy(...)` gives the whole policy, with
+    `retry_on` / `dont_retry_on` exception classes; a loose keyword that disagrees with a
+    field the policy gives is an error. The decorated object stays a plain callable.
     `requires` names capabilities (`["gpu"]`): the step goes only to a worker, reached over
     the engine's transport, that declares them all; with none live the run is parked
     `blocked` (its error says why) and resumes when one appears. An engine without a
@@ -234,6 +458,7 @@ def step(
     return _StepDecorator(
         name,
         {
+            "retry": retry,
             "retries": retries,
             "backoff": backoff,
             "backoff_ms": backoff_ms,

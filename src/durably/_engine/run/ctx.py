@@ -16,8 +16,6 @@ from typing import Any, NoReturn, TypeVar, overload
 from durably._core.admission import QueueCall
 from durably._core.durations import (
     Duration,
-    ms_keyword,
-    ms_keyword_or_none,
     to_ms,
     to_ms_or_none,
 )
@@ -45,7 +43,7 @@ from durably._engine.defs.registry import (
     RetryPolicy,
     Step,
     Workflow,
-    _backoff_from,
+    resolve_policy,
     validate_attributes,
 )
 from durably._engine.defs.typed_io import PLAIN, ValueCodec
@@ -121,6 +119,7 @@ class WorkflowCtx:
         step: Step[I, O],
         input: I,
         *,
+        retry: RetryPolicy | None = ...,
         retries: int | None = ...,
         backoff: str | Duration | None = ...,
         backoff_ms: Duration | None = ...,
@@ -138,6 +137,7 @@ class WorkflowCtx:
         step: Step[None, O],
         input: None = ...,
         *,
+        retry: RetryPolicy | None = ...,
         retries: int | None = ...,
         backoff: str | Duration | None = ...,
         backoff_ms: Duration | None = ...,
@@ -155,6 +155,7 @@ class WorkflowCtx:
         step: str,
         input: Any = ...,
         *,
+        retry: RetryPolicy | None = ...,
         retries: int | None = ...,
         backoff: str | Duration | None = ...,
         backoff_ms: Duration | None = ...,
@@ -171,6 +172,7 @@ class WorkflowCtx:
         step: Step[Any, Any] | str,
         input: Any = None,
         *,
+        retry: RetryPolicy | None = None,
         retries: int | None = None,
         backoff: str | Duration | None = None,
         backoff_ms: Duration | None = None,
@@ -192,7 +194,6 @@ class WorkflowCtx:
         position is claimed, so a body that catches the error keeps its numbering.
         """
         admission = queue_call(queue, priority, fairness_key)
-        seq = self._claim("step")
         if isinstance(step, Step):
             definition: Step[Any, Any] | None = step
             name = step.name
@@ -203,15 +204,18 @@ class WorkflowCtx:
             raise TypeError(
                 f"ctx.step() takes a @durably.step function or a step name, not {step!r}"
             )
-        base = definition.policy if definition is not None else RetryPolicy()
-        kind, base_ms = _backoff_from(backoff)
-        policy = base.overlay(
+        # The policy is checked before the position is claimed (like the queue options).
+        policy = self._call_policy(
+            f"ctx.step({name!r})",
+            definition,
+            retry,
             retries=retries,
-            backoff=kind,
-            backoff_ms=ms_keyword(backoff_ms) if backoff_ms is not None else base_ms,
-            backoff_max_ms=ms_keyword_or_none(backoff_max_ms),
+            backoff=backoff,
+            backoff_ms=backoff_ms,
+            backoff_max_ms=backoff_max_ms,
             jitter=jitter,
         )
+        seq = self._claim("step")
         timeout_ms = (
             to_ms(timeout)
             if timeout is not None
@@ -222,11 +226,38 @@ class WorkflowCtx:
             return call
         return saga.with_step_undo(self._ex, call, seq, name, compensate)
 
+    def _call_policy(
+        self,
+        where: str,
+        definition: Step[Any, Any] | None,
+        retry: RetryPolicy | None,
+        **loose: Any,
+    ) -> RetryPolicy:
+        """A remote step's policy at a call: the declared one, changed by the call's.
+
+        Exception classes given at the call cannot reach a worker over a transport (the
+        worker checks its own declaration of the step), so an engine with a transport
+        refuses them rather than ignore them."""
+        base = definition.policy if definition is not None else RetryPolicy()
+        if (
+            retry is not None
+            and isinstance(retry, RetryPolicy)
+            and retry.classifies
+            and self._host.remote is not None
+        ):
+            raise ValueError(
+                f"{where}: retry_on / dont_retry_on given at the call cannot apply to a step "
+                "run by a worker over a transport (the exception is raised there); declare "
+                "them on @durably.step(retry=RetryPolicy(...)), which the worker applies"
+            )
+        return resolve_policy(base, retry, where, **loose)
+
     def local_step(
         self,
         name: str,
         fn: Callable[..., Awaitable[O] | O],
         *,
+        retry: RetryPolicy | None = None,
         retries: int | None = None,
         backoff: BackoffKind | None = None,
         backoff_ms: Duration | None = None,
@@ -234,15 +265,20 @@ class WorkflowCtx:
         jitter: bool | None = None,
         compensate: Any = None,
     ) -> Coroutine[Any, Any, O]:
-        """A checkpointed step executed in this process; `fn(log)` gets a StepLogger."""
-        seq = self._claim("local_step")
-        policy = RetryPolicy().overlay(
+        """A checkpointed step executed in this process; `fn(log)` gets a StepLogger.
+        `retry=RetryPolicy(...)` (or the loose keywords) retries it in memory; its
+        `retry_on` / `dont_retry_on` classes are checked against what `fn` raised."""
+        policy = resolve_policy(
+            RetryPolicy(),
+            retry,
+            f"ctx.local_step({name!r})",
             retries=retries,
             backoff=backoff,
-            backoff_ms=ms_keyword_or_none(backoff_ms),
-            backoff_max_ms=ms_keyword_or_none(backoff_max_ms),
+            backoff_ms=backoff_ms,
+            backoff_max_ms=backoff_max_ms,
             jitter=jitter,
         )
+        seq = self._claim("local_step")
         call = run_local(
             self._ex,
             seq,
@@ -630,7 +666,18 @@ class WorkflowCtx:
             raise TypeError(f"ctx.{primitive}: unsupported step fan options {unknown}")
         check_priority(fan_priority, f"ctx.{primitive}")
         admission = None
+        policy: RetryPolicy | None = None
         if is_step:
+            definition = (
+                target if isinstance(target, Step) else self._host.step_definition(str(target))
+            )
+            label = target.name if isinstance(target, Step) else target
+            policy = self._call_policy(
+                f"ctx.{primitive}({label!r})",
+                definition,
+                step_opts.pop("retry", None),
+                **{k: step_opts.pop(k, None) for k in _POLICY_OPTIONS},
+            )
             # Each member waits for a slot of `queue`, as `ctx.step(queue=...)` does; outside a
             # queue a step's priority orders nothing, so it is refused.
             queue = step_opts.pop("queue", None)
@@ -644,7 +691,7 @@ class WorkflowCtx:
             return _empty()  # [] with no seqs claimed, no side effects
         first = self._claim(primitive, len(inputs))  # N contiguous seqs, synchronously
         if is_step:
-            assert not isinstance(target, Workflow)
+            assert not isinstance(target, Workflow) and policy is not None
             return _step_fan(
                 self._ex,
                 self._host,
@@ -653,7 +700,7 @@ class WorkflowCtx:
                 first,
                 mode,
                 concurrency,
-                step_opts,
+                policy,
                 settled,
                 admission,
             )
@@ -737,8 +784,10 @@ class WorkflowCtx:
 # Step fan options: the step dispatch options minus timeout. A step's `priority` orders the
 # waiters of its `queue` and is refused without one (unsupported.PRIORITY); a workflow fan's
 # `priority` is its member runs' and is taken before this check.
+_POLICY_OPTIONS = ("retries", "backoff", "backoff_ms", "backoff_max_ms", "jitter")
 _STEP_FAN_OPTIONS = frozenset(
     {
+        "retry",
         "retries",
         "backoff",
         "backoff_ms",
@@ -763,22 +812,12 @@ def _step_fan(
     first: int,
     mode: FanMode,
     concurrency: int | None,
-    opts: dict[str, Any],
+    policy: RetryPolicy,
     settled: bool,
     queue: QueueCall | None,
 ) -> Coroutine[Any, Any, list[Any]]:
     definition = step if isinstance(step, Step) else host.step_definition(step)
     name = step.name if isinstance(step, Step) else step
-    base = definition.policy if definition is not None else RetryPolicy()
-    kind, base_ms = _backoff_from(opts.get("backoff"))
-    backoff_ms = opts.get("backoff_ms")
-    policy = base.overlay(
-        retries=opts.get("retries"),
-        backoff=kind,
-        backoff_ms=to_ms(backoff_ms) if backoff_ms is not None else base_ms,
-        backoff_max_ms=to_ms_or_none(opts.get("backoff_max_ms")),
-        jitter=opts.get("jitter"),
-    )
     return fans.step_fan(
         ex,
         name,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.admission import QueueCall
 from durably._core.models import JSONValue, StepError, WorkflowRun
-from durably._engine.defs.registry import Step, Workflow
+from durably._engine.defs.registry import RetryPolicy, Step, Workflow
 from durably._engine.defs.typed_io import ValueCodec
 
 if TYPE_CHECKING:
@@ -41,6 +41,8 @@ class StepTransport(Protocol):
         json_input: JSONValue,
         in_codec: ValueCodec,
         timeout_ms: int | None,
+        *,
+        policy: RetryPolicy | None = None,
     ) -> tuple[JSONValue, StepError | None]: ...
 
 

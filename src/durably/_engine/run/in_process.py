@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from durably._core.errors import SerializationError, error_of
-from durably._core.models import JSONValue, StepError
-from durably._engine.defs.registry import Step
+from durably._core.models import JSONValue, StepError, replace
+from durably._engine.defs.registry import RetryPolicy, Step
 from durably._engine.defs.typed_io import ValueCodec
 from durably._engine.run.execution import AMBIENT_CTX, STEP_SCOPE, Execution
 
@@ -40,8 +40,11 @@ class InProcessTransport:
         json_input: JSONValue,
         in_codec: ValueCodec,
         timeout_ms: int | None,
+        *,
+        policy: RetryPolicy | None = None,
     ) -> tuple[JSONValue, StepError | None]:
         """Run a step handler in this process; (output JSON, None) or (None, error).
+        With `policy`, a failure its `retry_on` / `dont_retry_on` rule out is not retryable.
 
         Async handlers run on the loop; sync handlers on the engine's own thread pool,
         never the loop's default executor. Handlers run outside the ambient workflow ctx
@@ -52,7 +55,9 @@ class InProcessTransport:
         scope = STEP_SCOPE.set((execution, name))
         ambient = AMBIENT_CTX.set(None)
         try:
-            return await run_handler(step, name, json_input, in_codec, timeout_ms, self._executor())
+            return await run_handler(
+                step, name, json_input, in_codec, timeout_ms, self._executor(), policy=policy
+            )
         finally:
             AMBIENT_CTX.reset(ambient)
             STEP_SCOPE.reset(scope)
@@ -65,11 +70,16 @@ async def run_handler(
     in_codec: ValueCodec,
     timeout_ms: int | None,
     executor: ThreadPoolExecutor,
+    *,
+    policy: RetryPolicy | None = None,
 ) -> tuple[JSONValue, StepError | None]:
     """Run a step's handler on its JSON input; (output JSON, None) or (None, error). Never
     raises for the handler's own failures: they become the error (a `FatalError` keeps its
     code and details and is not retryable). Shared by the in-process transport and by a
-    process serving steps over a remote transport."""
+    process serving steps over a remote transport. `policy` (default: the step's declared
+    one) classifies the exception: one its `retry_on` / `dont_retry_on` rule out is
+    reported `retryable: false`, which the engine never retries."""
+    rules = step.policy if policy is None else policy
     try:
         value = in_codec.from_json(json_input)
         if step.is_async:
@@ -91,7 +101,8 @@ async def run_handler(
                 return None, StepError(
                     message=f'step "{name}" timed out after {timeout_ms}ms',
                     code="timeout",
-                    retryable=True,
+                    # The step's own deadline counts as a TimeoutError for the policy.
+                    retryable=rules.retries_exception(TimeoutError()),
                 )
         return step.output_codec.to_json(result), None
     except SerializationError as exc:
@@ -103,4 +114,7 @@ async def run_handler(
     except ValidationError as exc:
         return None, StepError(message=f'step "{name}": {exc}', code="validation", retryable=False)
     except Exception as exc:
-        return None, error_of(exc)
+        error = error_of(exc)
+        if error.retryable is not False and not rules.retries_exception(exc):
+            error = replace(error, retryable=False)
+        return None, error

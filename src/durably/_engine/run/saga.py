@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durably._core.errors import _ControlFlow, error_of
-from durably._core.models import CheckpointKind, JSONValue, StepError
+from durably._core.models import CheckpointKind, JSONValue, StepCheckpoint, StepError
 from durably._engine.control.settle import SettleHost, release_quietly, settle_terminal
 from durably._engine.defs.events import EngineEvent
 from durably._engine.defs.registry import RetryPolicy, Step
 from durably._engine.defs.typed_io import PLAIN
 from durably._engine.defs.vocab import CANCELLED, CANCELLED_COMPLETION
+from durably._engine.run.steps import with_history
 
 if TYPE_CHECKING:
     from durably._engine.run.execution import Execution
@@ -122,25 +123,25 @@ async def _undo(ex: Execution, seq: int, entry: Compensation) -> None:
         kind = "remote"
         json_input = entry.args
     attempt = 1
+    history: StepCheckpoint | None = None  # the failed attempts, written with the result
     while True:
         started = ex.now()
         ex.emit("step.started", seq=seq, name=name, kind=kind, attempt=attempt)
         output, error = await _attempt(ex, entry)
         finished = ex.now()
         if error is None:
-            await ex.save(
-                ex.step_row(
-                    seq,
-                    name,
-                    kind,
-                    "completed",
-                    json_input,
-                    attempt,
-                    started,
-                    finished,
-                    output=output,
-                )
+            row = ex.step_row(
+                seq,
+                name,
+                kind,
+                "completed",
+                json_input,
+                attempt,
+                started,
+                finished,
+                output=output,
             )
+            await ex.save(with_history(row, history, None, finished))
             ex.emit(
                 "step.completed",
                 seq=seq,
@@ -150,20 +151,12 @@ async def _undo(ex: Execution, seq: int, entry: Compensation) -> None:
                 duration_ms=float(finished - started),
             )
             return
+        failed = ex.step_row(
+            seq, name, kind, "failed", json_input, attempt, started, finished, error=error
+        )
+        history = with_history(failed, history, error, finished)
         if error.retryable is False or attempt >= tries:
-            await ex.save(
-                ex.step_row(
-                    seq,
-                    name,
-                    kind,
-                    "failed",
-                    json_input,
-                    attempt,
-                    started,
-                    finished,
-                    error=error,
-                )
-            )
+            await ex.save(history)
             ex.emit("step.failed", seq=seq, name=name, kind=kind, error=error, attempt=attempt)
             return  # reported and skipped: an undo's failure never stops the unwind
         wait = policy.delay_ms(attempt) if policy is not None else 0

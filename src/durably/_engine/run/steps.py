@@ -39,7 +39,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably")
 
-__all__ = ["StepLogger", "run_local", "run_step"]
+__all__ = ["StepLogger", "run_local", "run_step", "with_history"]
+
+
+def with_history(
+    row: StepCheckpoint, before: StepCheckpoint | None, error: StepError | None, at: int
+) -> StepCheckpoint:
+    """An attempt's row carrying the step's attempt history: the entries of `before` (the
+    step's previous row, if any) and, when the attempt failed, its `error` (at `at`). The
+    history rides on the attempt's own write: keeping it costs no extra write."""
+    if before is not None and (before.attempt_errors or before.attempt_errors_omitted):
+        row = replace(
+            row,
+            attempt_errors=before.attempt_errors,
+            attempt_errors_omitted=before.attempt_errors_omitted,
+        )
+    return row if error is None else row.with_attempt_error(row.attempts, at, error)
 
 
 class StepLogger:
@@ -120,7 +135,7 @@ async def run_step(
             ex.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
             try:
                 output, error = await ex.host.transport.execute(
-                    ex, step, name, json_input, in_codec, timeout_ms
+                    ex, step, name, json_input, in_codec, timeout_ms, policy=policy
                 )
             except BaseException:
                 ex.step_ended()
@@ -142,6 +157,7 @@ async def run_step(
             wake_at=wake_at,
             parallel_group=parallel_group,
         )
+        row = with_history(row, ex.snapshot.get(seq), error, finished)
         try:
             # A completed step-fan member's row is never read again by a resident body
             # (its output goes straight to the fan): not keeping it holds a fan's memory
@@ -204,6 +220,7 @@ async def _run_remote(
     of a timed-out attempt finds its row no longer pending and is dropped.
     """
     cp = ex.snapshot.get(seq)
+    history: StepCheckpoint | None = None  # the failed attempt before the next dispatch
     attempt = 1
     rechecks = ex.rechecks
     while True:
@@ -213,6 +230,7 @@ async def _run_remote(
             return cp.output
         if cp is not None and cp.status == "failed":
             attempt = await _after_failed_attempt(ex, cp, policy)
+            history = ex.snapshot.get(seq, cp)
             cp = None
         if cp is not None:
             # Dispatched (by this turn or an earlier one): wait for its result.
@@ -235,7 +253,8 @@ async def _run_remote(
                     StepError(
                         message=f'step "{name}" timed out after {timeout_ms}ms',
                         code="timeout",
-                        retryable=True,
+                        # A step's own deadline counts as a TimeoutError for the policy.
+                        retryable=policy.retries_exception(TimeoutError()),
                     ),
                 )
             else:
@@ -259,7 +278,9 @@ async def _run_remote(
         rechecks = ex.rechecks  # a re-check wake from here on is not lost (see ex.wait)
         ex.step_began()
         try:
-            cp = await _dispatch(ex, remote, seq, name, json_input, attempt, parallel_group)
+            cp = await _dispatch(
+                ex, remote, seq, name, json_input, attempt, parallel_group, history
+            )
         finally:
             ex.step_ended()
 
@@ -272,9 +293,11 @@ async def _dispatch(
     json_input: JSONValue,
     attempt: int,
     parallel_group: str | None,
+    history: StepCheckpoint | None = None,
 ) -> StepCheckpoint:
-    """Write an attempt's `pending` row and send its task: the row, or the row failed
-    (retryable) when no transport took the task."""
+    """Write an attempt's `pending` row (carrying the attempt history of `history`, the
+    step's failed row before it) and send its task: the row, or the row failed (retryable)
+    when no transport took the task."""
     now = ex.now()
     pending = ex.step_row(
         seq,
@@ -287,6 +310,7 @@ async def _dispatch(
         now,
         parallel_group=parallel_group,
     )
+    pending = with_history(pending, history, None, now)
     pending = replace(pending, worker_group=remote.token_for(ex.run, name))
     await ex.save(pending)
     ex.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
@@ -378,6 +402,7 @@ async def _fail_pending(ex: Execution, cp: StepCheckpoint, error: StepError) -> 
     meanwhile wins, and is returned instead)."""
     now = ex.now()
     failed = replace(cp, status="failed", error=error, finished_at=utc_from_ms(now))
+    failed = failed.with_attempt_error(cp.attempts, now, error)
     if await ex.store.save_checkpoint_if_pending(failed):
         ex.snapshot[cp.seq] = failed
         ex.emit(
@@ -439,24 +464,23 @@ async def run_local(
         ex.emit("step.started", seq=seq, name=name, kind="local")
         if track_start:
             await ex.save(ex.step_row(seq, name, "local", "running", None, 1, started, started))
-        output, attempt, events = await _attempt_local(
+        output, attempt, events, history = await _attempt_local(
             ex, seq, name, fn, pass_logger=pass_logger, policy=policy, codec=codec, started=started
         )
         finished = ex.now()
-        await ex.save(
-            ex.step_row(
-                seq,
-                name,
-                "local",
-                "completed",
-                None,
-                attempt,
-                started,
-                finished,
-                output=output,
-                events=events,
-            )
+        row = ex.step_row(
+            seq,
+            name,
+            "local",
+            "completed",
+            None,
+            attempt,
+            started,
+            finished,
+            output=output,
+            events=events,
         )
+        await ex.save(with_history(row, history, None, finished))
     finally:
         ex.step_ended()
     ex.emit(
@@ -481,11 +505,15 @@ async def _attempt_local(
     policy: RetryPolicy,
     codec: ValueCodec,
     started: int,
-) -> tuple[JSONValue, int, tuple[StepEvent, ...]]:
-    """Run a local step's function until it succeeds (its output, the attempt that did, and
-    that attempt's log), retrying in memory by `policy`; the last allowed failure is written
-    as the step's `failed` row and raised as `StepFailedError`."""
+) -> tuple[JSONValue, int, tuple[StepEvent, ...], StepCheckpoint | None]:
+    """Run a local step's function until it succeeds (its output, the attempt that did,
+    that attempt's log, and a row holding the failed attempts' history), retrying in memory
+    by `policy`; the last allowed failure is written as the step's `failed` row (with the
+    history) and raised as `StepFailedError`."""
     attempt = 1
+    # The failed attempts so far, on a row that is never written itself: the history goes
+    # out with the step's one write (its result, or its last failure).
+    history: StepCheckpoint | None = None
     while True:
         logger = StepLogger(ex.host.clock)
         token = STEP_SCOPE.set((ex, name))
@@ -493,25 +521,28 @@ async def _attempt_local(
             result = fn(logger) if pass_logger else fn()
             if isinstance(result, Awaitable):
                 result = await result
-            return codec.to_json(result), attempt, tuple(logger.events)
+            return codec.to_json(result), attempt, tuple(logger.events), history
         except Exception as exc:
             finished = ex.now()
             error = error_of(exc)
-            if getattr(exc, "retryable", None) is False or attempt >= policy.max_attempts:
-                await ex.save(
-                    ex.step_row(
-                        seq,
-                        name,
-                        "local",
-                        "failed",
-                        None,
-                        attempt,
-                        started,
-                        finished,
-                        error=error,
-                        events=tuple(logger.events),
-                    )
-                )
+            retryable = policy.retries_exception(exc)
+            if not retryable and error.retryable is not False:
+                error = replace(error, retryable=False)  # the policy's retry_on/dont_retry_on
+            row = ex.step_row(
+                seq,
+                name,
+                "local",
+                "failed",
+                None,
+                attempt,
+                started,
+                finished,
+                error=error,
+                events=tuple(logger.events),
+            )
+            history = with_history(row, history, error, finished)
+            if not retryable or attempt >= policy.max_attempts:
+                await ex.save(history)
                 ex.emit(
                     "step.failed",
                     seq=seq,

@@ -219,7 +219,7 @@ class ResultSettler:
 
 def _settled_row(row: StepCheckpoint, result: StepResult, now: int) -> StepCheckpoint:
     started = utc_from_ms(result.started_at) if result.started_at is not None else row.started_at
-    return replace(
+    settled = replace(
         row,
         status=result.status,
         output=result.output if result.status == "completed" else None,
@@ -228,3 +228,7 @@ def _settled_row(row: StepCheckpoint, result: StepResult, now: int) -> StepCheck
         started_at=started,
         finished_at=utc_from_ms(now),
     )
+    if result.status == "failed" and result.error is not None:
+        # The attempt's error joins the step's history on the same write that settles it.
+        settled = settled.with_attempt_error(row.attempts, now, result.error)
+    return settled

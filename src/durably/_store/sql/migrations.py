@@ -193,6 +193,40 @@ def _v4(dialect_name: str) -> list[str]:
     ]
 
 
+_V7_CHECKPOINTS = "durable_step_checkpoints"
+_V7_COLUMNS = (
+    "run_id, seq, name, kind, step_id, status, input, output, error, events, attempts,"
+    " worker_group, parallel_group, wake_at, enqueued_at, started_at, finished_at"
+)
+
+
+def _v7(dialect_name: str) -> list[str]:
+    # Every failed attempt's error kept on the step's row (`attempt_errors`, JSON, nullable:
+    # rows written before it read as "no history"). PostgreSQL adds the column in place
+    # (`IF NOT EXISTS`). SQLite cannot add a column conditionally, and a database made by
+    # `metadata.create_all` already has it, so the table is rebuilt (copy, drop, rename) as
+    # migration 3 does — the same statements work on both shapes.
+    table = _V7_CHECKPOINTS
+    if dialect_name != "sqlite":
+        return [f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS attempt_errors TEXT"]
+    new = f"{table}__v7"
+    return [
+        f"DROP TABLE IF EXISTS {new}",
+        f"CREATE TABLE {new} ("
+        " run_id TEXT NOT NULL, seq INTEGER NOT NULL, name TEXT NOT NULL,"
+        " kind TEXT NOT NULL, step_id TEXT NOT NULL, status TEXT NOT NULL,"
+        " input TEXT, output TEXT, error TEXT, events TEXT, attempts INTEGER NOT NULL,"
+        " worker_group TEXT, parallel_group TEXT, wake_at BIGINT, enqueued_at BIGINT,"
+        " started_at BIGINT NOT NULL, finished_at BIGINT NOT NULL, attempt_errors TEXT,"
+        " PRIMARY KEY (run_id, seq))",
+        f"INSERT INTO {new} ({_V7_COLUMNS}) SELECT {_V7_COLUMNS} FROM {table}",
+        f"DROP TABLE {table}",
+        f"ALTER TABLE {new} RENAME TO {table}",
+        f"CREATE INDEX IF NOT EXISTS {table}_group_idx"
+        f" ON {table} (run_id, parallel_group, status, seq)",
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _v1),
     Migration(2, "pick-up order index for claim_pending_runs", _v2),
@@ -202,6 +236,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # functions that admit a slot in one statement and release it.
     Migration(5, "flow-control admission tables (and functions on PostgreSQL)", migration_v5),
     Migration(6, "start dedup keys (durable_run_dedup)", migration_v6),
+    Migration(7, "step attempt history (durable_step_checkpoints.attempt_errors)", _v7),
 )
 HEAD: int = MIGRATIONS[-1].version
 

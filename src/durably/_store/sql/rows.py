@@ -19,6 +19,7 @@ from typing import Any
 
 from durably._core import jsonutil
 from durably._core.models import (
+    AttemptError,
     BufferedEvent,
     SignalWaiter,
     StepCheckpoint,
@@ -76,6 +77,28 @@ def events_from_sql(text: str | None) -> tuple[StepEvent, ...] | None:
     if not data:
         return None
     return tuple(StepEvent.from_json(e) for e in data)
+
+
+def attempt_errors_to_sql(cp: StepCheckpoint) -> str | None:
+    """The attempt history column: `{"errors": [...], "omitted": n}`, NULL when empty."""
+    if not cp.attempt_errors and not cp.attempt_errors_omitted:
+        return None
+    errors = [e.to_json() for e in cp.attempt_errors or ()]
+    return _dumps({"errors": errors, "omitted": cp.attempt_errors_omitted})
+
+
+def attempt_errors_from_sql(text: str | None) -> tuple[tuple[AttemptError, ...] | None, int]:
+    if text is None:
+        return None, 0
+    data = _loads(text)
+    if not isinstance(data, Mapping):
+        return None, 0
+    errors = tuple(
+        AttemptError.from_json(e) for e in data.get("errors") or () if isinstance(e, Mapping)
+    )
+    omitted = data.get("omitted")
+    count = int(omitted) if isinstance(omitted, int) and not isinstance(omitted, bool) else 0
+    return errors or None, count
 
 
 def tags_to_sql(tags: Sequence[str] | None) -> str | None:
@@ -233,6 +256,7 @@ def checkpoint_to_sql(cp: StepCheckpoint) -> dict[str, Any]:
         "enqueued_at": started if cp.enqueued_at is None else ms(cp.enqueued_at),
         "started_at": started,
         "finished_at": ms(cp.finished_at),
+        "attempt_errors": attempt_errors_to_sql(cp),
     }
 
 
@@ -255,8 +279,10 @@ def checkpoint_from_row(row: Sequence[Any]) -> StepCheckpoint:
         enqueued_at,
         started_at,
         finished_at,
+        attempt_errors,
     ) = row
     started = utc_from_ms(int(started_at))
+    kept, omitted = attempt_errors_from_sql(attempt_errors)
     return StepCheckpoint(
         run_id=run_id,
         seq=int(seq),
@@ -275,6 +301,8 @@ def checkpoint_from_row(row: Sequence[Any]) -> StepCheckpoint:
         wake_at=opt_int(wake_at),
         parallel_group=parallel_group,
         enqueued_at=started if enqueued_at is None else utc_from_ms(int(enqueued_at)),
+        attempt_errors=kept,
+        attempt_errors_omitted=omitted,
     )
 
 

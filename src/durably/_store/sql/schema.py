@@ -102,6 +102,9 @@ checkpoints = Table(
     Column("enqueued_at", BigInteger),  # NULL => read as started_at
     Column("started_at", BigInteger, nullable=False),
     Column("finished_at", BigInteger, nullable=False),
+    # JSON {"errors": [AttemptError...], "omitted": n}: the step's failed attempts, bounded
+    # (models.add_attempt_error); NULL = none. Last: migration 7 appended it.
+    Column("attempt_errors", Text),
     PrimaryKeyConstraint("run_id", "seq"),
 )
 Index(

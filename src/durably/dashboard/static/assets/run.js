@@ -233,6 +233,7 @@ export function runDetail(root, runId) {
         cp.row && cp.row.timeoutMs != null ? meta("Timeout", millis(cp.row.timeoutMs)) : null,
         meta("Duration", rowDuration(cp))),
       errorBlock(cp.error, "step-error"),
+      attemptList(cp),
       cp.output && cp.output.ok === false ? errorBlock({ message: cp.output.error, code: cp.output.code, details: cp.output.details }, "child-error") : null,
       jsonBlock("input", cp.input, "step-input"),
       jsonBlock("output", cp.output, "step-output"),
@@ -241,6 +242,16 @@ export function runDetail(root, runId) {
           e.attempt ? ` (attempt ${e.attempt})` : "", e.durationMs != null ? ` ${Math.round(e.durationMs)} ms` : "",
           e.error ? h("span.err", {}, " " + e.error.message) : "")))
         : h("p.muted.small", { testid: "step-events" }, "No live events for this step since the page opened.")));
+  }
+
+  // every failed attempt, oldest first; a long history keeps the first 5 and the last ones
+  function attemptList(cp) {
+    const list = cp.attemptErrors || [], gap = cp.attemptErrorsOmitted;
+    if (!list.length) return null;
+    return h("div.kv", {}, h("h4", {}, "failed attempts"), h("ol.events", { testid: "step-attempts" }, list.map((e, i) => [
+      gap && i === 5 ? h("li.muted", {}, `… ${num(gap)} more not kept`) : null,
+      h("li", { testid: "step-attempt", "data-attempt": e.attempt }, h("code", {}, `#${e.attempt} ${when(e.at)}`), " ",
+        e.code ? h("code.code", {}, e.code) : null, h("span.err", {}, " " + e.message))])));
   }
 
   // ---- a fan node: one row, expanding into paged members
