@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 
 from durably import EngineEvent, StepError
-from durably._cli.common import CliError, parse_json_arg
 from durably._cli import progress as progress_module
+from durably._cli.common import CliError, parse_json_arg
 from durably._cli.progress import Progress
 from durably._cli.render import format_duration, relative_time, table
 from durably._core.models import now_utc

@@ -57,6 +57,18 @@ def echo(message: str = "", stream: TextIO | None = None) -> None:
     out.flush()
 
 
+def confirm(question: str) -> bool:
+    """Ask `question` on stderr and read the answer from stdin: yes only for y/yes. The
+    answer's line never reaches stdout (which a script may be parsing); no answer (end of
+    input) is a no."""
+    sys.stderr.write(f"{question} [y/N]: ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    if not answer:
+        sys.stderr.write("\n")
+    return answer.strip().lower() in ("y", "yes")
+
+
 # ------------------------------------------------------------------ JSON arguments
 
 

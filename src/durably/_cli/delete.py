@@ -22,6 +22,7 @@ from durably._cli.common import (
     CliError,
     JsonOpt,
     StoreOpt,
+    confirm,
     dispatch,
     echo,
     on_control_engine,
@@ -82,8 +83,7 @@ async def _delete(engine: Engine, args: Args) -> int:
         children = len(await engine.get_run_children(run.id))
         also = f" and its {children} child run(s)" if children else ""
         question = f"Delete run {run.id} ({run.workflow}, {run.status}){also} for good?"
-        # The question goes to stderr: stdout stays the answer alone (--json parses it).
-        if not typer.confirm(question, default=False, err=True):
+        if not confirm(question):
             echo(f"Run {run.id} kept.", sys.stderr)
             return EXIT_FAILED
     if not run.is_terminal:

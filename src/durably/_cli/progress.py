@@ -32,7 +32,8 @@ def is_milestone(n: int) -> bool:
     """1…10, then each multiple of the power of ten below `n` (20, 30 … 100, 200 … 1000)."""
     if n <= 10:
         return n >= 1
-    return n % 10 ** (len(str(n)) - 1) == 0
+    step: int = 10 ** (len(str(n)) - 1)
+    return n % step == 0
 
 
 @dataclass
