@@ -226,3 +226,30 @@ def test_text_output_has_no_control_codes_when_not_a_terminal(tmp_path: Path) ->
     assert not ANSI.search(usage.stderr)
     both = durably("runs", "list", "--store", store, "--app", "app:engine", cwd=tmp_path)
     assert both.returncode == 2 and "--store and --app exclude each other" in both.stderr
+
+
+NO_RICH = """
+import sys
+from durably._cli.main import main
+
+code = main(sys.argv[1:])
+assert "rich" not in sys.modules, sorted(m for m in sys.modules if m.startswith("rich"))
+sys.exit(code)
+"""
+
+
+def test_help_and_listings_never_import_rich(tmp_path: Path) -> None:
+    """rich (and the markdown parser typer's rich help pulls in) is imported only for a live
+    display: `--help` and plain listings stay quick to start."""
+    store = write_app(tmp_path)
+    ok(durably("db", "upgrade", "--store", store, cwd=tmp_path))
+    for args in (["--help"], ["runs", "--help"], ["runs", "list", "--store", store]):
+        done = subprocess.run(
+            [sys.executable, "-c", NO_RICH, *args],
+            cwd=tmp_path,
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, (args, done.stderr)

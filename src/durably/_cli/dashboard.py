@@ -77,17 +77,13 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Argument(metavar="APP_OR_STORE_URL", help="module:attribute, or a store URL"),
         ],
-        port: Annotated[
-            int, typer.Option("--port", help="port to listen on (default 8000)")
-        ] = 8000,
-        host: Annotated[
-            str, typer.Option("--host", help="interface (default 127.0.0.1)")
-        ] = "127.0.0.1",
+        port: Annotated[int, typer.Option("--port", help="port to listen on")] = 8000,
+        host: Annotated[str, typer.Option("--host", help="interface to listen on")] = "127.0.0.1",
         read_only: Annotated[
             bool, typer.Option("--read-only", help="refuse every mutating endpoint (403)")
         ] = False,
         base_path: Annotated[
-            str, typer.Option("--base-path", help="URL path of the console (default /)")
+            str, typer.Option("--base-path", help="URL path of the console")
         ] = "/",
         allowed_host: Annotated[
             list[str] | None,

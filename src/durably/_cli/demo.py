@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--json", help="print the finished run as JSON only")
         ] = False,
         timeout: Annotated[
-            float, typer.Option("--timeout", metavar="SECONDS", help="give up after (30)")
+            float, typer.Option("--timeout", metavar="SECONDS", help="give up after SECONDS")
         ] = 30.0,
     ) -> None:
         dispatch(run, store=store, json=json, timeout=timeout)

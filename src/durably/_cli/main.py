@@ -39,13 +39,21 @@ def build_app() -> typer.Typer:
         add_completion=False,
         context_settings={"help_option_names": ["-h", "--help"]},
         pretty_exceptions_enable=False,
+        rich_markup_mode=None,
     )
 
     @app.callback(invoke_without_command=True)
     def _root(
         ctx: typer.Context,
         verbose: Annotated[
-            int, typer.Option("-v", "--verbose", count=True, help="log more (-v info, -vv debug)")
+            int,
+            typer.Option(
+                "-v",
+                "--verbose",
+                count=True,
+                show_default=False,
+                help="log more (-v info, -vv debug)",
+            ),
         ] = 0,
         version: Annotated[
             bool,

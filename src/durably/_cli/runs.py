@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> typer.Typer:
         ] = None,
         limit: Annotated[
             int,
-            typer.Option("--limit", metavar="N", callback=bounded_int(1), help="at most N (50)"),
+            typer.Option("--limit", metavar="N", callback=bounded_int(1), help="at most N"),
         ] = 50,
     ) -> None:
         dispatch(
@@ -108,17 +108,17 @@ def register(app: typer.Typer) -> typer.Typer:
                 "--fans-over",
                 metavar="N",
                 callback=bounded_int(1),
-                help=f"draw a fan wider than N members as one row ({FANS_OVER})",
+                help="draw a fan wider than N members as one row",
             ),
         ] = FANS_OVER,
         fan: Annotated[
             str | None,
             typer.Option("--fan", metavar="GROUP", help="page the members of this fan instead"),
         ] = None,
-        offset: Annotated[int, typer.Option("--offset", metavar="N", help="first member (0)")] = 0,
+        offset: Annotated[int, typer.Option("--offset", metavar="N", help="first member")] = 0,
         limit: Annotated[
             int,
-            typer.Option("--limit", metavar="N", callback=bounded_int(1), help="page size (50)"),
+            typer.Option("--limit", metavar="N", callback=bounded_int(1), help="page size"),
         ] = 50,
         failed: Annotated[
             bool, typer.Option("--failed", help="with --fan: failed members only")

@@ -79,13 +79,13 @@ def register(app: typer.Typer) -> None:
                 "--limit",
                 metavar="N",
                 callback=bounded_int(1, MAX_LIST_LIMIT),
-                help=f"at most N ({DEFAULT_LIST_LIMIT}; up to {MAX_LIST_LIMIT})",
+                help=f"at most N (up to {MAX_LIST_LIMIT})",
             ),
         ] = DEFAULT_LIST_LIMIT,
         offset: Annotated[
             int,
             typer.Option(
-                "--offset", metavar="N", callback=bounded_int(0, 2**31 - 1), help="skip N (0)"
+                "--offset", metavar="N", callback=bounded_int(0, 2**31 - 1), help="skip N"
             ),
         ] = 0,
     ) -> None:

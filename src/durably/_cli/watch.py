@@ -62,7 +62,7 @@ def register(runs: typer.Typer) -> None:
                 "--interval",
                 metavar="MS",
                 callback=bounded_int(50, 60_000),
-                help="read the run every MS milliseconds (500)",
+                help="read the run every MS milliseconds",
             ),
         ] = 500,
         timeout: Annotated[
