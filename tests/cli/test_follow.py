@@ -253,3 +253,26 @@ def test_help_and_listings_never_import_rich(tmp_path: Path) -> None:
             timeout=60,
         )
         assert done.returncode == 0, (args, done.stderr)
+
+
+def test_start_wait_on_a_non_driving_app_follows_the_store(tmp_path: Path) -> None:
+    """APP built with drive=False: the run is executed by a worker of the store, and the
+    progress on stderr is read from the store (the watch view) instead of engine events."""
+    store = write_app(tmp_path)
+    (tmp_path / "client.py").write_text(
+        "import durably\nimport app\n\n"
+        f"engine = durably.Engine({store!r}, workflows=[app.hello], drive=False)\n"
+    )
+    worker, worker_out = _spawn(tmp_path, "worker", "worker", "app:engine", "--instance-id", "w")
+    try:
+        wait_until(lambda: "ready" in worker_out.read_text(), timeout=30, what="the worker")
+        done = ok(
+            durably("start", "client:engine", "hello", "--input", '"x"', "--run-id", "c1",
+                    "--wait", cwd=tmp_path)
+        )  # fmt: skip
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert done.stdout.strip() == '"hello X"'
+    assert "run c1 (hello)" in done.stderr and "completed" in done.stderr, done.stderr
+    assert not ANSI.search(done.stderr)

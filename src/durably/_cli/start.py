@@ -184,10 +184,7 @@ async def _wait(engine: Engine, run_id: str, args: Args, progress: Progress | No
         return await engine.wait_for_run(run_id, timeout=args.timeout, until="terminal")
     from durably._cli.watch import follow
 
-    try:
-        return await follow(engine, run_id, sys.stderr, timeout=args.timeout)
-    except CliError:  # the only one `follow` raises while the run exists: its timeout
-        raise TimeoutError from None
+    return await follow(engine, run_id, sys.stderr, timeout=args.timeout)
 
 
 async def _tick(progress: Progress) -> None:

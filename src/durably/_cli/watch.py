@@ -94,14 +94,20 @@ async def _watch(engine: Engine, args: Args) -> int:
     if await engine.get_run(args.run_id) is None:
         raise CliError(f"Run {args.run_id} not found.")
     mode = "json" if args.json else None
-    run = await follow(
-        engine,
-        args.run_id,
-        sys.stdout,
-        mode=mode,
-        interval_s=args.interval / 1000,
-        timeout=args.timeout,
-    )
+    try:
+        run = await follow(
+            engine,
+            args.run_id,
+            sys.stdout,
+            mode=mode,
+            interval_s=args.interval / 1000,
+            timeout=args.timeout,
+        )
+    except TimeoutError as exc:
+        raise CliError(
+            f"run {args.run_id} is still {exc} after {args.timeout:g}s; it goes on "
+            f"(durably runs watch {args.run_id} follows it again)"
+        ) from None
     if not args.json:
         if run.status == "completed":
             echo(f"run {run.id} completed: {compact_json(run.output, 200)}")
@@ -122,6 +128,7 @@ async def follow(
     timeout: float | None = None,
 ) -> WorkflowRun:
     """Render the run to `stream` as it changes until it is terminal; the terminal run.
+    `TimeoutError` (its message the run's status) when `timeout` seconds pass first.
 
     `mode`: "live" (rich), "plain" (a line per change), "json" (an object per change) or
     None (live when `stream` is a terminal, else plain)."""
@@ -148,10 +155,7 @@ async def follow(
             if detail.run.is_terminal:
                 return detail.run
             if timeout is not None and time.monotonic() - began >= timeout:
-                raise CliError(
-                    f"run {run_id} is still {detail.run.status} after {timeout:g}s; it goes on "
-                    f"(durably runs watch {run_id} follows it again)"
-                )
+                raise TimeoutError(detail.run.status)
             await asyncio.sleep(interval_s)
     finally:
         if view is not None:
