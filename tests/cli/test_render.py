@@ -12,6 +12,7 @@ from durably._cli import progress as progress_module
 from durably._cli.common import CliError, parse_json_arg
 from durably._cli.progress import Progress
 from durably._cli.render import format_duration, relative_time, table
+from durably._cli.runstate import FanState
 from durably._core.models import now_utc
 
 
@@ -106,3 +107,15 @@ def test_plain_progress_counts_a_fan_in_milestones() -> None:
     counts = [int(line.split("… ")[1].split()[0]) for line in lines if "… " in line]
     assert counts == [4, 5, 6, 7, 8, 9, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300]
     assert lines[-1].endswith("leaf 300/300")
+
+
+def test_a_terminal_draws_each_fan_with_its_total(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress_module, "REDRAW_S", 0.0)
+    out = io.StringIO()
+    progress = Progress(out, tty=True)
+    progress(EngineEvent(type="run.started", run_id="r", workflow="wf"))
+    progress.set_fans([FanState("all:0:10", "leaf", 10, {"completed": 4, "failed": 1})])
+    progress.tick()
+    progress.finish()
+    text = out.getvalue()
+    assert "fan all:0:10 leaf" in text and "5/10 done, 1 failed" in text

@@ -14,10 +14,12 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from durably._cli.render import format_duration
+from durably._cli.runstate import FanState
 from durably._engine.defs.events import EngineEvent
 
 # Events of one step name printed one by one (plain lines) before they are only counted.
@@ -76,6 +78,7 @@ class Progress:
         self._live: Any = None
         self._console: Any = None
         self._drawn = 0.0
+        self._fans: tuple[FanState, ...] = ()
         if self.tty:
             # Imported here: a plain run (CI, pipes) never pays for rich's live machinery.
             from rich.console import Console
@@ -101,6 +104,11 @@ class Progress:
     @property
     def retries(self) -> int:
         return self.tally.retries
+
+    def set_fans(self, fans: Sequence[FanState]) -> None:
+        """The root run's wide fans as the store last summarised them: on a terminal each is
+        drawn with its real total instead of the bars the events alone can draw."""
+        self._fans = tuple(fans)
 
     def follow(self, run_id: str) -> None:
         """Name the root run (else the first run that starts is taken for it)."""
@@ -132,7 +140,17 @@ class Progress:
         status = Table.grid(padding=(0, 1))
         status.add_row(Spinner("dots"), line)
         rows: list[Any] = [status]
-        for name in tally.repeated()[:_BARS_SHOWN]:
+        for fan in self._fans[:_BARS_SHOWN]:
+            bar = Table.grid(padding=(0, 1))
+            failed = fan.counts.get("failed", 0)
+            bar.add_row(
+                Text(f"   fan {fan.group} {fan.label}", style="bold"),
+                ProgressBar(total=max(1, fan.total), completed=fan.done, width=30),
+                Text(f"{fan.done}/{fan.total} done" + (f", {failed} failed" if failed else "")),
+            )
+            rows.append(bar)
+        fanned = {fan.label for fan in self._fans}
+        for name in [n for n in tally.repeated() if n not in fanned][:_BARS_SHOWN]:
             bar = Table.grid(padding=(0, 1))
             total = max(1, tally.started[name])
             bar.add_row(

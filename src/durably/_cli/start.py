@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 from typing import Annotated, Any
 
 import typer
@@ -25,6 +26,8 @@ from durably._cli.common import (
     replica_of,
 )
 from durably._cli.progress import Progress
+from durably._cli.runstate import snapshot_of
+from durably._cli.watch import FANS_OVER, follow
 from durably._core.errors import (
     InputValidationError,
     InvalidRunIdError,
@@ -172,7 +175,7 @@ async def _wait(engine: Engine, run_id: str, args: Args, progress: Progress | No
     fed by this process's engine events when it executes the run, else read from the
     store."""
     if progress is not None:
-        ticker = asyncio.create_task(_tick(progress))
+        ticker = asyncio.create_task(_tick(engine, run_id, progress))
         try:
             return await engine.wait_for_run(run_id, timeout=args.timeout, until="terminal")
         finally:
@@ -182,14 +185,25 @@ async def _wait(engine: Engine, run_id: str, args: Args, progress: Progress | No
     existing = await engine.get_run(run_id)
     if args.quiet or (existing is not None and existing.is_terminal):
         return await engine.wait_for_run(run_id, timeout=args.timeout, until="terminal")
-    from durably._cli.watch import follow
-
     return await follow(engine, run_id, sys.stderr, timeout=args.timeout)
 
 
-async def _tick(progress: Progress) -> None:
+# How often a terminal's live display reads the run's fans from the store (their totals are
+# not in the events: a fan's members start as concurrency allows).
+FANS_READ_S = 0.5
+
+
+async def _tick(engine: Engine, run_id: str, progress: Progress) -> None:
+    """Redraw the live display while waiting; on a terminal, feed it the run's wide fans."""
+    last_read = 0.0
     while True:
         await asyncio.sleep(0.1 if progress.tty else 1.0)
+        now = time.monotonic()
+        if progress.tty and now - last_read >= FANS_READ_S:
+            last_read = now
+            detail = await engine.get_run_detail(run_id, summarize_fans_over=FANS_OVER)
+            if detail is not None:
+                progress.set_fans(snapshot_of(detail).fans)
         progress.tick()
 
 
