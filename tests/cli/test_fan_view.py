@@ -49,6 +49,10 @@ def test_a_wide_fan_is_one_row_and_its_members_page(tmp_path: Path) -> None:
     assert fan["size"] == 500 and fan["counts"] == {"completed": 495, "failed": 5}
     assert len(detail["timeline"]) < 10  # members are not listed
     group = fan["group"]
+    # The id `--fan` takes is in the text view too, with the command that pages it.
+    [id_row] = [line for line in lines if line.strip().startswith(group + " ")]
+    assert "cliview.leaf, 500 members, seq 0-499" in id_row
+    assert "durably runs show wide --fan FAN" in human
 
     failed = json_of(
         cli(

@@ -184,7 +184,7 @@ def test_redispatch_a_run_without_remote_steps(tmp_path: Path) -> None:
 
 def test_no_command_prints_usage(tmp_path: Path) -> None:
     result = ok(durably(cwd=tmp_path))
-    assert "usage: durably" in result.stdout
+    assert "usage: durably" in result.stdout.lower()
     for command in ("demo", "worker", "start", "runs", "db"):
         assert command in result.stdout
     unknown = durably("frobnicate", cwd=tmp_path)

@@ -3,7 +3,6 @@ without the `dashboard` extra, and its refusal to expose the console without sig
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import re
@@ -19,9 +18,9 @@ import pytest
 
 import durably
 from durably import Engine, WorkflowCtx
-from durably._cli.common import CliError
+from durably._cli.common import Args, CliError
 from durably._cli.dashboard import console_options
-from durably._cli.main import build_parser
+from durably._cli.main import parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,8 +138,8 @@ SIGN_IN = [
 ]
 
 
-def _args(*argv: str) -> argparse.Namespace:
-    return build_parser().parse_args(["dashboard", "sqlite:///x.db", *argv])
+def _args(*argv: str) -> Args:
+    return parse_args(["dashboard", "sqlite:///x.db", *argv])
 
 
 def test_beyond_loopback_without_sign_in_it_refuses_to_start(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ on every route (detail, stream, cancel) because the API routes on the client's o
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from typing import Any
 from urllib.parse import quote, unquote
@@ -14,9 +13,9 @@ import pytest
 
 import durably
 from durably import Engine, WorkflowCtx
-from durably._cli.common import CliError
+from durably._cli.common import Args, CliError
 from durably._cli.dashboard import console_options
-from durably._cli.main import build_parser
+from durably._cli.main import parse_args
 from durably.dashboard import DashboardConfigError, create_app
 from durably.dashboard.cookie import COOKIE_NAME
 
@@ -30,8 +29,8 @@ def _login(username: str, password: str) -> Any:
     return {"id": username} if password == "pw" else None
 
 
-def _args(*argv: str) -> argparse.Namespace:
-    return build_parser().parse_args(["dashboard", "sqlite:///x.db", *argv])
+def _args(*argv: str) -> Args:
+    return parse_args(["dashboard", "sqlite:///x.db", *argv])
 
 
 # ---------------------------------------------------------------------- the signing secret

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import importlib
 import inspect
@@ -11,8 +10,12 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, TextIO
+from types import SimpleNamespace
+from typing import Annotated, Any, TextIO
+
+import typer
 
 from durably._engine.engine import Engine
 
@@ -52,6 +55,18 @@ def echo(message: str = "", stream: TextIO | None = None) -> None:
     out = stream or sys.stdout
     out.write(message + "\n")
     out.flush()
+
+
+def confirm(question: str) -> bool:
+    """Ask `question` on stderr and read the answer from stdin: yes only for y/yes. The
+    answer's line never reaches stdout (which a script may be parsing); no answer (end of
+    input) is a no."""
+    sys.stderr.write(f"{question} [y/N]: ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    if not answer:
+        sys.stderr.write("\n")
+    return answer.strip().lower() in ("y", "yes")
 
 
 # ------------------------------------------------------------------ JSON arguments
@@ -232,52 +247,98 @@ async def control_engine(store: str | None, app: str | None) -> Any:
         yield engine
 
 
-# ------------------------------------------------------------------ control verbs
-# `durably runs …` and `durably signals …` share how they name their store, print usage,
-# parse bounded numbers and run an action on a drive=False engine.
+# ------------------------------------------------------------------ commands
+# Every command is a typer function that gathers its parameters into an `Args` namespace and
+# hands it to a handler returning the exit code: the handlers do not depend on how the
+# command line was parsed, and `run_handler` gives every command the same error contract.
+
+Args = SimpleNamespace
+
+STORE_HELP = "store URL (default: $DURABLY_STORE, else sqlite:///durably.db)"
+StoreOpt = Annotated[str | None, typer.Option("--store", metavar="URL", help=STORE_HELP)]
+AppOpt = Annotated[
+    str | None,
+    typer.Option("--app", metavar="APP", help="module:attribute naming an Engine; uses its store"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
-def target_options(p: argparse.ArgumentParser) -> None:
-    """`--store URL` or `--app APP` (one of them), and `--json`."""
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "--store",
-        metavar="URL",
-        help="store URL (default: $DURABLY_STORE, else sqlite:///durably.db)",
-    )
-    where.add_argument(
-        "--app", metavar="APP", help="module:attribute naming an Engine; uses its store"
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
+def run_handler(handler: Callable[[Args], int], args: Args) -> int:
+    """The handler's exit code; a `CliError` is its message on stderr and its code."""
+    try:
+        return handler(args)
+    except CliError as exc:
+        print(f"durably: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("durably: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if os.environ.get("DURABLY_DEBUG"):
+            raise
+        print(f"durably: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
-def show_usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return EXIT_OK
+# Set by `main.parse_args`: the parsed parameters are handed to it instead of the handler.
+CAPTURE: ContextVar[Callable[[Args], None] | None] = ContextVar("durably_cli_capture", default=None)
 
 
-def bounded_int(low: int, high: int | None = None) -> Callable[[str], int]:
-    """An argparse `type=` for a whole number in `low..high` (no upper bound when None)."""
+def dispatch(handler: Callable[[Args], int], **params: Any) -> None:
+    """Run `handler` on the command's parameters; a non-zero code ends the process with it."""
+    capture = CAPTURE.get()
+    if capture is not None:
+        capture(Args(**params))
+        return
+    code = run_handler(handler, Args(**params))
+    if code != EXIT_OK:
+        raise typer.Exit(code)
 
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < low or (high is not None and value > high):
+
+def usage_group(
+    app: typer.Typer, name: str, help: str, description: str | None = None
+) -> typer.Typer:
+    """A command group (`durably runs …`) that prints its usage when given no action."""
+    group = typer.Typer(help=description or help, short_help=help, add_completion=False)
+
+    @group.callback(invoke_without_command=True)
+    def _usage(ctx: typer.Context) -> None:
+        if ctx.invoked_subcommand is None:
+            typer.echo(ctx.get_help())
+            raise typer.Exit(EXIT_OK)
+
+    app.add_typer(group, name=name)
+    return group
+
+
+def bounded_int(low: int, high: int | None = None) -> Callable[[int | None], int | None]:
+    """A typer `callback=` refusing a whole number outside `low..high` (no upper bound when
+    None), naming the range."""
+
+    def check(value: int | None) -> int | None:
+        if value is not None and (value < low or (high is not None and value > high)):
             span = f"between {low} and {high}" if high is not None else f">= {low}"
-            raise argparse.ArgumentTypeError(f"expected a number {span}, got {value}")
+            raise typer.BadParameter(f"expected a number {span}, got {value}")
         return value
 
-    return parse
+    return check
+
+
+def exclusive(**given: object) -> None:
+    """Refuse two options of which only one may be given (exit 2), naming them."""
+    named = [name for name, value in given.items() if value not in (None, False)]
+    if len(named) > 1:
+        raise CliError(f"{' and '.join(named)} exclude each other: give one", EXIT_USAGE)
 
 
 def on_control_engine(
-    action: Callable[[Engine, argparse.Namespace], Awaitable[int]],
-) -> Callable[[argparse.Namespace], int]:
+    action: Callable[[Engine, Args], Awaitable[int]],
+) -> Callable[[Args], int]:
     """A verb handler: open the `--store`/`--app` engine (drive=False), run `action` on it."""
 
-    def handler(args: argparse.Namespace) -> int:
+    def handler(args: Args) -> int:
+        exclusive(**{"--store": args.store, "--app": args.app})
+
         async def go() -> int:
             async with control_engine(args.store, args.app) as engine:
                 return await action(engine, args)

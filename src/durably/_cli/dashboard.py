@@ -18,7 +18,6 @@ token: typed as the password in the login form, or sent as `Authorization: Beare
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import hmac
@@ -26,12 +25,16 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from durably._cli.common import (
     EXIT_OK,
+    Args,
     CliError,
     check_store_url,
+    dispatch,
     display_url,
     echo,
     load_app,
@@ -40,69 +43,119 @@ from durably._cli.common import (
 from durably._engine.engine import Engine
 from durably._extras import EXTRA_HINT, missing_modules
 
-__all__ = ["ConsoleOptions", "add_parser", "console_options", "is_loopback", "is_store_url", "run"]
+__all__ = ["ConsoleOptions", "console_options", "is_loopback", "is_store_url", "register", "run"]
 
 #: Host names a loopback console answers besides the bind address.
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 _WILDCARD_BINDS = ("0.0.0.0", "::", "")
 
 
-def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+_SIGN_IN = (
+    "Sign-in (required beyond loopback, else --insecure-no-auth; values from the environment)"
+)
+
+
+def _env_var(flag: str, help: str) -> Any:
+    return typer.Option(flag, metavar="VAR", help=help, rich_help_panel=_SIGN_IN)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
         "dashboard",
-        help="serve the web console (needs the dashboard extra)",
-        description=(
+        short_help="serve the web console (needs the dashboard extra)",
+        help=(
             "Serve the durably console and its JSON API for APP (module:attribute naming a "
             "durably.Engine) or a store URL (sqlite:///path.db, postgresql://…). The engine "
             "is opened with drive=False: the console reads and controls runs, your workers "
-            "execute them. Needs `" + EXTRA_HINT + "`."
+            "execute them. Needs `" + EXTRA_HINT + "`. Sign-in is required when --host is "
+            "not a loopback address (or pass --insecure-no-auth); its values are read from "
+            "environment variables, named by the --auth-*-env options."
         ),
     )
-    p.add_argument("target", metavar="APP_OR_STORE_URL", help="module:attribute, or a store URL")
-    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
-    p.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
-    p.add_argument("--read-only", action="store_true", help="refuse every mutating endpoint (403)")
-    p.add_argument("--base-path", default="/", help="URL path of the console (default /)")
-    p.add_argument(
-        "--allowed-host",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="a Host name the console answers besides localhost/127.0.0.1/[::1] and --host "
-        "(repeatable; NAME:PORT for one port, .example.com for a domain, * for any)",
-    )
-    p.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=None,
-        metavar="N",
-        help="refuse request bodies larger than N bytes with 413 (default 1 MiB)",
-    )
-    auth = p.add_argument_group(
-        "sign-in",
-        "Required when --host is not a loopback address (or pass --insecure-no-auth). Values "
-        "are read from environment variables, named here.",
-    )
-    auth.add_argument(
-        "--auth-secret-env", metavar="VAR", help="variable holding the session-signing secret"
-    )
-    auth.add_argument("--auth-user-env", metavar="VAR", help="variable holding the login user")
-    auth.add_argument(
-        "--auth-password-env", metavar="VAR", help="variable holding that user's password"
-    )
-    auth.add_argument(
-        "--auth-token-env",
-        metavar="VAR",
-        help="variable holding a shared access token (login form password, or Bearer)",
-    )
-    auth.add_argument("--auth-ttl", metavar="DURATION", help="session lifetime (default 8h)")
-    auth.add_argument(
-        "--insecure-no-auth",
-        action="store_true",
-        help="serve without sign-in on a non-loopback address (anyone who reaches the port "
-        "can cancel and retry runs)",
-    )
-    p.set_defaults(handler=run)
+    def _dashboard_cmd(
+        target: Annotated[
+            str,
+            typer.Argument(metavar="APP_OR_STORE_URL", help="module:attribute, or a store URL"),
+        ],
+        port: Annotated[int, typer.Option("--port", help="port to listen on")] = 8000,
+        host: Annotated[str, typer.Option("--host", help="interface to listen on")] = "127.0.0.1",
+        read_only: Annotated[
+            bool, typer.Option("--read-only", help="refuse every mutating endpoint (403)")
+        ] = False,
+        base_path: Annotated[
+            str, typer.Option("--base-path", help="URL path of the console")
+        ] = "/",
+        allowed_host: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--allowed-host",
+                metavar="NAME",
+                help="a Host name the console answers besides localhost/127.0.0.1/[::1] and "
+                "--host (repeatable; NAME:PORT for one port, .example.com for a domain, * for "
+                "any)",
+            ),
+        ] = None,
+        max_body_bytes: Annotated[
+            int | None,
+            typer.Option(
+                "--max-body-bytes",
+                metavar="N",
+                help="refuse request bodies larger than N bytes with 413 (default 1 MiB)",
+            ),
+        ] = None,
+        auth_secret_env: Annotated[
+            str | None,
+            _env_var("--auth-secret-env", "variable holding the session-signing secret"),
+        ] = None,
+        auth_user_env: Annotated[
+            str | None, _env_var("--auth-user-env", "variable holding the login user")
+        ] = None,
+        auth_password_env: Annotated[
+            str | None,
+            _env_var("--auth-password-env", "variable holding that user's password"),
+        ] = None,
+        auth_token_env: Annotated[
+            str | None,
+            _env_var(
+                "--auth-token-env",
+                "variable holding a shared access token (login form password, or Bearer)",
+            ),
+        ] = None,
+        auth_ttl: Annotated[
+            str | None,
+            typer.Option(
+                "--auth-ttl",
+                metavar="DURATION",
+                help="session lifetime (default 8h)",
+                rich_help_panel=_SIGN_IN,
+            ),
+        ] = None,
+        insecure_no_auth: Annotated[
+            bool,
+            typer.Option(
+                "--insecure-no-auth",
+                help="serve without sign-in on a non-loopback address (anyone who reaches the "
+                "port can cancel and retry runs)",
+                rich_help_panel=_SIGN_IN,
+            ),
+        ] = False,
+    ) -> None:
+        dispatch(
+            run,
+            target=target,
+            port=port,
+            host=host,
+            read_only=read_only,
+            base_path=base_path,
+            allowed_host=list(allowed_host or []),
+            max_body_bytes=max_body_bytes,
+            auth_secret_env=auth_secret_env,
+            auth_user_env=auth_user_env,
+            auth_password_env=auth_password_env,
+            auth_token_env=auth_token_env,
+            auth_ttl=auth_ttl,
+            insecure_no_auth=insecure_no_auth,
+        )
 
 
 def is_store_url(target: str) -> bool:
@@ -193,7 +246,7 @@ def _from_env(environ: Mapping[str, str], var: str, flag: str) -> str:
     return value
 
 
-def console_options(args: argparse.Namespace, environ: Mapping[str, str]) -> ConsoleOptions:
+def console_options(args: Args, environ: Mapping[str, str]) -> ConsoleOptions:
     """Sign-in and allowed hosts from the arguments; `CliError` for a console that would be
     exposed without sign-in, or for an incomplete or contradictory sign-in setup."""
     given = {
@@ -269,7 +322,7 @@ def console_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Con
     return ConsoleOptions(auth, tuple(dict.fromkeys(hosts)), sign_in)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     _require_extra()
     options = console_options(args, os.environ)  # refused before the store is opened
     engine, app_engine = _engine_for(args.target)
@@ -277,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(
-    engine: Engine, app_engine: Engine | None, args: argparse.Namespace, options: ConsoleOptions
+    engine: Engine, app_engine: Engine | None, args: Args, options: ConsoleOptions
 ) -> int:
     import uvicorn
 

@@ -2,51 +2,51 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import Annotated
+
+import typer
 
 from durably._cli.common import (
     EXIT_OK,
     EXIT_USAGE,
+    Args,
     CliError,
+    JsonOpt,
+    StoreOpt,
     check_store_url,
     default_store,
+    dispatch,
     display_url,
     echo,
     print_json,
+    usage_group,
 )
 from durably._core.errors import SchemaVersionError, StoreConnectionError
 
 
-def add_parser(sub: Any) -> None:
-    db = sub.add_parser("db", help="database schema management")
-    actions = db.add_subparsers(dest="action", metavar="ACTION")
-    db.set_defaults(handler=lambda _args: _usage(db))
-    p = actions.add_parser(
+def register(app: typer.Typer) -> None:
+    db = usage_group(app, "db", "database schema management")
+
+    @db.command(
         "upgrade",
-        help="apply pending schema migrations (or print them with --sql)",
-        description=(
+        short_help="apply pending schema migrations (or print them with --sql)",
+        help=(
             "Bring the store's schema to the current version. Safe to run concurrently and "
             "repeatedly. With --sql, print the SQL that would run and change nothing. A "
             "schema written by a newer durably is refused (exit 1): upgrade durably instead."
         ),
     )
-    p.add_argument(
-        "--store",
-        metavar="URL",
-        help="store URL (default: $DURABLY_STORE, else sqlite:///durably.db)",
-    )
-    p.add_argument("--sql", action="store_true", help="print the SQL without applying it")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(handler=upgrade)
+    def _upgrade(
+        store: StoreOpt = None,
+        sql: Annotated[
+            bool, typer.Option("--sql", help="print the SQL without applying it")
+        ] = False,
+        json: JsonOpt = False,
+    ) -> None:
+        dispatch(upgrade, store=store, sql=sql, json=json)
 
 
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return EXIT_OK
-
-
-def upgrade(args: argparse.Namespace) -> int:
+def upgrade(args: Args) -> int:
     url: str = args.store or default_store()
     check_store_url(url, must_exist=False)
     try:

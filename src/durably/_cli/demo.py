@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from durably._cli.common import (
     EXIT_FAILED,
     EXIT_OK,
+    Args,
     CliError,
     check_store_url,
     compact_json,
+    dispatch,
     display_url,
     echo,
     print_json,
@@ -32,26 +35,33 @@ DEMO_STORE = "sqlite:///durably-demo.db"
 APPROVAL = {"approvedBy": "durably demo"}
 
 
-def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+def register(app: typer.Typer) -> None:
+    @app.command(
         "demo",
-        help="run the bundled order workflow (steps, a retry, a signal, a sleep, a child)",
-        description=(
+        short_help="run the bundled order workflow (steps, a retry, a signal, a sleep, a child)",
+        help=(
             "Run the bundled example (durably/examples/orders.py) on the embedded SQLite "
             "default and show what the engine records. The default demo database "
             "./durably-demo.db is recreated on every run."
         ),
     )
-    p.add_argument(
-        "--store",
-        metavar="URL",
-        help=f"store URL (default {DEMO_STORE}, deleted and recreated first)",
-    )
-    p.add_argument("--json", action="store_true", help="print the finished run as JSON only")
-    p.add_argument(
-        "--timeout", type=float, default=30.0, metavar="SECONDS", help="give up after (30)"
-    )
-    p.set_defaults(handler=run)
+    def _demo_cmd(
+        store: Annotated[
+            str | None,
+            typer.Option(
+                "--store",
+                metavar="URL",
+                help=f"store URL (default {DEMO_STORE}, deleted and recreated first)",
+            ),
+        ] = None,
+        json: Annotated[
+            bool, typer.Option("--json", help="print the finished run as JSON only")
+        ] = False,
+        timeout: Annotated[
+            float, typer.Option("--timeout", metavar="SECONDS", help="give up after SECONDS")
+        ] = 30.0,
+    ) -> None:
+        dispatch(run, store=store, json=json, timeout=timeout)
 
 
 def _remove_demo_db(url: str) -> None:
@@ -63,7 +73,7 @@ def _remove_demo_db(url: str) -> None:
             candidate.unlink()
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     url: str = args.store or DEMO_STORE
     check_store_url(url, must_exist=False)
     if args.store is None:

@@ -64,10 +64,15 @@ def fan_row(fan: FanSummary) -> list[str]:
 
 
 def summarized_timeline(
-    checkpoints: Sequence[StepCheckpoint], fans: Sequence[FanSummary], *, indent: str = "  "
+    checkpoints: Sequence[StepCheckpoint],
+    fans: Sequence[FanSummary],
+    *,
+    indent: str = "  ",
+    run_id: str = "RUN",
 ) -> list[str]:
-    """The run's timeline with each wide fan as one row (at its first seq), then, under each
-    fan with failures, its first failed members (`FanSummary.failures`)."""
+    """The run's timeline with each wide fan as one row (at its first seq), then the fans'
+    ids (what `--fan` takes) and, under each fan with failures, its first failed members
+    (`FanSummary.failures`)."""
     rows: list[tuple[int, list[str]]] = []
     for cp in checkpoints:
         rows.append((cp.seq, checkpoint_row(cp)))
@@ -77,6 +82,7 @@ def summarized_timeline(
         return [indent + "(no steps recorded)"]
     rows.sort(key=lambda item: item[0])
     lines = [indent + line for line in table(TIMELINE_HEADERS, [r for _, r in rows], right=(4, 5))]
+    lines.extend(fan_id_lines(fans, run_id, indent=indent))
     for fan in fans:
         if fan.failures:
             lines.append("")
@@ -84,7 +90,27 @@ def summarized_timeline(
             lines.extend(
                 f"{indent}  seq {cp.seq}: {checkpoint_note(cp, 90)}" for cp in fan.failures
             )
-            lines.append(f"{indent}  (page them: durably runs show RUN --fan {fan.group} --failed)")
+            lines.append(
+                f"{indent}  (page them: durably runs show {run_id} --fan {fan.group} --failed)"
+            )
+    return lines
+
+
+def fan_id_lines(fans: Sequence[FanSummary], run_id: str, *, indent: str = "  ") -> list[str]:
+    """Each summarised fan's id (the FAN of `--fan FAN`) with what it is, and the command
+    that pages it: the id is otherwise only in the JSON."""
+    if not fans:
+        return []
+    rows = [
+        [
+            fan.group,
+            f"{fan.label}, {fan.total if fan.total is not None else fan.size} members, "
+            f"seq {fan.first_seq}-{fan.last_seq}",
+        ]
+        for fan in fans
+    ]
+    lines = ["", f"{indent}fans (page one: durably runs show {run_id} --fan FAN):"]
+    lines.extend(indent + "  " + line for line in table(["FAN", "WHAT"], rows))
     return lines
 
 

@@ -8,25 +8,31 @@ consumes a result or serves a step, so the command is safe to point at a live fl
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated
+
+import typer
 
 from durably._cli.common import (
     EXIT_OK,
     EXIT_USAGE,
+    AppOpt,
+    Args,
     CliError,
+    JsonOpt,
+    StoreOpt,
     check_store_url,
     default_store,
+    dispatch,
     echo,
+    exclusive,
     load_app,
     print_json,
-    target_options,
 )
 from durably._cli.render import format_duration, table
 from durably._core.handshake import AnnouncedWorkflow, routes_to_json
@@ -40,17 +46,17 @@ from durably._read.list_models import (
 from durably._store.protocol import StateStore
 from durably._transport.protocol import Transport
 
-__all__ = ["InstanceView", "add_verb", "directory_lines", "group_lines", "instances_of"]
+__all__ = ["InstanceView", "directory_lines", "group_lines", "instances_of", "register"]
 
 # How many names of a list (steps, capabilities, …) a line shows before it says "+N more".
 _NAMES_SHOWN = 12
 
 
-def add_verb(verbs: Any) -> None:
-    p: argparse.ArgumentParser = verbs.add_parser(
+def register(runs: typer.Typer) -> None:
+    @runs.command(
         "workers",
-        help="worker health: groups, live workers, announced workflows",
-        description=(
+        short_help="worker health: groups, live workers, announced workflows",
+        help=(
             "Worker groups and their health: from the store, one runs@<namespace> group with "
             "its backlog and the engines holding run leases; with --transport, one group per "
             "routing token of that broker with its queue depth and the workers beating on it "
@@ -59,21 +65,32 @@ def add_verb(verbs: Any) -> None:
             "only: nothing is consumed or served."
         ),
     )
-    target_options(p)
-    p.add_argument(
-        "--transport",
-        metavar="URL",
-        help="also read the live workers this broker reports (redis://…)",
-    )
-    p.add_argument(
-        "--prefix",
-        metavar="P",
-        help="the Redis transport's key prefix, namespace folded in (default: durable)",
-    )
-    p.set_defaults(handler=_handler)
+    def _workers_cmd(
+        store: StoreOpt = None,
+        app: AppOpt = None,
+        json: JsonOpt = False,
+        transport: Annotated[
+            str | None,
+            typer.Option(
+                "--transport",
+                metavar="URL",
+                help="also read the live workers this broker reports (redis://…)",
+            ),
+        ] = None,
+        prefix: Annotated[
+            str | None,
+            typer.Option(
+                "--prefix",
+                metavar="P",
+                help="the Redis transport's key prefix, namespace folded in (default: durable)",
+            ),
+        ] = None,
+    ) -> None:
+        dispatch(_handler, store=store, app=app, json=json, transport=transport, prefix=prefix)
 
 
-def _handler(args: argparse.Namespace) -> int:
+def _handler(args: Args) -> int:
+    exclusive(**{"--store": args.store, "--app": args.app})
     if args.prefix is not None and args.transport is None:
         raise CliError("--prefix needs --transport URL", EXIT_USAGE)
     return asyncio.run(_run(args))
@@ -93,7 +110,7 @@ def _transport(url: str, prefix: str | None, instance_id: str) -> Transport | st
 
 
 @asynccontextmanager
-async def _engine(args: argparse.Namespace) -> AsyncIterator[Engine]:
+async def _engine(args: Args) -> AsyncIterator[Engine]:
     """A drive=False engine on the `--store`/`--app` store with the `--transport` given.
     `role="worker"` with drive=False: an observer, which takes none of the fleet's step
     results and turn decisions (a read must never consume them) and serves no step."""
@@ -129,7 +146,7 @@ async def _engine(args: argparse.Namespace) -> AsyncIterator[Engine]:
             await app.close()  # never opened: just closes the store it owns
 
 
-async def _run(args: argparse.Namespace) -> int:
+async def _run(args: Args) -> int:
     async with _engine(args) as engine:
         groups = await engine.worker_health()
         directory = await engine.workflow_directory()

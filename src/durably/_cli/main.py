@@ -1,69 +1,110 @@
-"""`durably` console script: argument parsing and dispatch."""
+"""`durably` console script: the typer application and its entry point.
+
+Each command module declares its commands on the application (`register`) and keeps its
+handler apart from the parsing (a handler takes an `Args` namespace and returns the exit
+code). Usage errors (an unknown option, a bad number) are typer's own, exit 2.
+"""
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
+from typing import Annotated
 
-from durably._cli import dashboard, db, demo, runs, signals, start, worker
-from durably._cli.common import EXIT_FAILED, EXIT_USAGE, CliError
+import typer
+
+from durably._cli import dashboard, db, demo, runs, signals, start, watch, worker
+from durably._cli.common import CAPTURE, EXIT_OK, EXIT_USAGE, Args
+
+EPILOG = (
+    "Store URLs: sqlite:///path.db (default: $DURABLY_STORE, else sqlite:///durably.db) or "
+    "postgresql://user@host/db."
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from durably import __version__
+def _version(value: bool) -> None:
+    if value:
+        from durably import __version__
 
-    parser = argparse.ArgumentParser(
-        prog="durably",
-        description="Durable workflows for asyncio Python — command line.",
-        epilog="Store URLs: sqlite:///path.db (default: $DURABLY_STORE, else "
-        "sqlite:///durably.db) or postgresql://user@host/db.",
+        typer.echo(f"durably {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="durably",
+        help="Durable workflows for asyncio Python — command line.",
+        epilog=EPILOG,
+        add_completion=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
     )
-    parser.add_argument("--version", action="version", version=f"durably {__version__}")
-    parser.add_argument(
-        "-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)"
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo.add_parser(sub)
-    worker.add_parser(sub)
-    start.add_parser(sub)
-    runs.add_parser(sub)
-    signals.add_parser(sub)
-    db.add_parser(sub)
-    dashboard.add_parser(sub)
-    return parser
+
+    @app.callback(invoke_without_command=True)
+    def _root(
+        ctx: typer.Context,
+        verbose: Annotated[
+            int,
+            typer.Option(
+                "-v",
+                "--verbose",
+                count=True,
+                show_default=False,
+                help="log more (-v info, -vv debug)",
+            ),
+        ] = 0,
+        version: Annotated[
+            bool,
+            typer.Option(
+                "--version", callback=_version, is_eager=True, help="print the version and exit"
+            ),
+        ] = False,
+    ) -> None:
+        if ctx.invoked_subcommand is None:
+            typer.echo(ctx.get_help())
+            raise typer.Exit(EXIT_OK)
+        level = logging.DEBUG if verbose >= 2 else logging.INFO if verbose else logging.WARNING
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    demo.register(app)
+    worker.register(app)
+    start.register(app)
+    runs_group = runs.register(app)
+    watch.register(runs_group)
+    signals.register(app)
+    db.register(app)
+    dashboard.register(app)
+    return app
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help()
-        return 0
-    level = (
-        logging.DEBUG if args.verbose >= 2 else logging.INFO if args.verbose else logging.WARNING
-    )
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """Run the command line; the process exit code."""
+    command = typer.main.get_command(build_app())
     try:
-        code: int = handler(args)
-        return code
-    except CliError as exc:
-        print(f"durably: error: {exc.message}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("durably: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if os.environ.get("DURABLY_DEBUG"):
-            raise
-        print(f"durably: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        command.main(list(sys.argv[1:] if argv is None else argv), prog_name="durably")
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (EXIT_OK if code is None else 1)
+    return EXIT_OK
 
 
-__all__ = ["EXIT_USAGE", "build_parser", "main"]
+def parse_args(argv: Sequence[str]) -> Args:
+    """The `Args` the command `argv` names would be handed, without running it (for
+    in-process checks of a command's option handling); a usage error raises `SystemExit`."""
+    captured: list[Args] = []
+    token = CAPTURE.set(captured.append)
+    try:
+        code = main(argv)
+    finally:
+        CAPTURE.reset(token)
+    if not captured:
+        raise SystemExit(code)
+    return captured[0]
+
+
+__all__ = ["EXIT_USAGE", "build_app", "main", "parse_args"]
 
 if __name__ == "__main__":
     sys.exit(main())

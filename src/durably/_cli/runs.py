@@ -1,4 +1,5 @@
-"""`durably runs list|show|cancel|retry|continue|signal|workers` — on a `drive=False` engine.
+"""`durably runs list|show|cancel|retry|continue|redispatch|signal` — on a `drive=False` engine
+(`delete`, `watch` and `workers` come from their own modules).
 
 These commands never execute a run: they read the store, or change it and let the workers
 sharing the store do the work (a signal nudges the run's wakeAt so its holder's timer poll
@@ -7,21 +8,27 @@ wakes it; a retried run goes back to `pending` for any worker's poller).
 
 from __future__ import annotations
 
-import argparse
 import base64
-from typing import Any, get_args
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, get_args
 
-from durably._cli import health
+import typer
+
+from durably._cli import delete, health
 from durably._cli.common import (
     EXIT_OK,
+    AppOpt,
+    Args,
     CliError,
+    JsonOpt,
+    StoreOpt,
     bounded_int,
+    dispatch,
     echo,
     on_control_engine,
     parse_json_arg,
     print_json,
-    show_usage,
-    target_options,
+    usage_group,
 )
 from durably._cli.fanview import fan_page_lines, summarized_timeline
 from durably._cli.render import relative_time, run_detail, runs_table, table
@@ -38,76 +45,126 @@ REASON_WIDTH = 100
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 
 
-def add_parser(sub: Any) -> None:
-    runs = sub.add_parser(
+RunIdArg = Annotated[str, typer.Argument(metavar="RUN_ID")]
+
+
+def register(app: typer.Typer) -> typer.Typer:
+    """`durably runs …`; the group is returned for the verbs other modules add to it."""
+    runs = usage_group(
+        app,
         "runs",
-        help="list, inspect and control runs (never executes them)",
-        description=(
-            "List, inspect and control runs through a drive=False engine: these commands "
-            "never execute a run. Workers sharing the store do the work (a signal makes the "
-            "waiting run due so its worker wakes it; a retried run goes back to pending)."
-        ),
+        "list, inspect and control runs (never executes them)",
+        "List, inspect and control runs through a drive=False engine: these commands "
+        "never execute a run. Workers sharing the store do the work (a signal makes the "
+        "waiting run due so its worker wakes it; a retried run goes back to pending).",
     )
-    verbs = runs.add_subparsers(dest="verb", metavar="ACTION")
-    runs.set_defaults(handler=lambda _args: show_usage(runs))
 
-    p = verbs.add_parser("list", help="list runs, newest first")
-    target_options(p)
-    p.add_argument("--status", choices=STATUSES, help="only runs with this status")
-    p.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
-    p.add_argument("--tag", metavar="TAG", help="only runs carrying this tag")
-    p.add_argument("--limit", type=bounded_int(1), default=50, metavar="N", help="at most N (50)")
-    p.set_defaults(handler=on_control_engine(_list))
+    @runs.command("list", help="list runs, newest first")
+    def _list_cmd(
+        store: StoreOpt = None,
+        app: AppOpt = None,
+        json: JsonOpt = False,
+        status: Annotated[
+            str | None,
+            typer.Option(
+                "--status",
+                metavar="|".join(STATUSES),
+                callback=_status_option,
+                help="only runs with this status",
+            ),
+        ] = None,
+        workflow: Annotated[
+            str | None,
+            typer.Option("--workflow", metavar="NAME", help="only runs of this workflow"),
+        ] = None,
+        tag: Annotated[
+            str | None, typer.Option("--tag", metavar="TAG", help="only runs carrying this tag")
+        ] = None,
+        limit: Annotated[
+            int,
+            typer.Option("--limit", metavar="N", callback=bounded_int(1), help="at most N"),
+        ] = 50,
+    ) -> None:
+        dispatch(
+            on_control_engine(_list),
+            store=store,
+            app=app,
+            json=json,
+            status=status,
+            workflow=workflow,
+            tag=tag,
+            limit=limit,
+        )
 
-    p = verbs.add_parser("show", help="a run and its checkpoint timeline")
-    target_options(p)
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.add_argument(
-        "--fans-over",
-        type=bounded_int(1),
-        default=FANS_OVER,
-        metavar="N",
-        help=f"draw a fan wider than N members as one row ({FANS_OVER})",
-    )
-    p.add_argument("--fan", metavar="GROUP", help="page the members of this fan instead")
-    p.add_argument("--offset", type=int, default=0, metavar="N", help="first member (0)")
-    p.add_argument("--limit", type=bounded_int(1), default=50, metavar="N", help="page size (50)")
-    p.add_argument("--failed", action="store_true", help="with --fan: failed members only")
-    p.set_defaults(handler=on_control_engine(_show))
+    @runs.command("show", help="a run and its checkpoint timeline")
+    def _show_cmd(
+        run_id: RunIdArg,
+        store: StoreOpt = None,
+        app: AppOpt = None,
+        json: JsonOpt = False,
+        fans_over: Annotated[
+            int,
+            typer.Option(
+                "--fans-over",
+                metavar="N",
+                callback=bounded_int(1),
+                help="draw a fan wider than N members as one row",
+            ),
+        ] = FANS_OVER,
+        fan: Annotated[
+            str | None,
+            typer.Option("--fan", metavar="GROUP", help="page the members of this fan instead"),
+        ] = None,
+        offset: Annotated[int, typer.Option("--offset", metavar="N", help="first member")] = 0,
+        limit: Annotated[
+            int,
+            typer.Option("--limit", metavar="N", callback=bounded_int(1), help="page size"),
+        ] = 50,
+        failed: Annotated[
+            bool, typer.Option("--failed", help="with --fan: failed members only")
+        ] = False,
+    ) -> None:
+        dispatch(
+            on_control_engine(_show),
+            run_id=run_id,
+            store=store,
+            app=app,
+            json=json,
+            fans_over=fans_over,
+            fan=fan,
+            offset=offset,
+            limit=limit,
+            failed=failed,
+        )
 
-    p = verbs.add_parser("cancel", help="cancel a run (and its children)")
-    target_options(p)
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.set_defaults(handler=on_control_engine(_cancel))
+    def control_verb(
+        name: str,
+        help: str,
+        action: Callable[[Engine, Args], Awaitable[int]],
+        short_help: str | None = None,
+    ) -> None:
+        @runs.command(name, help=help, short_help=short_help)
+        def _verb(
+            run_id: RunIdArg, store: StoreOpt = None, app: AppOpt = None, json: JsonOpt = False
+        ) -> None:
+            dispatch(on_control_engine(action), run_id=run_id, store=store, app=app, json=json)
 
-    p = verbs.add_parser(
-        "retry", help="re-enqueue a failed/dead run from where it failed (requeue)"
-    )
-    target_options(p)
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.set_defaults(handler=on_control_engine(_retry))
-
-    p = verbs.add_parser("continue", help="release the run's pending ctx.breakpoint()")
-    target_options(p)
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.set_defaults(handler=on_control_engine(_continue))
-
-    p = verbs.add_parser(
+    control_verb("cancel", "cancel a run (and its children)", _cancel)
+    control_verb("retry", "re-enqueue a failed/dead run from where it failed (requeue)", _retry)
+    control_verb("continue", "release the run's pending ctx.breakpoint()", _continue)
+    control_verb(
         "redispatch",
-        help="re-dispatch the run's pending remote steps (engine.redispatch_pending)",
-        description=(
-            "Mark every remote step of the run still waiting for its answer (a `pending` "
-            "row) as its next attempt and re-drive the run: engine.redispatch_pending."
-        ),
+        "re-dispatch the run's pending remote steps (engine.redispatch_pending): every "
+        "remote step of the run still waiting for its answer (a `pending` row) is marked as "
+        "its next attempt and the run is re-driven",
+        _redispatch,
+        short_help="re-dispatch the run's pending remote steps (engine.redispatch_pending)",
     )
-    target_options(p)
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.set_defaults(handler=on_control_engine(_redispatch))
 
-    p = verbs.add_parser(
+    @runs.command(
         "signal",
-        help="deliver a signal (ctx.wait_for_signal) by token",
-        description=(
+        short_help="deliver a signal (ctx.wait_for_signal) by token",
+        help=(
             "Deliver a signal to the run waiting on TOKEN. When no run waits on it yet, the "
             "signal is buffered (bounded: it expires, and a full buffer refuses it) for the "
             "next wait on that token; --no-buffer stores nothing instead. Tokens of the "
@@ -115,21 +172,46 @@ def add_parser(sub: Any) -> None:
             "continue` for a breakpoint."
         ),
     )
-    target_options(p)
-    p.add_argument("token", metavar="TOKEN")
-    p.add_argument(
-        "--payload",
-        metavar="JSON",
-        help="JSON payload (`@file` reads a file, `-` stdin); default null",
-    )
-    p.add_argument(
-        "--no-buffer",
-        action="store_true",
-        help="deliver only to a run waiting now; store nothing otherwise (exit 1)",
-    )
-    p.set_defaults(handler=on_control_engine(_signal))
+    def _signal_cmd(
+        token: Annotated[str, typer.Argument(metavar="TOKEN")],
+        store: StoreOpt = None,
+        app: AppOpt = None,
+        json: JsonOpt = False,
+        payload: Annotated[
+            str | None,
+            typer.Option(
+                "--payload",
+                metavar="JSON",
+                help="JSON payload (`@file` reads a file, `-` stdin); default null",
+            ),
+        ] = None,
+        no_buffer: Annotated[
+            bool,
+            typer.Option(
+                "--no-buffer",
+                help="deliver only to a run waiting now; store nothing otherwise (exit 1)",
+            ),
+        ] = False,
+    ) -> None:
+        dispatch(
+            on_control_engine(_signal),
+            token=token,
+            store=store,
+            app=app,
+            json=json,
+            payload=payload,
+            no_buffer=no_buffer,
+        )
 
-    health.add_verb(verbs)
+    delete.register(runs)
+    health.register(runs)
+    return runs
+
+
+def _status_option(value: str | None) -> str | None:
+    if value is not None and value not in STATUSES:
+        raise typer.BadParameter(f"expected one of {', '.join(STATUSES)}, not {value!r}")
+    return value
 
 
 async def _require_run(engine: Engine, run_id: str) -> WorkflowRun:
@@ -148,7 +230,7 @@ def _result_json(result: RunResult | None, run: WorkflowRun) -> dict[str, Any]:
 # ------------------------------------------------------------------ list / show
 
 
-async def _list(engine: Engine, args: argparse.Namespace) -> int:
+async def _list(engine: Engine, args: Args) -> int:
     query: dict[str, Any] = {"limit": args.limit}
     if args.status:
         query["status"] = args.status
@@ -216,7 +298,7 @@ async def children_of(
     return found
 
 
-async def _show(engine: Engine, args: argparse.Namespace) -> int:
+async def _show(engine: Engine, args: Args) -> int:
     """The run through the read side (`get_run_detail`): wide fans summarised, so a run with
     a 40,000-member fan prints (and reads) a screenful, not 40,000 rows."""
     if args.fan:
@@ -235,14 +317,14 @@ async def _show(engine: Engine, args: argparse.Namespace) -> int:
         list(detail.timeline),
         waiting_for=waits,
         children=children,
-        render_timeline=lambda cps: summarized_timeline(cps, detail.fans or ()),
+        render_timeline=lambda cps: summarized_timeline(cps, detail.fans or (), run_id=run.id),
     )
     for line in lines:
         echo(line)
     return EXIT_OK
 
 
-async def _show_fan(engine: Engine, args: argparse.Namespace) -> int:
+async def _show_fan(engine: Engine, args: Args) -> int:
     page = await engine.get_fan_members(
         args.run_id,
         args.fan,
@@ -263,7 +345,7 @@ async def _show_fan(engine: Engine, args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ control
 
 
-async def _cancel(engine: Engine, args: argparse.Namespace) -> int:
+async def _cancel(engine: Engine, args: Args) -> int:
     run = await _require_run(engine, args.run_id)
     if run.status in ("completed", "failed", "cancelled", "dead"):
         message = f"Run {run.id} is already {run.status}; nothing to cancel."
@@ -281,7 +363,7 @@ async def _cancel(engine: Engine, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _retry(engine: Engine, args: argparse.Namespace) -> int:
+async def _retry(engine: Engine, args: Args) -> int:
     run = await _require_run(engine, args.run_id)
     if run.status == "completed":
         raise CliError(f"Run {run.id} is completed; there is nothing to retry.")
@@ -295,7 +377,7 @@ async def _retry(engine: Engine, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _continue(engine: Engine, args: argparse.Namespace) -> int:
+async def _continue(engine: Engine, args: Args) -> int:
     run = await _require_run(engine, args.run_id)
     result = await engine.continue_run(run.id)
     if result is None:
@@ -307,7 +389,7 @@ async def _continue(engine: Engine, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _redispatch(engine: Engine, args: argparse.Namespace) -> int:
+async def _redispatch(engine: Engine, args: Args) -> int:
     run = await _require_run(engine, args.run_id)
     result = await engine.redispatch_pending(run.id)
     count = int(result["redispatched"]) if result is not None else 0
@@ -320,7 +402,7 @@ async def _redispatch(engine: Engine, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _signal(engine: Engine, args: argparse.Namespace) -> int:
+async def _signal(engine: Engine, args: Args) -> int:
     payload = parse_json_arg(args.payload, "--payload")
     try:
         result = await engine.signal(args.token, payload, buffer=not args.no_buffer)
@@ -346,4 +428,4 @@ async def _signal(engine: Engine, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-__all__ = ["add_parser", "children_of", "waiting_for"]
+__all__ = ["children_of", "register", "waiting_for"]

@@ -9,20 +9,26 @@ parent to join) are listed with no expiry and are never purged.
 
 from __future__ import annotations
 
-import argparse
 from datetime import datetime
-from typing import Any
+from typing import Annotated
+
+import typer
 
 from durably._cli.common import (
     EXIT_OK,
     EXIT_USAGE,
+    AppOpt,
+    Args,
     CliError,
+    JsonOpt,
+    StoreOpt,
     bounded_int,
+    dispatch,
     echo,
+    exclusive,
     on_control_engine,
     print_json,
-    show_usage,
-    target_options,
+    usage_group,
 )
 from durably._cli.render import relative_time, table
 from durably._core.buffered_signals import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, BufferedSignalInfo
@@ -48,46 +54,80 @@ def approx_duration(ms: int) -> str:
     return f"{max(1, round(ms / 1000))}s"
 
 
-def add_parser(sub: Any) -> None:
-    signals = sub.add_parser(
+def register(app: typer.Typer) -> None:
+    signals = usage_group(
+        app,
         "signals",
-        help="list and purge buffered signals (signals no run waits on yet)",
-        description=(
-            "Signals sent before any run waits on their token are buffered for the next wait "
-            "on that token, for the engine's signal_buffer_ttl at most. List them (token, "
-            "size, age, expiry — never the payload) or delete them. The engine's own "
-            "completion records (no expiry) are listed but never purged."
-        ),
+        "list and purge buffered signals (signals no run waits on yet)",
+        "Signals sent before any run waits on their token are buffered for the next wait "
+        "on that token, for the engine's signal_buffer_ttl at most. List them (token, "
+        "size, age, expiry — never the payload) or delete them. The engine's own "
+        "completion records (no expiry) are listed but never purged.",
     )
-    verbs = signals.add_subparsers(dest="verb", metavar="ACTION")
-    signals.set_defaults(handler=lambda _args: show_usage(signals))
 
-    p = verbs.add_parser("list", help="buffered signals, oldest first")
-    target_options(p)
-    p.add_argument("--prefix", metavar="P", help="only tokens starting with P")
-    p.add_argument(
-        "--limit",
-        type=bounded_int(1, MAX_LIST_LIMIT),
-        default=DEFAULT_LIST_LIMIT,
-        metavar="N",
-        help=f"at most N ({DEFAULT_LIST_LIMIT}; up to {MAX_LIST_LIMIT})",
-    )
-    p.add_argument(
-        "--offset", type=bounded_int(0, 2**31 - 1), default=0, metavar="N", help="skip N (0)"
-    )
-    p.set_defaults(handler=on_control_engine(_list))
+    @signals.command("list", help="buffered signals, oldest first")
+    def _list_cmd(
+        store: StoreOpt = None,
+        app: AppOpt = None,
+        json: JsonOpt = False,
+        prefix: Annotated[
+            str | None, typer.Option("--prefix", metavar="P", help="only tokens starting with P")
+        ] = None,
+        limit: Annotated[
+            int,
+            typer.Option(
+                "--limit",
+                metavar="N",
+                callback=bounded_int(1, MAX_LIST_LIMIT),
+                help=f"at most N (up to {MAX_LIST_LIMIT})",
+            ),
+        ] = DEFAULT_LIST_LIMIT,
+        offset: Annotated[
+            int,
+            typer.Option(
+                "--offset", metavar="N", callback=bounded_int(0, 2**31 - 1), help="skip N"
+            ),
+        ] = 0,
+    ) -> None:
+        dispatch(
+            on_control_engine(_list),
+            store=store,
+            app=app,
+            json=json,
+            prefix=prefix,
+            limit=limit,
+            offset=offset,
+        )
 
-    p = verbs.add_parser(
+    @signals.command(
         "purge",
         help="delete buffered signals (say which: --token, --prefix, --expired or --all)",
     )
-    target_options(p)
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--token", metavar="T", help="the signals buffered on exactly T")
-    which.add_argument("--prefix", metavar="P", help="the signals of tokens starting with P")
-    which.add_argument("--expired", action="store_true", help="every expired signal")
-    which.add_argument("--all", action="store_true", help="every buffered signal")
-    p.set_defaults(handler=on_control_engine(_purge))
+    def _purge_cmd(
+        store: StoreOpt = None,
+        app: AppOpt = None,
+        json: JsonOpt = False,
+        token: Annotated[
+            str | None,
+            typer.Option("--token", metavar="T", help="the signals buffered on exactly T"),
+        ] = None,
+        prefix: Annotated[
+            str | None,
+            typer.Option("--prefix", metavar="P", help="the signals of tokens starting with P"),
+        ] = None,
+        expired: Annotated[bool, typer.Option("--expired", help="every expired signal")] = False,
+        all: Annotated[bool, typer.Option("--all", help="every buffered signal")] = False,
+    ) -> None:
+        dispatch(
+            _purge_handler,
+            store=store,
+            app=app,
+            json=json,
+            token=token,
+            prefix=prefix,
+            expired=expired,
+            all=all,
+        )
 
 
 def _non_empty(value: str | None, option: str) -> str | None:
@@ -104,7 +144,7 @@ def _expiry(info: BufferedSignalInfo, now: datetime) -> str:
     return "in " + approx_duration(round((info.expires_at - now).total_seconds() * 1000))
 
 
-async def _list(engine: Engine, args: argparse.Namespace) -> int:
+async def _list(engine: Engine, args: Args) -> int:
     prefix = _non_empty(args.prefix, "--prefix")
     rows = await engine.list_buffered_signals(prefix=prefix, limit=args.limit, offset=args.offset)
     total = await engine.count_buffered_signals(prefix=prefix)
@@ -142,7 +182,27 @@ async def _list(engine: Engine, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _purge(engine: Engine, args: argparse.Namespace) -> int:
+def _which(args: Args) -> None:
+    """Exactly one of --token, --prefix, --expired, --all: a purge says what it deletes."""
+    given = {
+        "--token": args.token,
+        "--prefix": args.prefix,
+        "--expired": args.expired,
+        "--all": args.all,
+    }
+    exclusive(**given)
+    if all(value in (None, False) for value in given.values()):
+        raise CliError(
+            "say what to purge: one of --token, --prefix, --expired or --all", EXIT_USAGE
+        )
+
+
+def _purge_handler(args: Args) -> int:
+    _which(args)  # before the store is opened
+    return on_control_engine(_purge)(args)
+
+
+async def _purge(engine: Engine, args: Args) -> int:
     token = _non_empty(args.token, "--token")
     prefix = _non_empty(args.prefix, "--prefix")
     removed = await engine.purge_buffered_signals(
@@ -167,4 +227,4 @@ async def _purge(engine: Engine, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-__all__ = ["add_parser", "human_duration"]
+__all__ = ["human_duration", "register"]

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-from typing import Any
+import contextlib
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
 
 from durably._cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    Args,
     CliError,
+    JsonOpt,
     compact_json,
+    dispatch,
     echo,
     load_app,
     parse_json_arg,
     print_json,
     replica_of,
 )
+from durably._cli.progress import Progress
+from durably._cli.runstate import snapshot_of
+from durably._cli.watch import FANS_OVER, follow
 from durably._core.errors import (
     InputValidationError,
     InvalidRunIdError,
@@ -29,37 +39,75 @@ from durably._core.models import WorkflowRun
 from durably._engine.engine import Engine
 
 
-def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+def register(app: typer.Typer) -> None:
+    @app.command(
         "start",
-        help="start a run of WORKFLOW (optionally wait for its result)",
-        description=(
+        short_help="start a run of WORKFLOW (optionally wait for its result)",
+        help=(
             "Start a run. Without --wait the run is only enqueued (a `durably worker` sharing "
             "the store executes it) and its id is printed. With --wait the command waits for "
             "the result; when APP's engine drives runs (the default), it executes the run in "
             "this process — which then works as a worker of the store until the run finishes "
-            "(it may also pick up other pending runs; they are drained safely on exit)."
+            "(it may also pick up other pending runs; they are drained safely on exit). While "
+            "it waits, its progress goes to stderr: a live status line on a terminal, plain "
+            "lines otherwise (--quiet: none); stdout carries only the result."
         ),
     )
-    p.add_argument("app", metavar="APP", help="module:attribute naming a durably.Engine")
-    p.add_argument("workflow", metavar="WORKFLOW", help="registered workflow name")
-    p.add_argument(
-        "--input",
-        metavar="JSON",
-        help="the input as JSON (`@file` reads a file, `-` stdin); default null",
-    )
-    p.add_argument("--run-id", metavar="ID", help="run id (idempotent: an existing run is kept)")
-    p.add_argument("--workflow-version", metavar="V", help="pin a registered version")
-    p.add_argument("--tag", action="append", metavar="TAG", help="tag the run (repeatable)")
-    p.add_argument("--wait", action="store_true", help="wait for the run to finish")
-    p.add_argument(
-        "--timeout", type=float, metavar="SECONDS", help="with --wait: give up after SECONDS"
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(handler=run)
+    def _start_cmd(
+        app_spec: Annotated[
+            str, typer.Argument(metavar="APP", help="module:attribute naming a durably.Engine")
+        ],
+        workflow: Annotated[
+            str, typer.Argument(metavar="WORKFLOW", help="registered workflow name")
+        ],
+        input: Annotated[
+            str | None,
+            typer.Option(
+                "--input",
+                metavar="JSON",
+                help="the input as JSON (`@file` reads a file, `-` stdin); default null",
+            ),
+        ] = None,
+        run_id: Annotated[
+            str | None,
+            typer.Option(
+                "--run-id", metavar="ID", help="run id (idempotent: an existing run is kept)"
+            ),
+        ] = None,
+        workflow_version: Annotated[
+            str | None,
+            typer.Option("--workflow-version", metavar="V", help="pin a registered version"),
+        ] = None,
+        tag: Annotated[
+            list[str] | None,
+            typer.Option("--tag", metavar="TAG", help="tag the run (repeatable)"),
+        ] = None,
+        wait: Annotated[bool, typer.Option("--wait", help="wait for the run to finish")] = False,
+        timeout: Annotated[
+            float | None,
+            typer.Option("--timeout", metavar="SECONDS", help="with --wait: give up after SECONDS"),
+        ] = None,
+        quiet: Annotated[
+            bool, typer.Option("-q", "--quiet", help="with --wait: no progress on stderr")
+        ] = False,
+        json: JsonOpt = False,
+    ) -> None:
+        dispatch(
+            run,
+            app=app_spec,
+            workflow=workflow,
+            input=input,
+            run_id=run_id,
+            workflow_version=workflow_version,
+            tag=tag or None,
+            wait=wait,
+            timeout=timeout,
+            quiet=quiet,
+            json=json,
+        )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     value = parse_json_arg(args.input, "--input")  # before importing APP: fail fast
     try:
         given_run_id(args.run_id)
@@ -69,11 +117,14 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_start(app, args, value))
 
 
-async def _start(app: Engine, args: argparse.Namespace, value: Any) -> int:
+async def _start(app: Engine, args: Args, value: Any) -> int:
     # Without --wait, or when APP's engine does not drive, a drive=False replica only enqueues:
     # a short-lived CLI process must not begin executing a run it is about to abandon.
     in_process = args.wait and app.drive_runs
     engine = app if in_process else replica_of(app)
+    # Listening before the start: the run's first events may fire before `start` returns.
+    progress = Progress(sys.stderr) if in_process and not args.quiet else None
+    unsubscribe = engine.subscribe(progress) if progress is not None else None
     try:
         async with engine:
             try:
@@ -90,6 +141,8 @@ async def _start(app: Engine, args: argparse.Namespace, value: Any) -> int:
                 known = sorted({wf.name for wf in app.registered_workflows()})
                 hint = f" (registered: {', '.join(known)})" if known else ""
                 raise CliError(f"{exc}{hint}") from None
+            if progress is not None:
+                progress.follow(handle.run_id)
             if not args.wait:
                 run = await engine.get_run(handle.run_id)
                 if args.json:
@@ -98,18 +151,60 @@ async def _start(app: Engine, args: argparse.Namespace, value: Any) -> int:
                     echo(handle.run_id)
                 return EXIT_OK
             try:
-                run = await engine.wait_for_run(
-                    handle.run_id, timeout=args.timeout, until="terminal"
-                )
+                run = await _wait(engine, handle.run_id, args, progress)
             except TimeoutError:
                 raise CliError(
                     f"run {handle.run_id} did not finish within {args.timeout:g}s; it goes on "
                     f"(see `durably runs show {handle.run_id}`)"
                 ) from None
+            finally:
+                if progress is not None:
+                    progress.finish()
             return _report(run, args.json)
     finally:
+        if unsubscribe is not None:
+            unsubscribe()
+        if progress is not None:
+            progress.finish()
         if engine is not app:
             await app.close()  # never opened: closes the store it owns
+
+
+async def _wait(engine: Engine, run_id: str, args: Args, progress: Progress | None) -> WorkflowRun:
+    """The terminal run; meanwhile its progress on stderr (stdout stays the result alone):
+    fed by this process's engine events when it executes the run, else read from the
+    store."""
+    if progress is not None:
+        ticker = asyncio.create_task(_tick(engine, run_id, progress))
+        try:
+            return await engine.wait_for_run(run_id, timeout=args.timeout, until="terminal")
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+    existing = await engine.get_run(run_id)
+    if args.quiet or (existing is not None and existing.is_terminal):
+        return await engine.wait_for_run(run_id, timeout=args.timeout, until="terminal")
+    return await follow(engine, run_id, sys.stderr, timeout=args.timeout)
+
+
+# How often a terminal's live display reads the run's fans from the store (their totals are
+# not in the events: a fan's members start as concurrency allows).
+FANS_READ_S = 0.5
+
+
+async def _tick(engine: Engine, run_id: str, progress: Progress) -> None:
+    """Redraw the live display while waiting; on a terminal, feed it the run's wide fans."""
+    last_read = 0.0
+    while True:
+        await asyncio.sleep(0.1 if progress.tty else 1.0)
+        now = time.monotonic()
+        if progress.tty and now - last_read >= FANS_READ_S:
+            last_read = now
+            detail = await engine.get_run_detail(run_id, summarize_fans_over=FANS_OVER)
+            if detail is not None:
+                progress.set_fans(snapshot_of(detail).fans)
+        progress.tick()
 
 
 def _report(run: WorkflowRun, as_json: bool) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import signal
@@ -10,9 +9,11 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Annotated, Any
 
-from durably._cli.common import EXIT_OK, EXIT_USAGE, CliError, echo, load_app
+import typer
+
+from durably._cli.common import EXIT_OK, EXIT_USAGE, Args, CliError, dispatch, echo, load_app
 from durably._cli.render import format_duration
 from durably._cli.worker_identity import SlotHold, claim_default_id
 from durably._engine.defs.concurrency import ConcurrencySpec
@@ -24,46 +25,81 @@ from durably._engine.worker.roles import ROLE_ENV, ROLES
 CONCURRENCY_ENV = env_name("concurrency")
 
 
-def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+def register(app: typer.Typer) -> None:
+    @app.command(
         "worker",
-        help="run a worker: drive runs until SIGTERM/SIGINT, then drain",
-        description=(
+        short_help="run a worker: drive runs until SIGTERM/SIGINT, then drain",
+        help=(
             "Open APP's engine (module:attribute naming a durably.Engine; the current "
             "directory is importable) and drive runs: pick up pending runs, recover runs whose "
             "owner died, wake timers, execute steps. SIGTERM or SIGINT drains in-flight turns "
             "(up to the engine's drain timeout) and exits 0; a second signal exits at once."
         ),
     )
-    p.add_argument("app", metavar="APP", help="module:attribute naming a durably.Engine")
-    p.add_argument("-q", "--quiet", action="store_true", help="do not print run events")
-    p.add_argument("--steps", action="store_true", help="also print step events")
-    p.add_argument(
-        "--role",
-        choices=ROLES,
-        default=None,
-        help="what the engine takes from its transport: worker (serves its steps only, drives "
-        "no run), control (drives runs, takes step results and workflow decisions, serves no "
-        "step) or both; sets DURABLY_ROLE for an app whose Engine(...) leaves role= out",
-    )
-    p.add_argument(
-        "--instance-id",
-        metavar="ID",
-        default=None,
-        help="this worker's name in the store (default: DURABLY_INSTANCE_ID, else "
-        "<hostname>:<APP>, with #2, #3, … for a second, third worker of APP alive on this "
-        "host). A worker restarted with the same id takes its previous life's runs back at "
-        "once instead of waiting out their leases",
-    )
-    p.add_argument(
-        "--concurrency",
-        metavar="N",
-        type=_concurrency,
-        default=None,
-        help="step handlers run at once (Engine(concurrency=N); 'adaptive' for an adjusted "
-        "limit); sets DURABLY_CONCURRENCY for an app whose Engine(...) leaves it out",
-    )
-    p.set_defaults(handler=run)
+    def _worker_cmd(
+        app_spec: Annotated[
+            str, typer.Argument(metavar="APP", help="module:attribute naming a durably.Engine")
+        ],
+        quiet: Annotated[
+            bool, typer.Option("-q", "--quiet", help="do not print run events")
+        ] = False,
+        steps: Annotated[bool, typer.Option("--steps", help="also print step events")] = False,
+        role: Annotated[
+            str | None,
+            typer.Option(
+                "--role",
+                metavar="|".join(ROLES),
+                callback=_role,
+                help="what the engine takes from its transport: worker (serves its steps "
+                "only, drives no run), control (drives runs, takes step results and workflow "
+                "decisions, serves no step) or both; sets DURABLY_ROLE for an app whose "
+                "Engine(...) leaves role= out",
+            ),
+        ] = None,
+        instance_id: Annotated[
+            str | None,
+            typer.Option(
+                "--instance-id",
+                metavar="ID",
+                help="this worker's name in the store (default: DURABLY_INSTANCE_ID, else "
+                "<hostname>:<APP>, with #2, #3, … for a second, third worker of APP alive on "
+                "this host). A worker restarted with the same id takes its previous life's "
+                "runs back at once instead of waiting out their leases",
+            ),
+        ] = None,
+        concurrency: Annotated[
+            str | None,
+            typer.Option(
+                "--concurrency",
+                metavar="N",
+                callback=_concurrency_option,
+                help="step handlers run at once (Engine(concurrency=N); 'adaptive' for an "
+                "adjusted limit); sets DURABLY_CONCURRENCY for an app whose Engine(...) leaves "
+                "it out",
+            ),
+        ] = None,
+    ) -> None:
+        dispatch(
+            run,
+            app=app_spec,
+            quiet=quiet,
+            steps=steps,
+            role=role,
+            instance_id=instance_id,
+            concurrency=None if concurrency is None else _concurrency(concurrency),
+        )
+
+
+def _role(value: str | None) -> str | None:
+    if value is not None and value not in ROLES:
+        raise typer.BadParameter(f"expected one of {', '.join(ROLES)}, not {value!r}")
+    return value
+
+
+def _concurrency_option(value: str | None) -> str | None:
+    if value is not None:
+        _concurrency(value)
+    return value
 
 
 def _concurrency(text: str) -> ConcurrencySpec:
@@ -74,9 +110,7 @@ def _concurrency(text: str) -> ConcurrencySpec:
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number >= 1 or 'adaptive', not {text!r}"
-        )
+        raise typer.BadParameter(f"expected a whole number >= 1 or 'adaptive', not {text!r}")
     return value
 
 
@@ -97,7 +131,7 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _instance_id(args: argparse.Namespace) -> tuple[str, SlotHold | None]:
+def _instance_id(args: Args) -> tuple[str, SlotHold | None]:
     """--instance-id, else DURABLY_INSTANCE_ID, else this host's default id for the app (held
     by a lock file for the life of the process, see worker_identity.py)."""
     if args.instance_id is not None:
@@ -114,7 +148,7 @@ def _instance_id(args: argparse.Namespace) -> tuple[str, SlotHold | None]:
     return hold.instance_id, hold
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     if args.role is not None:
         # Read by Engine(...) when role= is left out: the app module builds its engine as
         # it is imported, so the role has to be in place before.
@@ -174,7 +208,7 @@ def _printer(show_steps: bool) -> Any:
     return on_event
 
 
-async def _work(app: Engine, args: argparse.Namespace) -> int:
+async def _work(app: Engine, args: Args) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     main_task = asyncio.current_task()
