@@ -51,6 +51,7 @@ EXPECTED_EXPORTS = [
     "RunDetail",
     "RunFacetRow",
     "RunFailedError",
+    "RunGateway",
     "RunHandle",
     "RunIdConflictError",
     "RunNotFoundError",

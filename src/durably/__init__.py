@@ -58,6 +58,7 @@ from durably._core.quota import Concurrency, ConcurrencyQuota, Singleton
 from durably._core.triggers import Batch, Debounce, EventKeyError, EventTrigger
 from durably._engine.client.client import Client
 from durably._engine.client.handle import RunHandle, UpdateResult
+from durably._engine.client.run_gateway import RunGateway
 from durably._engine.client.sync import SyncClient
 from durably._engine.defs.concurrency import AdaptiveConcurrency
 from durably._engine.defs.events import EngineEvent, MetricsSnapshot
@@ -161,6 +162,7 @@ __all__ = [
     "RunDetail",
     "RunFacetRow",
     "RunFailedError",
+    "RunGateway",
     "RunHandle",
     "RunIdConflictError",
     "RunNotFoundError",
