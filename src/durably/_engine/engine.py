@@ -276,6 +276,7 @@ class Engine:
             directories=self._worker.worker_directories,
             workflows=self.registered_workflows,
         )
+        self._worker.report_health_with(self._health.worker_health)
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
 
