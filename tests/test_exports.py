@@ -20,6 +20,7 @@ EXPECTED_EXPORTS = [
     "ConcurrencyQuota",
     "Debounce",
     "DuplicateRunError",
+    "DynamicWorkflowCtx",
     "Engine",
     "EngineEvent",
     "EngineOptions",

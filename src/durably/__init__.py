@@ -91,11 +91,13 @@ from durably.tenant import TenantGateway
 if TYPE_CHECKING:
     from durably._engine.engine import Engine
     from durably._engine.run.ctx import WorkflowCtx
+    from durably._engine.run.dynamic_ctx import DynamicWorkflowCtx
     from durably._engine.run.fans import Fulfilled, Rejected, Settled
 
 _LAZY = {
     "Engine": "durably._engine.engine",
     "WorkflowCtx": "durably._engine.run.ctx",
+    "DynamicWorkflowCtx": "durably._engine.run.dynamic_ctx",
     "Settled": "durably._engine.run.fans",
     "Fulfilled": "durably._engine.run.fans",
     "Rejected": "durably._engine.run.fans",
@@ -131,6 +133,7 @@ __all__ = [
     "ConcurrencyQuota",
     "Debounce",
     "DuplicateRunError",
+    "DynamicWorkflowCtx",
     "Engine",
     "EngineEvent",
     "EngineOptions",

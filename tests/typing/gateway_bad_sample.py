@@ -1,10 +1,11 @@
 """Checked by `mypy --strict` in test_gateway_typing.py, which expects it to FAIL: a class
 without the Protocol's `subscribe`, and one whose `cancel` lacks `compensate`, are not
-`RunGateway`s (so the conformance checks of gateway_sample.py can fail)."""
+`RunGateway`s, and a class with only `step` is not a `DynamicWorkflowCtx` (so the
+conformance checks of gateway_sample.py and tests/run/graph_interpreter.py can fail)."""
 
 from __future__ import annotations
 
-from durably import Client, RunGateway, RunResult
+from durably import Client, DynamicWorkflowCtx, RunGateway, RunResult
 
 
 class NoSubscribe(Client):
@@ -20,3 +21,15 @@ def refused(a: NoSubscribe, b: NarrowCancel) -> None:
     first: RunGateway = a
     second: RunGateway = b
     del first, second
+
+
+class StepsOnly:
+    """Only `step`: not a `DynamicWorkflowCtx` (it lacks the other primitives)."""
+
+    async def step(self, step: str, /, *args: object, **kwargs: object) -> object:
+        return None
+
+
+def not_a_ctx(ctx: StepsOnly) -> None:
+    third: DynamicWorkflowCtx = ctx
+    del third
