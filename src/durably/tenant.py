@@ -18,6 +18,8 @@ durable-worker's `Worker.start_run` do:
   of another tenant). Answers come back as the same objects `durably.Client` returns.
 - `subscribe(run_id, listener)` calls `listener(EngineEvent)` for the run's live events
   (best effort: pub/sub, nothing is replayed).
+- It is a `durably.RunGateway`: its reads and controls have `Client`'s names and
+  signatures, so a console written against the Protocol runs over either.
 
 When the control plane requires signed tenant tokens, pass the `token` it issued
 (`TenantGateway.mint_token` on the control plane's side); the tenant is read from it.

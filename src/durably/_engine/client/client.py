@@ -133,9 +133,10 @@ class Client:
 
     Its verbs are `Engine`'s under the same names and signatures; what an engine has beyond
     them needs the worker: `update` (the engine's validators check it), `publish_event`
-    (its `on_event` workflows are in the engine's registry), worker health, queues,
-    observing, the registry and polling by hand. `durably.SyncClient` has the same verbs for
-    synchronous code.
+    (its `on_event` workflows are in the engine's registry), the workers its transports
+    report, queues, every event of the engine, the registry and polling by hand.
+    `durably.SyncClient` has the same verbs for synchronous code. A client, an engine and a
+    `TenantGateway` are each a `durably.RunGateway` (the surface a web tier needs).
     """
 
     def __init__(
