@@ -59,6 +59,7 @@ from durably._core.quota import Concurrency, ConcurrencyQuota, Singleton
 from durably._core.triggers import Batch, Debounce, EventKeyError, EventTrigger
 from durably._engine.client.client import Client
 from durably._engine.client.handle import RunHandle, UpdateResult
+from durably._engine.client.run_gateway import RunGateway
 from durably._engine.client.sync import SyncClient
 from durably._engine.defs.concurrency import AdaptiveConcurrency
 from durably._engine.defs.events import EngineEvent, MetricsSnapshot
@@ -91,11 +92,13 @@ from durably.tenant import TenantGateway
 if TYPE_CHECKING:
     from durably._engine.engine import Engine
     from durably._engine.run.ctx import WorkflowCtx
+    from durably._engine.run.dynamic_ctx import DynamicWorkflowCtx
     from durably._engine.run.fans import Fulfilled, Rejected, Settled
 
 _LAZY = {
     "Engine": "durably._engine.engine",
     "WorkflowCtx": "durably._engine.run.ctx",
+    "DynamicWorkflowCtx": "durably._engine.run.dynamic_ctx",
     "Settled": "durably._engine.run.fans",
     "Fulfilled": "durably._engine.run.fans",
     "Rejected": "durably._engine.run.fans",
@@ -132,6 +135,7 @@ __all__ = [
     "ConcurrencyQuota",
     "Debounce",
     "DuplicateRunError",
+    "DynamicWorkflowCtx",
     "Engine",
     "EngineEvent",
     "EngineOptions",
@@ -163,6 +167,7 @@ __all__ = [
     "RunDetail",
     "RunFacetRow",
     "RunFailedError",
+    "RunGateway",
     "RunHandle",
     "RunIdConflictError",
     "RunNotFoundError",

@@ -18,6 +18,8 @@ durable-worker's `Worker.start_run` do:
   of another tenant). Answers come back as the same objects `durably.Client` returns.
 - `subscribe(run_id, listener)` calls `listener(EngineEvent)` for the run's live events
   (best effort: pub/sub, nothing is replayed).
+- It is a `durably.RunGateway`: its reads and controls have `Client`'s names and
+  signatures, so a console written against the Protocol runs over either.
 
 When the control plane requires signed tenant tokens, pass the `token` it issued
 (`TenantGateway.mint_token` on the control plane's side); the tenant is read from it.
@@ -33,13 +35,15 @@ import asyncio
 import inspect
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from durably._core.errors import DurablyError
 from durably._core.ids import given_run_id
 from durably._core.models import RunResult, WorkflowRun
 from durably._engine.client.client import plain_input
+from durably._engine.client.deprecation import deprecated
+from durably._engine.client.run_gateway import RunEventListener
 from durably._engine.control.start import check_run_text
 from durably._engine.defs.events import EngineEvent
 from durably._engine.gateway.wire import (
@@ -48,8 +52,17 @@ from durably._engine.gateway.wire import (
     mint_tenant_token,
     read_tenant_token,
 )
-from durably._read.list_models import GroupHealth, RunFacetRow, RunWaiting
+from durably._read.list_models import (
+    GroupHealth,
+    RunFacetRow,
+    RunListItem,
+    RunValueAxis,
+    RunValueFacetOptions,
+    RunValueFacetRow,
+    RunWaiting,
+)
 from durably._read.models import FanPage, RunDetail
+from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 
 if TYPE_CHECKING:
     from durably._transport.redis_gateway import RedisGatewayChannel
@@ -58,7 +71,7 @@ log = logging.getLogger("durably.tenant")
 
 __all__ = ["TenantGateway", "TenantRequestError"]
 
-EventListener = Callable[[EngineEvent], Awaitable[None] | None]
+EventListener = RunEventListener
 
 
 class TenantRequestError(DurablyError, RuntimeError):
@@ -123,6 +136,8 @@ class TenantGateway:
         return mint_tenant_token(secret, tenant, ttl_s=ttl_s)
 
     def topology(self) -> dict[str, str]:
+        """`{"role": "tenant", "tenant": …}` (a store-backed `Client` answers
+        `{"role": "control-plane"}`). No I/O."""
         return {"role": "tenant", "tenant": self.tenant}
 
     # ================================================================== lifecycle
@@ -204,19 +219,24 @@ class TenantGateway:
         data = await self._request("getRunDetail", runId=run_id, options=options)
         return RunDetail.from_json(data) if data is not None else None
 
+    async def get_run(self, run_id: str) -> WorkflowRun | None:
+        """The run, or None when unknown. There is no request for the bare run: it is read
+        from the run's detail with the fans summarised past one member, so the reply stays
+        small however wide the run is."""
+        detail = await self.get_run_detail(run_id, summarize_fans_over=1)
+        return detail.run if detail is not None else None
+
     async def get_fan_members(
         self,
         run_id: str,
         group: str,
         *,
         offset: int = 0,
-        limit: int | None = None,
+        limit: int = FAN_PAGE_DEFAULT_LIMIT,
         failed_only: bool = False,
         if_none_match: str | None = None,
     ) -> FanPage | None:
-        query: dict[str, Any] = {"offset": offset, "failedOnly": failed_only}
-        if limit is not None:
-            query["limit"] = limit
+        query: dict[str, Any] = {"offset": offset, "failedOnly": failed_only, "limit": limit}
         if if_none_match is not None:
             query["ifNoneMatch"] = if_none_match
         data = await self._request("getFanMembers", runId=run_id, group=group, query=query)
@@ -229,9 +249,29 @@ class TenantGateway:
         data = await self._request("listRuns", query=query)
         return [WorkflowRun.from_json(item) for item in _list(data)]
 
+    async def list_run_items(self, **query: Any) -> list[RunListItem]:
+        """`list_runs` with what each listed run waits on (the same request: the control
+        plane answers list rows with their `waiting`)."""
+        data = await self._request("listRuns", query=query)
+        return [RunListItem.from_json(item) for item in _list(data)]
+
     async def run_facets(self, **query: Any) -> list[RunFacetRow]:
         data = await self._request("runFacets", query=query)
         return [RunFacetRow.from_json(item) for item in _list(data)]
+
+    async def run_value_facets(
+        self,
+        axis: RunValueAxis | Mapping[str, Any] | str,
+        options: RunValueFacetOptions | Mapping[str, Any] | None = None,
+        **query: Any,
+    ) -> list[RunValueFacetRow]:
+        """The values that fill a filter picker (as `Client.run_value_facets`), over this
+        tenant's runs. A bad axis or option is refused here, before any round trip."""
+        args: dict[str, Any] = {"axis": RunValueAxis.of(axis).to_json(), "query": query}
+        if options is not None:
+            args["opts"] = RunValueFacetOptions.of(options).to_json()
+        data = await self._request("runValueFacets", **args)
+        return [RunValueFacetRow.from_json(item) for item in _list(data)]
 
     async def worker_health(self) -> list[GroupHealth]:
         """The worker groups serving this tenant (`…@<tenant>`)."""
@@ -258,9 +298,16 @@ class TenantGateway:
         data = await self._request("continue", runId=run_id)
         return RunResult.from_json(data) if data is not None else None
 
-    async def redispatch(self, run_id: str) -> dict[str, Any] | None:
+    async def redispatch_pending(self, run_id: str) -> dict[str, Any] | None:
+        """Re-send every dispatched-but-unsettled remote step of the run (as
+        `Client.redispatch_pending`); None when the run is unknown."""
         data = await self._request("redispatch", runId=run_id)
         return data if isinstance(data, dict) else None
+
+    async def redispatch(self, run_id: str) -> dict[str, Any] | None:
+        """Deprecated name of `redispatch_pending` (the name `Client` and `Engine` use)."""
+        deprecated("TenantGateway.redispatch", "redispatch_pending")
+        return await self.redispatch_pending(run_id)
 
     async def retry_with_input(self, run_id: str, input: Any) -> str | None:
         """Fix-and-replay as a new run (its id, minted by the control plane); None when the

@@ -1,9 +1,11 @@
-"""`durably worker` instance ids and concurrency, on a real SQLite file.
+"""`durably worker` instance ids and concurrency, on a real SQLite file (and the restart on
+PostgreSQL too).
 
 The acceptance test: a worker SIGKILLed while its runs wait inside a step, restarted with the
 same instance id (its default one, or an explicit `--instance-id`), finishes those runs
 within 2 s of its ready line — and restarted with ANOTHER id it does not, because then the
-runs wait out their 30 s leases (which shows the measurement can fail)."""
+runs wait out their 30 s leases (which shows the measurement can fail). On PostgreSQL (a
+fresh schema of the shared server) the 2 s are counted from the restarted process's start."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,7 @@ import durably
 from durably._cli.worker_identity import default_base_id
 from tests.cli.support import cli_env, sqlite_url
 from tests.cli.support import durably as durably_cli
+from tests.pg_support import drop_schema, require_pg, schema_url
 
 TAKEN_BACK_WITHIN_S = 2.0  # generous for a loaded 2-core machine
 
@@ -55,8 +60,8 @@ engine = durably.Engine(STORE, workflows=[slow], drain_timeout_ms=1000EXTRA)
 """
 
 
-def write_app(tmp_path: Path, extra: str = "") -> str:
-    url = sqlite_url(tmp_path / "app.db")
+def write_app(tmp_path: Path, extra: str = "", url: str | None = None) -> str:
+    url = url or sqlite_url(tmp_path / "app.db")
     source = APP.replace("STORE", repr(url)).replace("EXTRA", extra)
     (tmp_path / "app.py").write_text(textwrap.dedent(source), encoding="utf-8")
     return url
@@ -136,9 +141,11 @@ def steps_in(tmp_path: Path, pid: int) -> int:
     return sum(1 for line in log.read_text().splitlines() if line.endswith(f" {pid}"))
 
 
-def killed_mid_step(tmp_path: Path, url: str, ids: list[str], *args: str) -> str:
+def killed_mid_step(
+    tmp_path: Path, url: str, ids: list[str], *args: str, env: dict[str, str] | None = None
+) -> str:
     """A worker that took `ids` into their step, SIGKILLed there; returns its instance id."""
-    first = WorkerProcess(tmp_path, "first", *args, env={"BLOCK_STEPS": "1"})
+    first = WorkerProcess(tmp_path, "first", *args, env={"BLOCK_STEPS": "1", **(env or {})})
     try:
         first.wait_ready()
         start_runs(url, ids)
@@ -179,6 +186,77 @@ def test_a_worker_killed_mid_step_takes_its_runs_back_at_once_when_restarted(
         if taken_back:
             assert done_at is not None, f"{statuses(url, ids)}\n{second.logs()}"
             print(f"runs completed {done_at - ready:.3f}s after the ready line")
+            assert steps_in(tmp_path, second.process.pid) == len(ids)  # the step ran again
+        else:
+            assert done_at is None
+            assert set(statuses(url, ids).values()) == {"running"}  # still the dead one's
+    finally:
+        second.kill()
+
+
+@pytest.fixture
+def pg_store() -> Iterator[str]:
+    """A fresh schema on the shared PostgreSQL server (created by the worker's store, dropped
+    afterwards): the URL naming it."""
+    asyncio.run(require_pg())
+    schema = f"durably_t_{uuid.uuid4().hex[:12]}"
+    try:
+        yield schema_url(schema)
+    finally:
+        asyncio.run(drop_schema(schema))
+
+
+def completed_within(url: str, ids: list[str], deadline: float) -> float | None:
+    """The monotonic time every run of `ids` was first seen `completed` (one client, the rows
+    re-read every 20 ms), or None when `deadline` passed first."""
+
+    async def go() -> float | None:
+        async with durably.Client(url) as client:
+            while time.monotonic() < deadline:
+                runs = [await client.get_run(run_id) for run_id in ids]
+                if all(run is not None and run.status == "completed" for run in runs):
+                    return time.monotonic()
+                await asyncio.sleep(0.02)
+        return None
+
+    return asyncio.run(go())
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("second_id", "taken_back"),
+    [("w-pg", True), ("someone-else", False)],  # the control: a new id waits out the leases
+    ids=["same-id", "other-id"],
+)
+def test_on_postgresql_a_restarted_worker_finishes_its_runs_within_2s_of_starting(
+    tmp_path: Path, pg_store: str, second_id: str, taken_back: bool
+) -> None:
+    url = write_app(tmp_path, url=pg_store)
+    ids = ["p1", "p2"]
+    # A deployed worker restarts with its bytecode cached; this machine's environment turns
+    # the cache off (PYTHONDONTWRITEBYTECODE), which would add the compilation of every
+    # module of durably (about a second of CPU) to the restart. The first life writes the
+    # cache under the test's directory and the second reads it.
+    bytecode = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(tmp_path / "pyc")}
+    first_id = killed_mid_step(tmp_path, url, ids, "--instance-id", "w-pg", env=bytecode)
+    assert first_id == "w-pg"
+
+    started = time.monotonic()  # the restart: counted from the process's start
+    second = WorkerProcess(tmp_path, "second", "--instance-id", second_id, env=bytecode)
+    try:
+        # Taken back: measured to the end (up to 20 s), so a slow restart reports its figure
+        # instead of only "not within 2 s". The control watches the 2 s window only.
+        window = 20.0 if taken_back else TAKEN_BACK_WITHIN_S
+        done_at = completed_within(url, ids, started + window)
+        ready = second.wait_ready()
+        if taken_back:
+            assert done_at is not None, f"{statuses(url, ids)}\n{second.logs()}"
+            took = done_at - started
+            print(
+                f"PostgreSQL: runs completed {took:.3f}s after the worker started "
+                f"({done_at - ready:.3f}s after its ready line)"
+            )
+            assert took < TAKEN_BACK_WITHIN_S, f"took {took:.3f}s\n{second.logs()}"
             assert steps_in(tmp_path, second.process.pid) == len(ids)  # the step ran again
         else:
             assert done_at is None

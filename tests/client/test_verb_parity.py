@@ -4,6 +4,7 @@ the engine's old names still work and warn, naming the new one."""
 from __future__ import annotations
 
 import inspect
+import typing
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -27,9 +28,7 @@ ENGINE_ONLY = {
     "update",
     "publish_event",
     "register_update_validator",
-    "worker_health",
     "workflow_directory",
-    "subscribe",
     "metrics",
     "queue_stats",
     "on_dead",
@@ -41,6 +40,9 @@ ENGINE_ONLY = {
     "sweep_timeouts",
     "wait_idle",
 }
+# `Engine.subscribe` also has the all-events form (`subscribe(listener)`): the Client's
+# `subscribe(run_id, listener)` is its other overload (checked below).
+OVERLOADED = {"subscribe"}
 # The engine's old names: each forwards to its new name with a DeprecationWarning.
 DEPRECATED = {"requeue": "retry", "handle": "get_handle"}
 
@@ -68,7 +70,7 @@ def test_client_and_engine_have_the_same_verbs_with_the_same_signatures():
         f"only on Client: {sorted(set(client) - shared)}; "
         f"only on Engine: {sorted(shared - set(client))}"
     )
-    for name in sorted(shared):
+    for name in sorted(shared - OVERLOADED):
         assert shape_of(client[name]) == shape_of(engine[name]), name
         # an async verb on one is async on the other
         assert inspect.iscoroutinefunction(client[name]) == inspect.iscoroutinefunction(
@@ -76,6 +78,12 @@ def test_client_and_engine_have_the_same_verbs_with_the_same_signatures():
         ), name
     assert ENGINE_ONLY <= set(engine)  # the list names real verbs, none of the Client's
     assert not ENGINE_ONLY & set(client)
+
+
+def test_the_clients_subscribe_is_the_per_run_overload_of_the_engines():
+    overloads = typing.get_overloads(durably.Engine.subscribe)
+    assert [shape_of(o) for o in overloads][1] == shape_of(durably.Client.subscribe)
+    assert inspect.iscoroutinefunction(durably.Client.subscribe)
 
 
 def test_each_deprecated_alias_has_the_signature_of_its_new_name():

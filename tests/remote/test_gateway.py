@@ -158,6 +158,23 @@ async def test_a_tenant_reads_and_controls_its_own_runs(
         assert {r.id for r in await gw.list_runs(status="failed")} == {"acme-fail"}
         facets = {(f.status, f.count) for f in await gw.run_facets()}
         assert facets == {("suspended", 1), ("failed", 1), ("running", 1)}
+        # Value facets see the tenant's runs only, whatever namespace the query names.
+        by_namespace = await gw.run_value_facets("namespace", namespace="globex")
+        assert {(v.value, v.count) for v in by_namespace} == {("acme", 3)}
+        failed = await gw.run_value_facets("workflow", status="failed")
+        assert {(v.value, v.count) for v in failed} == {(f"{uid}.fail", 1)}
+        with pytest.raises(ValueError, match="unknown run value facet field"):
+            await gw.run_value_facets("nope")  # refused before any round trip
+        with pytest.raises(TenantRequestError, match="scan must be an integer from 1 to 5000"):
+            await gw.run_value_facets("tag", {"scan": 10**9})
+
+        fetched = await gw.get_run("acme-fail")
+        assert fetched is not None and (fetched.id, fetched.status) == ("acme-fail", "failed")
+        assert await gw.get_run("no-such-run") is None
+        rows = await gw.list_run_items(status="suspended")
+        assert [(i.run.id, i.waiting.on if i.waiting else None) for i in rows] == [
+            ("acme-wait", "signal")
+        ]
 
         health = await gw.worker_health()
         assert [g.group for g in health] == ["runs@acme"]
@@ -168,8 +185,13 @@ async def test_a_tenant_reads_and_controls_its_own_runs(
         assert waiting["acme-wait"].on == "signal"
 
         assert await gw.continue_run("acme-wait") is None  # no breakpoint to release
-        redispatched = await gw.redispatch("acme-busy")
+        redispatched = await gw.redispatch_pending("acme-busy")
         assert redispatched is not None and redispatched["runId"] == "acme-busy"
+        with pytest.warns(
+            DeprecationWarning, match=r"TenantGateway\.redispatch .*redispatch_pending"
+        ):
+            old_name = await gw.redispatch("acme-busy")
+        assert old_name is not None and old_name["runId"] == "acme-busy"
 
         new_id = await gw.retry_with_input("acme-fail", 5)
         assert new_id is not None and new_id.startswith("acme-fail~retry~")
@@ -198,11 +220,12 @@ async def test_every_run_verb_is_refused_for_another_tenants_run(
         before = {r.id: r.status for r in await engine.list_runs()}
         attempts = {
             "getRunDetail": gw.get_run_detail("globex-fail"),
+            "getRun": gw.get_run("globex-fail"),
             "getFanMembers": gw.get_fan_members("globex-fail", "any"),
             "cancel": gw.cancel("globex-wait"),
             "retry": gw.retry("globex-fail"),
             "continue": gw.continue_run("globex-wait"),
-            "redispatch": gw.redispatch("globex-busy"),
+            "redispatch": gw.redispatch_pending("globex-busy"),
             "retryWithInput": gw.retry_with_input("globex-fail", 5),
             # a run of the default namespace is not any tenant's but the default one's
             "cancel-default": gw.cancel("default-wait"),

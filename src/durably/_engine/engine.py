@@ -15,7 +15,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Never, TypeVar, overload
 
 from durably._core.admission import Queue
@@ -30,6 +30,8 @@ from durably._engine.client.deprecation import deprecated
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, UpdateResult, WaitUntil
 from durably._engine.client.reads import RunReads, WorkerHealth
+from durably._engine.client.run_events import RunEventFilter
+from durably._engine.client.run_gateway import RunEventListener
 from durably._engine.client.signal_api import BufferedSignals, Updates
 from durably._engine.control.signals import buffer_policy
 from durably._engine.control.start import StartRequest
@@ -48,6 +50,7 @@ from durably._engine.worker.worker import Worker
 from durably._read.list_models import (
     GroupHealth,
     RunFacetRow,
+    RunListItem,
     RunValueAxis,
     RunValueFacetOptions,
     RunValueFacetRow,
@@ -261,6 +264,7 @@ class Engine:
             opener=self._ensure_open,
             watchers=self._worker.watchers,
             poll=self._worker.poll_interval,
+            lease_ms=opts.lease_ms,
         )
         self._updates = Updates(self.store, opener=self._ensure_open, route=self._worker.deliveries)
         self._health = WorkerHealth(
@@ -272,6 +276,7 @@ class Engine:
             directories=self._worker.worker_directories,
             workflows=self.registered_workflows,
         )
+        self._worker.report_health_with(self._health.worker_health)
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
 
@@ -560,6 +565,10 @@ class Engine:
         cancelled or dead); `TimeoutError` after `timeout` seconds."""
         return await self._client.wait_for_run(run_id, timeout, until)
 
+    @documented_by(Client.topology)
+    def topology(self) -> dict[str, str]:
+        return self._client.topology()
+
     @documented_by(RunReads.get_run)
     async def get_run(self, run_id: str) -> WorkflowRun | None:
         return await self._client.get_run(run_id)
@@ -567,6 +576,10 @@ class Engine:
     @documented_by(RunReads.list_runs)
     async def list_runs(self, **query: Any) -> list[WorkflowRun]:
         return await self._client.list_runs(**query)
+
+    @documented_by(RunReads.list_run_items)
+    async def list_run_items(self, **query: Any) -> list[RunListItem]:
+        return await self._client.list_run_items(**query)
 
     @documented_by(RunReads.list_checkpoints)
     async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
@@ -654,9 +667,32 @@ class Engine:
 
     # ================================================================== observing
 
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Receive every EngineEvent; returns the unsubscribe function."""
+    @overload
+    def subscribe(self, listener: Listener) -> Callable[[], None]: ...
+    @overload
+    def subscribe(
+        self, run_id: str, listener: RunEventListener
+    ) -> Awaitable[Callable[[], None]]: ...
+    def subscribe(self, *args: Any, **kwargs: Any) -> Any:
+        """`subscribe(listener)`: receive every EngineEvent (synchronously, on the thread
+        that emitted it); returns the unsubscribe function.
+
+        `await subscribe(run_id, listener)` (as `Client.subscribe` and `RunGateway`): the
+        events of that run only, delivered on the caller's loop in order (a coroutine
+        listener is awaited); resolves to the unsubscribe function. An engine that does not
+        drive runs (`drive=False`) sees no events of runs driven elsewhere: it follows the
+        run's row instead, as a `Client` does."""
+        if args and isinstance(args[0], str):
+            return self._subscribe_run(*args, **kwargs)
+        return self._subscribe_all(*args, **kwargs)
+
+    def _subscribe_all(self, listener: Listener) -> Callable[[], None]:
         return self._worker.events.subscribe(listener)
+
+    async def _subscribe_run(self, run_id: str, listener: RunEventListener) -> Callable[[], None]:
+        if not self.drive_runs:
+            return await self._client.subscribe(run_id, listener)
+        return self._worker.events.subscribe(RunEventFilter(run_id, listener))
 
     def metrics(self) -> MetricsSnapshot:
         return self._worker.events.snapshot()

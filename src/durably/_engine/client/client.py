@@ -39,6 +39,8 @@ from durably._core.triggers import refuse_engine_owned_start
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, RunWatchers, WaitUntil
 from durably._engine.client.reads import RunReads
+from durably._engine.client.run_events import RowWatches
+from durably._engine.client.run_gateway import RunEventListener
 from durably._engine.client.session import ClientSession, HostedSession, StoreSession
 from durably._engine.client.signal_api import BufferedSignals
 from durably._engine.control import operator, signals
@@ -50,8 +52,11 @@ from durably._engine.defs.registry import Workflow
 from durably._engine.defs.stores import open_store
 from durably._engine.defs.typed_io import PLAIN, validation_details
 from durably._engine.flow.quotas import OnDuplicate
+from durably._read import lists
 from durably._read.list_models import (
+    GroupHealth,
     RunFacetRow,
+    RunListItem,
     RunValueAxis,
     RunValueFacetOptions,
     RunValueFacetRow,
@@ -128,9 +133,10 @@ class Client:
 
     Its verbs are `Engine`'s under the same names and signatures; what an engine has beyond
     them needs the worker: `update` (the engine's validators check it), `publish_event`
-    (its `on_event` workflows are in the engine's registry), worker health, queues,
-    observing, the registry and polling by hand. `durably.SyncClient` has the same verbs for
-    synchronous code.
+    (its `on_event` workflows are in the engine's registry), the workers its transports
+    report, queues, every event of the engine, the registry and polling by hand.
+    `durably.SyncClient` has the same verbs for synchronous code. A client, an engine and a
+    `TenantGateway` are each a `durably.RunGateway` (the surface a web tier needs).
     """
 
     def __init__(
@@ -163,24 +169,29 @@ class Client:
         )
         policy = buffer_policy(settings)
         opened, owns = open_store(store)
+        # Worker health reads run leases: the workers' lease length (the same
+        # `EngineOptions` a web tier shares with them) says when one lapsed.
         self._compose(
+            settings.lease_ms,
             StoreSession(
                 wrap_store(opened, codec),
                 owns_store=owns,
                 namespace=namespace,
                 clock=lambda: int(time.time() * 1000),
                 policy=policy,
-            )
+            ),
         )
 
-    def _compose(self, session: ClientSession) -> None:
+    def _compose(self, lease_ms: int, session: ClientSession) -> None:
         """Assemble the client over `session` (every constructor ends here)."""
+        self._lease_ms = lease_ms
         self._session = session
         self._plane = session.plane
         self.store = session.plane.store  # what it reads and writes (wrapped by its codec)
         self._store = self.store
         self._reads = RunReads(self.store)
         self._buffered = BufferedSignals(self.store, opener=session.open)
+        self._watches = RowWatches(self.store)
 
     @property
     def namespace(self) -> str | None:
@@ -203,8 +214,15 @@ class Client:
 
     async def close(self) -> None:
         """Stop listening to the wake bus and close the store if this client opened it.
-        (A client an `Engine` is composed of is closed with the engine.)"""
+        (A client an `Engine` is composed of is closed with the engine.) Its run
+        subscriptions end."""
+        await self._watches.close()
         await self._session.close()
+
+    def topology(self) -> dict[str, str]:
+        """Where this client reaches runs: `{"role": "control-plane"}` — the store itself
+        (a `TenantGateway` answers `{"role": "tenant", "tenant": …}`). No I/O."""
+        return {"role": "control-plane"}
 
     # ================================================================== starting runs
 
@@ -510,6 +528,10 @@ class Client:
     async def list_runs(self, **query: Any) -> list[WorkflowRun]:
         return await self._reads.list_runs(**query)
 
+    @documented_by(RunReads.list_run_items)
+    async def list_run_items(self, **query: Any) -> list[RunListItem]:
+        return await self._reads.list_run_items(**query)
+
     @documented_by(RunReads.list_checkpoints)
     async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
         return await self._reads.list_checkpoints(run_id)
@@ -575,6 +597,30 @@ class Client:
     async def count_runs(self, **query: Any) -> int:
         return await self._reads.count_runs(**query)
 
+    async def worker_health(self) -> list[GroupHealth]:
+        """Worker groups and their health as the store tells them: one `runs@<namespace>`
+        group per namespace (of this client's namespace; every one when it is None) with
+        its backlog and the engines holding live run leases. The workers a transport
+        reports (Redis heartbeats and descriptors) need an `Engine` with that transport."""
+        await self._session.open()
+        return await lists.worker_health(
+            self.store,
+            now_ms=self._plane.clock(),
+            lease_ms=self._lease_ms,
+            namespace=self.namespace,
+        )
+
+    # ================================================================== live events
+
+    async def subscribe(self, run_id: str, listener: RunEventListener) -> Callable[[], None]:
+        """Call `listener` with the run's events as its row shows them, re-read every
+        second: a store-only client sees no engine events, so each status change becomes
+        the event an engine emits for it (`run.started`, `run.suspended`, `run.blocked`,
+        `run.completed`, `run.failed`); step events are not seen. Returns the unsubscribe
+        function; the watch also ends when the client closes."""
+        await self._session.open()
+        return self._watches.watch(run_id, listener)
+
     # ================================================================== the signal buffer
 
     @documented_by(BufferedSignals.list_buffered_signals)
@@ -606,7 +652,8 @@ class HostedClient(Client):
     this client plus its worker), or a gateway's inside an engine's worker.
 
     Opening it runs `opener` (the host's open); its waits are the host's `watchers`, and
-    `poll` says how often a wait on a run re-reads it without a wake. Closing it closes
+    `poll` says how often a wait on a run re-reads it without a wake; `lease_ms` is the
+    workers' lease length its worker health reads leases with. Closing it closes
     nothing: the host closes with itself. It has no store of its own to open, so it does not
     take `Client`'s constructor: it is assembled over its session directly.
     """
@@ -618,5 +665,9 @@ class HostedClient(Client):
         opener: Callable[[], Awaitable[None]],
         watchers: RunWatchers,
         poll: Callable[[str], float],
+        lease_ms: int | None = None,
     ):
-        self._compose(HostedSession(plane, opener=opener, watchers=watchers, poll=poll))
+        self._compose(
+            lease_ms if lease_ms is not None else EngineOptions().lease_ms,
+            HostedSession(plane, opener=opener, watchers=watchers, poll=poll),
+        )

@@ -26,6 +26,7 @@ from durably._read.gateway import store_fan_members, store_run_detail
 from durably._read.list_models import (
     GroupHealth,
     RunFacetRow,
+    RunListItem,
     RunValueAxis,
     RunValueFacetOptions,
     RunValueFacetRow,
@@ -64,6 +65,12 @@ class RunReads:
     async def list_runs(self, **query: Any) -> list[WorkflowRun]:
         """Runs matching the keyword filters of `RunQuery` (status, workflow, tags, …)."""
         return await self.store.list_runs(RunQuery(**query))
+
+    async def list_run_items(self, **query: Any) -> list[RunListItem]:
+        """`list_runs` with what each listed run waits on (`RunListItem.waiting`: a
+        signal, an event, a child, a timer), as a console's run list shows it: the runs,
+        then one waiter read when any listed run is suspended."""
+        return await lists.list_run_items(self.store, RunQuery(**query))
 
     async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
         """The run's checkpoint rows in seq order."""

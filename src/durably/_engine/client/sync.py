@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -27,11 +27,14 @@ from durably._core.quota import ConcurrencyQuota
 from durably._engine.client.client import Client
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, WaitUntil
+from durably._engine.client.run_gateway import RunEventListener
 from durably._engine.defs.options import UNSET, EngineOptions, Unset
 from durably._engine.defs.registry import Workflow
 from durably._engine.flow.quotas import OnDuplicate
 from durably._read.list_models import (
+    GroupHealth,
     RunFacetRow,
+    RunListItem,
     RunValueAxis,
     RunValueFacetOptions,
     RunValueFacetRow,
@@ -87,6 +90,15 @@ class _LoopThread:
             )
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return future.result()
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the loop soon, from any thread (nothing once the loop is closed)."""
+        if self._closed:
+            return
+        try:
+            self._loop.call_soon_threadsafe(fn)
+        except RuntimeError:
+            pass  # closed meanwhile: what `fn` would stop ended with the loop
 
     def stop(self) -> None:
         """Stop the loop and join its thread (idempotent)."""
@@ -322,6 +334,10 @@ class SyncClient:
     def list_runs(self, **query: Any) -> list[WorkflowRun]:
         return self._loop.call(self._client.list_runs(**query))
 
+    @documented_by(Client.list_run_items)
+    def list_run_items(self, **query: Any) -> list[RunListItem]:
+        return self._loop.call(self._client.list_run_items(**query))
+
     @documented_by(Client.list_checkpoints)
     def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
         return self._loop.call(self._client.list_checkpoints(run_id))
@@ -391,6 +407,26 @@ class SyncClient:
     @documented_by(Client.count_runs)
     def count_runs(self, **query: Any) -> int:
         return self._loop.call(self._client.count_runs(**query))
+
+    @documented_by(Client.worker_health)
+    def worker_health(self) -> list[GroupHealth]:
+        return self._loop.call(self._client.worker_health())
+
+    @documented_by(Client.topology)
+    def topology(self) -> dict[str, str]:
+        return self._client.topology()
+
+    def subscribe(self, run_id: str, listener: RunEventListener) -> Callable[[], None]:
+        """As `Client.subscribe`, for synchronous code: `listener` is called on the sync
+        client's own loop thread (keep it quick, or hand the event to your thread); the
+        returned function unsubscribes from any thread."""
+        unsubscribe = self._loop.call(self._client.subscribe(run_id, listener))
+        loop = self._loop
+
+        def stop() -> None:
+            loop.call_soon(unsubscribe)
+
+        return stop
 
     # ================================================================== the signal buffer
 

@@ -16,6 +16,7 @@ from durably._core.models import (
     RunPatch,
     RunResult,
     SignalWaiter,
+    StepCheckpoint,
     StepError,
     WorkflowRun,
     replace,
@@ -250,25 +251,43 @@ async def continue_run(plane: ControlPlane, run_id: str) -> RunResult | None:
     return None
 
 
-async def redispatch_pending(plane: ControlPlane, run_id: str) -> dict[str, Any] | None:
-    """Re-send every dispatched-but-unsettled step of the run.
+def redispatch_requested(cp: StepCheckpoint) -> bool:
+    """Whether `cp` is a remote attempt `redispatch_pending` asked to be sent again and no
+    turn has sent yet.
 
-    With the in-process transport an unsettled remote row is re-executed by re-driving the
-    run: its turn finds the `pending` row and runs that step again (at-least-once).
+    The request is written on the row itself (its `wake_at`, unused by a pending remote row,
+    holds when it was asked), because the process asking may have no transport to send
+    with (a store-only `Client`): the turn that next looks at the row — woken by the re-drive
+    that follows — sends the task and clears the mark, so it is sent once per request."""
+    return cp.kind == "remote" and cp.status == "pending" and cp.wake_at is not None
+
+
+async def redispatch_pending(plane: ControlPlane, run_id: str) -> dict[str, Any] | None:
+    """Re-send every dispatched-but-unsettled step of the run (at-least-once).
+
+    Each pending remote row becomes its next attempt, marked to be sent
+    (`redispatch_requested`); the run is then re-driven, and its turn sends the task. The
+    lost dispatch's late answer names the old attempt, so it cannot settle the row.
     """
     run = await plane.store.get_run(run_id)
     if run is None:
         return None
     count = 0
-    now = utc_from_ms(plane.clock())
+    now_ms = plane.clock()
+    now = utc_from_ms(now_ms)
     for cp in await plane.store.list_checkpoints(run_id):
         if cp.kind == "remote" and cp.status == "pending":
-            await plane.store.save_checkpoint(
-                replace(
-                    cp, attempts=cp.attempts + 1, enqueued_at=now, started_at=now, finished_at=now
-                )
+            again = replace(
+                cp,
+                attempts=cp.attempts + 1,
+                wake_at=now_ms,
+                enqueued_at=now,
+                started_at=now,
+                finished_at=now,
             )
-            count += 1
+            # Compare-and-set: a result that lands meanwhile settles the row and wins.
+            if await plane.store.save_checkpoint_if_pending(again):
+                count += 1
     if count and not run.is_terminal:
         await plane.redrive(run_id)
     return {"runId": run_id, "status": run.status, "redispatched": count}

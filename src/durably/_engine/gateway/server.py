@@ -11,8 +11,9 @@ is the security boundary between tenants, so every rule below holds whatever a t
   held by another workflow or another namespace, values the store refuses as data) is logged
   with its ids and dropped; a failure to reach the store is raised to the transport, which
   retries it and acknowledges the message only once the run exists.
-- A run request is answered with exactly one reply. `listRuns` and `runFacets` only ever see
-  the tenant's namespace (the namespace the request names is discarded), `workerHealth` only
+- A run request is answered with exactly one reply. `listRuns`, `runFacets` and
+  `runValueFacets` only ever see the tenant's namespace (the namespace the request names is
+  discarded; a value facet's options are bounded like a list), `workerHealth` only
   the groups serving the tenant (`…@<tenant>`), `waitingFor` only the tenant's runs. Every
   verb on one run loads the run first and refuses one of another tenant's namespace with the
   `cross-tenant` code without calling the verb. A verb's own failure is answered with its
@@ -47,6 +48,7 @@ from durably._core.errors import (
     WorkflowNotFoundError,
 )
 from durably._core.models import RunResult, WorkflowRun
+from durably._core.run_facets import RUN_VALUE_FACET_SCAN
 from durably._engine.client.client import Client, HostedClient
 from durably._engine.client.handle import RunWatchers
 from durably._engine.control import operator
@@ -76,7 +78,7 @@ from durably._engine.gateway.wire import (
     request_id_of,
 )
 from durably._read import lists
-from durably._read.list_models import GroupHealth
+from durably._read.list_models import GroupHealth, RunValueAxis, RunValueFacetOptions
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 
 log = logging.getLogger("durably.gateway")
@@ -148,6 +150,7 @@ class Gateway:
             "getFanMembers": self._get_fan_members,
             "listRuns": self._list_runs,
             "runFacets": self._run_facets,
+            "runValueFacets": self._run_value_facets,
             "workerHealth": self._worker_health_verb,
             "waitingFor": self._waiting_for,
             "cancel": self._cancel,
@@ -346,6 +349,25 @@ class Gateway:
             request.body.get("query"), request.tenant, self._settings, paged=False
         )
         return await lists.run_facets(self._client.store, query)
+
+    async def _run_value_facets(self, request: RunRequest) -> Any:
+        query = tenant_run_query(
+            request.body.get("query"), request.tenant, self._settings, paged=False
+        )
+        axis = request.body.get("axis")
+        if not isinstance(axis, str | dict):
+            raise GatewayMessageError("axis must be a field name or an object")
+        try:
+            parsed_axis = RunValueAxis.of(axis)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise GatewayMessageError(f"bad axis: {exc}") from None
+        opts = opt_mapping(request.body, "opts")
+        # Bounded like a run list: a tenant cannot ask the store for an unbounded scan.
+        options = RunValueFacetOptions(
+            limit=opt_int(opts, "limit", low=1, high=self._settings.max_list_limit),
+            scan=opt_int(opts, "scan", low=1, high=RUN_VALUE_FACET_SCAN),
+        )
+        return await lists.run_value_facets(self._client.store, parsed_axis, query, options)
 
     async def _worker_health_verb(self, request: RunRequest) -> Any:
         if self._worker_health is None:

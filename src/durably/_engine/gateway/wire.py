@@ -78,7 +78,13 @@ RUN_ID_KINDS = frozenset(
 )
 """The verbs that act on one run: the responder loads that run first and refuses it when it
 lives in another tenant's namespace."""
-RUN_REQUEST_KINDS = RUN_ID_KINDS | {"listRuns", "runFacets", "workerHealth", "waitingFor"}
+RUN_REQUEST_KINDS = RUN_ID_KINDS | {
+    "listRuns",
+    "runFacets",
+    "runValueFacets",
+    "workerHealth",
+    "waitingFor",
+}
 
 _TOKEN_VERSION = "dwt1"
 _MIN_SECRET_BYTES = 16

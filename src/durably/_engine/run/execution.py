@@ -49,6 +49,7 @@ from durably._core.models import (
     replace,
     utc_from_ms,
 )
+from durably._engine.control.operator import redispatch_requested
 from durably._engine.defs.events import EngineEvent
 from durably._engine.defs.registry import Workflow
 from durably._engine.run.guarded import GuardedStore, RunSideStore
@@ -235,10 +236,12 @@ class Execution:
         accept: tuple[CheckpointStatus, ...] = _COMPLETED,
         lazy_since: int | None = None,
         frees_slot: bool = False,
+        also: Callable[[StepCheckpoint], bool] | None = None,
     ) -> StepCheckpoint | None:
         """Wait until the checkpoint at `seq` has one of the `accept` statuses (completed, by
         default; a dispatched step also accepts failed) and return it, or until `deadline`
-        passes (None). Classic mode suspends the turn instead of waiting.
+        passes (None). Classic mode suspends the turn instead of waiting. `also` accepts a
+        row whatever its status (a pending remote row an operator asked to send again).
 
         `lazy_since` makes it a lazy wait (a step in flight elsewhere; module docstring): the
         value of `rechecks` from before the step was dispatched, so a re-check wake that
@@ -251,7 +254,7 @@ class Execution:
                     self.snapshot[seq] = fresh
             if seq is not None:
                 cp = self.snapshot.get(seq)
-                if cp is not None and cp.status in accept:
+                if cp is not None and (cp.status in accept or (also is not None and also(cp))):
                     return cp
             if deadline is not None and self.now() >= deadline:
                 return None
@@ -369,7 +372,9 @@ class Execution:
                     if cp is not None:
                         found.append(cp)
             for cp in found:
-                if cp.status in SETTLED and cp.kind == "remote":
+                # A settled row, or one an operator asked to send again (`redispatch_pending`
+                # from a process whose nudge this write overwrote).
+                if cp.kind == "remote" and (cp.status in SETTLED or redispatch_requested(cp)):
                     self.deliver(cp.seq, cp)
         except BaseException as exc:
             for parked in list(self.parked.values()):

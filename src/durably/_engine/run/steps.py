@@ -30,6 +30,7 @@ from durably._core.models import (
     replace,
     utc_from_ms,
 )
+from durably._engine.control.operator import redispatch_requested
 from durably._engine.defs.registry import RetryPolicy, Step
 from durably._engine.defs.typed_io import PLAIN, ValueCodec
 from durably._engine.run.execution import SETTLED, STEP_SCOPE, Execution
@@ -232,6 +233,10 @@ async def _run_remote(
             attempt = await _after_failed_attempt(ex, cp, policy)
             history = ex.snapshot.get(seq, cp)
             cp = None
+        if cp is not None and redispatch_requested(cp):
+            # An operator's `redispatch_pending` made this the next attempt: send it.
+            cp = await _send_requested(ex, remote, cp, json_input)
+            continue
         if cp is not None:
             # Dispatched (by this turn or an earlier one): wait for its result.
             deadline = None
@@ -242,7 +247,9 @@ async def _run_remote(
             heal_at = _redispatch_at(ex, cp)
             healing = heal_at is not None and (deadline is None or heal_at < deadline)
             wake = heal_at if healing else deadline
-            settled = await ex.wait(seq, wake, accept=SETTLED, lazy_since=rechecks)
+            settled = await ex.wait(
+                seq, wake, accept=SETTLED, lazy_since=rechecks, also=redispatch_requested
+            )
             if settled is None and healing:
                 cp = await _redispatch(ex, remote, cp, json_input)
                 continue
@@ -365,19 +372,42 @@ async def _redispatch(
         )
     now = utc_from_ms(ex.now())
     again = replace(cp, attempts=cp.attempts + 1, enqueued_at=now)
+    why = f"still pending after {ex.host.options.remote_redispatch_ms} ms"
+    return await _send_again(ex, remote, cp, again, json_input, why)
+
+
+async def _send_requested(
+    ex: Execution, remote: RemoteDispatch, cp: StepCheckpoint, json_input: JSONValue
+) -> StepCheckpoint:
+    """Send the attempt an operator's `redispatch_pending` wrote (already numbered), clearing
+    its mark first (compare-and-set), so one request sends it once."""
+    sent = replace(cp, wake_at=None, enqueued_at=utc_from_ms(ex.now()))
+    return await _send_again(ex, remote, cp, sent, json_input, "redispatch requested")
+
+
+async def _send_again(
+    ex: Execution,
+    remote: RemoteDispatch,
+    cp: StepCheckpoint,
+    again: StepCheckpoint,
+    json_input: JSONValue,
+    why: str,
+) -> StepCheckpoint:
+    """Write `again` over the pending row `cp` (compare-and-set: a result that landed
+    meanwhile wins and is returned) and send its task as attempt `again.attempts`."""
     if not await ex.store.save_checkpoint_if_pending(again):
         fresh = await ex.store.get_checkpoint(ex.run_id, cp.seq)
         if fresh is None:
-            return cp
+            return replace(cp, wake_at=None)  # deleted under the turn: nothing to send
         ex.snapshot[cp.seq] = fresh
         return fresh
     ex.snapshot[cp.seq] = again
     log.info(
-        "run %s: step %s (seq %d) still pending after %d ms: re-dispatched on %s as attempt %d",
+        "run %s: step %s (seq %d) %s: re-dispatched on %s as attempt %d",
         ex.run_id,
         cp.name,
         cp.seq,
-        ex.host.options.remote_redispatch_ms,
+        why,
         cp.worker_group or remote.token_for(ex.run, cp.name),
         again.attempts,
     )

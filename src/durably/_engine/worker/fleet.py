@@ -24,6 +24,7 @@ from durably._core.handshake import (
 )
 from durably._engine.defs.registry import Step
 from durably._engine.gateway.server import Gateway, Subscribe
+from durably._engine.gateway.server import WorkerHealth as WorkerHealthRead
 from durably._engine.gateway.wire import GatewaySettings
 from durably._engine.remote.steps import RemoteSteps, StepService, step_token
 
@@ -91,6 +92,8 @@ class FleetLink:
         plane: ControlPlane,
         watchers: RunWatchers,
         subscribe: Subscribe,
+        *,
+        worker_health: WorkerHealthRead | None = None,
     ) -> None:
         """Answer tenants (start-run messages, run requests) over the first member that
         carries the gateway, if any."""
@@ -107,6 +110,7 @@ class FleetLink:
                 secret=self._secret, max_payload_bytes=self._max_payload_bytes
             ),
             subscribe=subscribe,
+            worker_health=worker_health,
         )
         await self._gateway.start()
 

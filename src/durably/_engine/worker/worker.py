@@ -41,6 +41,7 @@ from durably._engine.control.start import StartRequest
 from durably._engine.defs.events import EngineEvent, EventBus
 from durably._engine.defs.registry import Registry, Step, Workflow
 from durably._engine.flow.queues import AdmissionSpec, FlowControl, admission_backend
+from durably._engine.gateway.server import WorkerHealth as WorkerHealthRead
 from durably._engine.remote.turns import RemoteTurns
 from durably._engine.run.in_process import InProcessTransport
 from durably._engine.run.resident import ResidentSet
@@ -122,6 +123,7 @@ class Worker:
         self._executor: ThreadPoolExecutor | None = None
         self._background: list[asyncio.Task[Any]] = []
         self._instance: InstanceHold | None = None
+        self._health_read: WorkerHealthRead | None = None
         fleet = self._fleet = (
             FleetLink(
                 transports,
@@ -369,6 +371,11 @@ class Worker:
             self._instance_id, self._options.max_concurrent_runs, self._dispatcher.executing_count
         )
 
+    def report_health_with(self, health: WorkerHealthRead) -> None:
+        """How this worker's tenant gateway answers `workerHealth`: the engine's own read
+        (set by the engine before it opens; without it the verb is refused)."""
+        self._health_read = health
+
     def worker_directories(self) -> list[tuple[str, WorkerDirectory]]:
         """The members of the transport pool that can say which workers are live, by id."""
         return self._fleet.directories() if self._fleet is not None else []
@@ -415,7 +422,12 @@ class Worker:
                     await self._turns.start()
                 # Only an engine that runs workflows answers tenants: a step worker must
                 # never take a start-run, which its store could not hold for the fleet.
-                await fleet.open_gateway(self._plane, self._watchers, self._events.subscribe)
+                await fleet.open_gateway(
+                    self._plane,
+                    self._watchers,
+                    self._events.subscribe,
+                    worker_health=self._health_read,
+                )
             if self._serves_steps:
                 # Every engine but a control plane is a worker for its own steps (`steps=[]`
                 # serves none).
