@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ from pydantic import ValidationError
 from durably._core.errors import SerializationError, error_of
 from durably._core.models import JSONValue, StepError
 from durably._engine.defs.registry import Step
-from durably._engine.defs.typed_io import ValueCodec
+from durably._engine.defs.typed_io import ValueCodec, is_args_envelope
 from durably._engine.run.execution import AMBIENT_CTX, STEP_SCOPE, Execution
 
 if TYPE_CHECKING:
@@ -71,14 +72,23 @@ async def run_handler(
     code and details and is not retryable). Shared by the in-process transport and by a
     process serving steps over a remote transport."""
     try:
-        value = in_codec.from_json(json_input)
+        # A call with several (or keyword) arguments is stored as one JSON object of them
+        # (typed_io.ARGS_KEY); anything else is the single input, as before.
+        if is_args_envelope(json_input):
+            assert isinstance(json_input, dict)
+            arguments = step.arg_codecs.from_json(json_input)
+            try:
+                step.arg_codecs.check(arguments, f'step "{name}"')
+            except TypeError as exc:  # the same arguments would fail every attempt
+                return None, StepError(message=str(exc), code="invalid_arguments", retryable=False)
+            call: Callable[[], Any] = functools.partial(step.invoke_args, arguments)
+        else:
+            call = functools.partial(step.invoke, in_codec.from_json(json_input))
         if step.is_async:
-            awaitable: Any = step.invoke(value)
+            awaitable: Any = call()
         else:
             context = contextvars.copy_context()
-            awaitable = asyncio.get_running_loop().run_in_executor(
-                executor, context.run, step.invoke, value
-            )
+            awaitable = asyncio.get_running_loop().run_in_executor(executor, context.run, call)
         if timeout_ms is None:
             result = await awaitable
         else:
