@@ -186,11 +186,19 @@ class ArgCodecs:
     """The codec of each parameter of a step function, to store a call's arguments and to
     rebuild them for the function (each validated like a single input is)."""
 
-    __slots__ = ("_by_name", "_positional", "_signature", "_var_keyword", "_var_positional")
+    __slots__ = (
+        "_by_name",
+        "_names",
+        "_positional",
+        "_signature",
+        "_var_keyword",
+        "_var_positional",
+    )
 
     def __init__(self, fn: Callable[..., Any] | None):
         self._signature: inspect.Signature | None = None
         self._positional: list[ValueCodec] = []
+        self._names: list[str] = []  # of the positional parameters, for error messages
         self._by_name: dict[str, ValueCodec] = {}
         self._var_positional = PLAIN
         self._var_keyword = PLAIN
@@ -205,6 +213,7 @@ class ArgCodecs:
             codec = ValueCodec(hints.get(p.name))
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
                 self._positional.append(codec)
+                self._names.append(p.name)
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
                 self._by_name[p.name] = codec
             if p.kind == p.VAR_POSITIONAL:
@@ -235,10 +244,30 @@ class ArgCodecs:
         }
 
     def from_json(self, stored: dict[str, Any]) -> Args:
-        """The stored form → the arguments the function receives (validated)."""
-        args = [self._at(i).from_json(v) for i, v in enumerate(stored[ARGS_KEY])]
-        kwargs = {k: self._named(k).from_json(v) for k, v in stored[KWARGS_KEY].items()}
+        """The stored form → the arguments the function receives, each validated by its
+        parameter's codec (`ArgumentValidationError` names the parameter that failed)."""
+        args = [
+            _decoded(self._at(i), v, self._names[i] if i < len(self._names) else f"#{i}")
+            for i, v in enumerate(stored[ARGS_KEY])
+        ]
+        kwargs = {k: _decoded(self._named(k), v, k) for k, v in stored[KWARGS_KEY].items()}
         return Args(*args, **kwargs)
+
+
+class ArgumentValidationError(ValueError):
+    """An argument of a step call failed its parameter's validation."""
+
+    def __init__(self, parameter: str, error: ValidationError):
+        super().__init__(f"argument {parameter!r}: {error}")
+        self.parameter = parameter
+        self.error = error
+
+
+def _decoded(codec: ValueCodec, value: Any, parameter: str) -> Any:
+    try:
+        return codec.from_json(value)
+    except ValidationError as exc:
+        raise ArgumentValidationError(parameter, exc) from exc
 
 
 PLAIN_ARGS = ArgCodecs(None)

@@ -17,7 +17,11 @@ from pydantic import ValidationError
 from durably._core.errors import SerializationError, error_of
 from durably._core.models import JSONValue, StepError
 from durably._engine.defs.registry import Step
-from durably._engine.defs.typed_io import ValueCodec, is_args_envelope
+from durably._engine.defs.typed_io import (
+    ArgumentValidationError,
+    ValueCodec,
+    is_args_envelope,
+)
 from durably._engine.run.execution import AMBIENT_CTX, STEP_SCOPE, Execution
 
 if TYPE_CHECKING:
@@ -110,7 +114,7 @@ async def run_handler(
             code="serialization",
             retryable=False,
         )
-    except ValidationError as exc:
+    except (ValidationError, ArgumentValidationError) as exc:
         return None, StepError(message=f'step "{name}": {exc}', code="validation", retryable=False)
     except Exception as exc:
         return None, error_of(exc)
