@@ -315,6 +315,8 @@ def step(
     Durations: a number is seconds, a `timedelta` is itself, a string like `"500ms"`/`"30s"`.
     `backoff` is either the kind (`"fixed"`, `"exponential"`) or the base delay; `backoff_ms`
     sets the base delay explicitly. The decorated object stays a plain callable.
+    The function may take any parameters: `ctx.step(step, *args, **kwargs)` is typed by them
+    (docs/steps-arguments.md: reserved option keywords, `step.options(...)`, stored form).
     `requires` names capabilities (`["gpu"]`): the step goes only to a worker, reached over
     the engine's transport, that declares them all; with none live the run is parked
     `blocked` (its error says why) and resumes when one appears. An engine without a

@@ -618,7 +618,10 @@ class WorkflowCtx:
         concurrency: int | None = None,
         **step_opts: Any,
     ) -> Coroutine[Any, Any, list[O]]:
-        """Fan out one workflow or step over `inputs`; outputs in input order."""
+        """Fan out one workflow or step over `inputs`; outputs in input order.
+
+        A `durably.Args(*args, **kwargs)` item calls a step with those arguments; any other
+        item (a tuple too) is one input."""
         if mode not in ("wait_all", "fail_fast"):
             raise ValueError(f'ctx.all: mode must be "wait_all" or "fail_fast", not {mode!r}')
         return self._fan("all", target, list(inputs), mode, concurrency, step_opts, False)
