@@ -3,7 +3,9 @@
 The wire carries one JSON input per step: a call with several (or keyword) arguments travels
 as `{"$durably.args": [...], "$durably.kwargs": {...}}`, and the worker serving the step
 unpacks it back into the function's arguments, each validated by its parameter's type. The
-run survives an engine restart without dispatching a finished step again.
+run survives an engine restart without dispatching a finished step again. A step of the
+published `durable-worker` SDK receives that object as its one input, and a single-input call
+exactly as before.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from durably import Args, WorkflowCtx
 from durably.transports import RedisTransport
 from tests.engine_support import wait_waiting_on
 from tests.remote import redis_support
-from tests.remote.worker_process import running_worker
+from tests.remote.worker_process import running_worker, sdk_script
 
 redis_url = redis_support.redis_url
 redis_prefix = redis_support.redis_prefix
@@ -179,3 +181,62 @@ async def test_several_arguments_over_redis_to_a_durably_worker_and_after_a_rest
         {ARGS: [{"id": "o1", "amount": 10}, 3.0, 0], KWARGS: {"currency": "CHF"}},
     ]
     assert all(cp.status == "completed" and cp.attempts == 1 for cp in steps)
+
+
+SDK_WORKER = """
+import asyncio, sys
+from durable_worker import Worker, run_redis_worker
+
+url, prefix, tag = sys.argv[1], sys.argv[2], sys.argv[3]
+worker = Worker(auto_register=False)
+
+
+@worker.step(tag + ".total")
+async def total(data, ctx):
+    # A step called with several arguments receives them as its one input.
+    args, kwargs = data["$durably.args"], data["$durably.kwargs"]
+    return {"total": sum(args) * kwargs.get("scale", 1), "single": False}
+
+
+@worker.step(tag + ".single")
+async def single(data, ctx):
+    return {"got": data}
+
+
+async def main():
+    await run_redis_worker(worker, connection=url, prefix=prefix, concurrency=2)
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+asyncio.run(main())
+"""
+
+
+async def test_a_durable_worker_sdk_step_receives_several_arguments_as_one_input(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    tag = f"sdkargs{os.getpid()}"
+    script = tmp_path / "sdk_worker.py"
+    script.write_text(SDK_WORKER)
+
+    @durably.workflow(f"{tag}.wf")
+    async def wf(ctx: WorkflowCtx) -> list[Any]:
+        return [
+            await ctx.step(f"{tag}.total", 1, 2, 3, scale=10),
+            await ctx.step(f"{tag}.single", [1, 2, 3]),
+        ]
+
+    engine = durably.Engine(
+        f"sqlite:///{tmp_path / 'engine.db'}",
+        transport=RedisTransport(redis_url, prefix=redis_prefix),
+        workflows=[wf],
+        steps=[],
+        timer_poll_ms=50,
+    )
+    with sdk_script(script, [redis_url, redis_prefix, tag], tmp_path / "sdk.log"):
+        async with engine:
+            out = await engine.execute(wf, timeout=RESULT_TIMEOUT)
+
+    # the single-input call reaches the SDK exactly as before steps took arguments
+    assert out == [{"total": 60, "single": False}, {"got": [1, 2, 3]}]
