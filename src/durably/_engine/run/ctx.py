@@ -791,18 +791,27 @@ STEP_OPTIONS = (
 )
 
 
+_OPTION_NAMES = frozenset(STEP_OPTIONS)
+_NO_OPTIONS: dict[str, Any] = {}
+
+
 def _options_of(step: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Take `ctx.step`'s option keywords out of `kwargs`, joined with those the step carries
-    from `.options(...)`; an option given both ways is a TypeError."""
-    given = {k: kwargs.pop(k) for k in STEP_OPTIONS if k in kwargs}
-    attached: dict[str, Any] = step.call_options if isinstance(step, Step) else {}
+    from `.options(...)`; an option given both ways is a TypeError. (Read-only result: it is
+    only ever unpacked into `_step`.)"""
+    attached: dict[str, Any] = step.call_options if isinstance(step, Step) else _NO_OPTIONS
+    if not kwargs:
+        return attached
+    given = {k: kwargs.pop(k) for k in [k for k in kwargs if k in _OPTION_NAMES]}
+    if not attached:
+        return given
     both = sorted(k for k, v in given.items() if k in attached and v is not None)
     if both:
         raise TypeError(
             f"ctx.step: option {', '.join(both)} given both to ctx.step and to "
             f"{step.name!r}.options(...); give it once"
         )
-    return {**attached, **{k: v for k, v in given.items() if v is not None or k not in attached}}
+    return {**attached, **{k: v for k, v in given.items() if v is not None}}
 
 
 def _input_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
