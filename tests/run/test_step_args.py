@@ -289,6 +289,34 @@ async def test_options_with_several_arguments(engine_factory: EngineFactory, uid
     assert cps[1].input == {ARGS: [3, 4], KWARGS: {"scale": 2}}
 
 
+async def test_a_parameter_named_like_an_option_is_passed_positionally(
+    engine_factory: EngineFactory, uid: str
+):
+    @durably.step(f"{uid}.fetch")
+    def fetch(url: str, timeout: float, retries: int = 0) -> list[Any]:
+        return [url, timeout, retries]
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx) -> list[Any]:
+        # positionally they are the step's; as keywords, ctx.step's options
+        positional = await ctx.step(fetch, "u", 2.5, 7, timeout="10s")
+        try:
+            ctx.step(fetch, "u", timeout=2.5)
+        except TypeError as exc:
+            refused = str(exc)
+        return [positional, refused]
+
+    async with engine_factory() as engine:
+        handle = await engine.start(wf)
+        positional, refused = await handle.result(timeout=RESULT_TIMEOUT)
+
+    assert positional == ["u", 2.5, 7]
+    assert refused == (
+        f"ctx.step('{uid}.fetch'): missing a required argument: 'timeout' ('timeout', "
+        "'retries': a ctx.step option keyword, so that parameter is passed positionally)"
+    )
+
+
 @UNVALIDATED_DICT
 async def test_fans_over_argument_tuples(engine_factory: EngineFactory, uid: str):
     @durably.step(f"{uid}.mul")

@@ -40,6 +40,8 @@ from durably._engine.defs.typed_io import (
     Args,
     codecs_for,
     refuse_reserved_keys,
+    refuse_unbindable,
+    signature_of,
 )
 
 if TYPE_CHECKING:
@@ -148,6 +150,7 @@ class Step(Generic[I, O, P]):
         # Per-call options given with `.options(...)`; ctx.step reads them.
         self.call_options: dict[str, Any] = {}
         self._arg_codecs: ArgCodecs | None = None  # built on the first several-argument call
+        self._single_ok = False  # whether one input was found to be enough (see below)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -160,6 +163,15 @@ class Step(Generic[I, O, P]):
         if self._arg_codecs is None:
             self._arg_codecs = ArgCodecs(self.fn)
         return self._arg_codecs
+
+    def check_single_input(self, what: str, reserved: Iterable[str] = ()) -> None:
+        """A TypeError when the function cannot be called with one input (it requires more
+        arguments): found before the call is stored, not by every attempt. Worked out once."""
+        if self._single_ok:
+            return
+        if self.arity:
+            refuse_unbindable(signature_of(self.fn), Args(None), what, reserved)
+        self._single_ok = True
 
     def invoke(self, input: Any) -> Any:
         """Call the user function with the step's single input (or none if it takes none)."""

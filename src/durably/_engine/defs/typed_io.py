@@ -16,7 +16,7 @@ import inspect
 import json
 import math
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -182,6 +182,35 @@ def refuse_reserved_keys(json_value: Any, what: str) -> None:
         )
 
 
+def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # a callable without one: nothing is checked
+        return None
+
+
+def refuse_unbindable(
+    signature: inspect.Signature | None, call: Args, what: str, reserved: Iterable[str] = ()
+) -> None:
+    """A TypeError (`what: reason`) when a function of `signature` cannot take `call`.
+    `reserved`: keywords the caller keeps for itself (ctx.step's options); a parameter named
+    like one is named in the message, since it can only be passed positionally."""
+    if signature is None:
+        return
+    try:
+        signature.bind(*call.args, **call.kwargs)
+    except TypeError as exc:
+        taken = set(reserved)
+        clash = [n for n in signature.parameters if n in taken]
+        hint = (
+            f" ({', '.join(repr(n) for n in clash)}: a ctx.step option keyword, so that "
+            "parameter is passed positionally)"
+            if clash
+            else ""
+        )
+        raise TypeError(f"{what}: {exc}{hint}") from None
+
+
 class ArgCodecs:
     """The codec of each parameter of a step function, to store a call's arguments and to
     rebuild them for the function (each validated like a single input is)."""
@@ -204,9 +233,8 @@ class ArgCodecs:
         self._var_keyword = PLAIN
         if fn is None:  # a step known only by name: its arguments must already be JSON
             return
-        try:
-            self._signature = inspect.signature(fn)
-        except (TypeError, ValueError):
+        self._signature = signature_of(fn)
+        if self._signature is None:
             return
         hints = _hints(fn)
         for p in self._signature.parameters.values():
@@ -221,14 +249,9 @@ class ArgCodecs:
             if p.kind == p.VAR_KEYWORD:
                 self._var_keyword = codec
 
-    def check(self, call: Args, what: str) -> None:
+    def check(self, call: Args, what: str, reserved: Iterable[str] = ()) -> None:
         """A TypeError naming the step when the function cannot take these arguments."""
-        if self._signature is None:
-            return
-        try:
-            self._signature.bind(*call.args, **call.kwargs)
-        except TypeError as exc:
-            raise TypeError(f"{what}: {exc}") from None
+        refuse_unbindable(self._signature, call, what, reserved)
 
     def _at(self, index: int) -> ValueCodec:
         return self._positional[index] if index < len(self._positional) else self._var_positional

@@ -236,7 +236,9 @@ class WorkflowCtx:
                 f"ctx.step() takes a @durably.step function or a step name, not {step!r}"
             )
         if definition is not None and isinstance(input, Args):
-            definition.arg_codecs.check(input, f"ctx.step({name!r})")
+            definition.arg_codecs.check(input, f"ctx.step({name!r})", STEP_OPTIONS)
+        elif definition is not None:
+            definition.check_single_input(f"ctx.step({name!r})", STEP_OPTIONS)
         seq = self._claim("step")
         base = definition.policy if definition is not None else RetryPolicy()
         kind, base_ms = _backoff_from(backoff)
@@ -861,6 +863,10 @@ def _check_fan_items(
     parameters before any position is claimed; a workflow takes one input, so there they
     are refused."""
     calls = [(i, item) for i, item in enumerate(inputs) if isinstance(item, Args)]
+    if step is not None and len(calls) < len(inputs):
+        definition = step if isinstance(step, Step) else host.step_definition(step)
+        if definition is not None:  # the other items are single inputs
+            definition.check_single_input(f"ctx.{primitive}({definition.name!r})")
     if not calls:
         return
     if step is None:
