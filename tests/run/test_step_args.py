@@ -62,7 +62,7 @@ async def test_three_positional_and_one_keyword_argument(engine_factory: EngineF
     async def wf(ctx: WorkflowCtx, order: Order) -> list[str]:
         first = await ctx.step(charge, order, 1.5, 2, currency=Currency(code="EUR"))
         # a plain dict validates into the parameter's model, like a single input does
-        second = await ctx.step(charge, order, 2.0, 0, currency={"code": "USD"})  # type: ignore[arg-type]
+        second = await ctx.step(charge, order, 2.0, 0, currency={"code": "USD"})
         return [first, second]
 
     async with engine_factory() as engine:
@@ -198,9 +198,9 @@ async def test_arguments_the_step_cannot_take_are_a_type_error_before_the_positi
     async def wf(ctx: WorkflowCtx) -> list[str]:
         errors = []
         for bad in (
-            lambda: ctx.step(charge, Order("o", 1), 1.0),  # type: ignore[call-overload]
-            lambda: ctx.step(charge, Order("o", 1), 1.0, 2, 3, currency={"code": "X"}),  # type: ignore[call-overload]
-            lambda: ctx.step(charge, Order("o", 1), 1.0, 2, currency={}, colour="red"),  # type: ignore[call-overload]
+            lambda: ctx.step(charge, Order("o", 1), 1.0),
+            lambda: ctx.step(charge, Order("o", 1), 1.0, 2, 3, currency={"code": "X"}),
+            lambda: ctx.step(charge, Order("o", 1), 1.0, 2, currency={}, colour="red"),
             lambda: ctx.all(charge, [Args(Order("o", 1))]),
         ):
             try:
@@ -241,7 +241,7 @@ async def test_an_argument_failing_validation_fails_the_step_without_retry(
                 Order("o", 1),
                 1.0,
                 2,
-                currency={"no": "code"},  # type: ignore[arg-type]
+                currency={"no": "code"},
             )
         except RemoteStepError as exc:
             return f"{exc.step_error.code}:{'currency' in exc.step_error.message}"
@@ -299,7 +299,7 @@ async def test_a_parameter_named_like_an_option_is_passed_positionally(
     @durably.workflow(f"{uid}.wf")
     async def wf(ctx: WorkflowCtx) -> list[Any]:
         # positionally they are the step's; as keywords, ctx.step's options
-        positional = await ctx.step(fetch, "u", 2.5, 7, timeout="10s")
+        positional = await ctx.step(fetch.options(timeout="10s"), "u", 2.5, 7)
         try:
             ctx.step(fetch, "u", timeout=2.5)
         except TypeError as exc:
