@@ -9,6 +9,7 @@ import durably
 EXPECTED_EXPORTS = [
     "AdaptiveConcurrency",
     "AesGcmCodec",
+    "Args",
     "AttemptError",
     "AttributeFilter",
     "Batch",

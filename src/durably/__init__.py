@@ -74,6 +74,7 @@ from durably._engine.defs.registry import (
     workflow,
 )
 from durably._engine.defs.remote_workflows import RemoteWorkflow, remote_workflow
+from durably._engine.defs.typed_io import Args
 from durably._read.list_models import (
     GroupHealth,
     RunFacetRow,
@@ -123,6 +124,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AdaptiveConcurrency",
     "AesGcmCodec",
+    "Args",
     "AttemptError",
     "AttributeFilter",
     "Batch",

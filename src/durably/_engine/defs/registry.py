@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import inspect
 import random
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, Self, TypeVar, overload
+
+# A ParamSpec with a default (`...`, any arguments) keeps `Step[I, O]` a complete spelling.
+from typing_extensions import ParamSpec
 
 from durably._core.durations import (
     Duration,
@@ -29,14 +33,24 @@ from durably._core.triggers import (
     event_triggers,
     is_engine_owned_workflow,
 )
-from durably._engine.defs.typed_io import codecs_for
+from durably._engine.defs.typed_io import (
+    PLAIN,
+    PLAIN_ARGS,
+    ArgCodecs,
+    Args,
+    codecs_for,
+    refuse_reserved_keys,
+    refuse_unbindable,
+    signature_of,
+)
 
 if TYPE_CHECKING:
     from durably._engine.run.ctx import WorkflowCtx
 
 I = TypeVar("I")
 O = TypeVar("O")
-P = ParamSpec("P")
+P = ParamSpec("P", default=...)
+Q = ParamSpec("Q")
 
 BackoffKind = Literal["fixed", "exponential", "exp"]
 
@@ -336,8 +350,13 @@ def _backoff_from(backoff: str | Duration | None) -> tuple[BackoffKind | None, i
 # ----------------------------------------------------------------------------- steps
 
 
-class Step(Generic[I, O]):
-    """A checkpointed unit of work taking ONE input and returning one output."""
+class Step(Generic[I, O, P]):
+    """A checkpointed unit of work returning one output.
+
+    `I` is the type of its first (or only) input, `O` its output, `P` all its parameters:
+    `ctx.step(step, *args, **kwargs)` is checked against `P`, `ctx.step(step, input,
+    retries=...)` against `I`. `Step[I, O]` leaves `P` open (any arguments).
+    """
 
     def __init__(
         self,
@@ -356,27 +375,109 @@ class Step(Generic[I, O]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.input_codec, self.output_codec, self.arity = codecs_for(fn, skip_first=False)
         self.explicit_policy = explicit_policy
+        # Per-call options given with `.options(...)`; ctx.step reads them.
+        self.call_options: dict[str, Any] = {}
+        self._arg_codecs: ArgCodecs | None = None  # built on the first several-argument call
+        self._single_ok = False  # whether one input was found to be enough (see below)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
     def __repr__(self) -> str:
         return f"<durably.Step {self.name!r}>"
 
+    @property
+    def arg_codecs(self) -> ArgCodecs:
+        """The codecs of every parameter (a call with several or keyword arguments)."""
+        if self._arg_codecs is None:
+            self._arg_codecs = ArgCodecs(self.fn)
+        return self._arg_codecs
+
+    def check_single_input(self, what: str, reserved: Iterable[str] = ()) -> None:
+        """A TypeError when the function cannot be called with one input (it requires more
+        arguments): found before the call is stored, not by every attempt. Worked out once."""
+        if self._single_ok:
+            return
+        if self.arity:
+            refuse_unbindable(signature_of(self.fn), Args(None), what, reserved)
+        self._single_ok = True
+
     def invoke(self, input: Any) -> Any:
         """Call the user function with the step's single input (or none if it takes none)."""
         return self.fn(input) if self.arity else self.fn()
 
+    def invoke_args(self, call: Args) -> Any:
+        """Call the user function with several arguments."""
+        return self.fn(*call.args, **call.kwargs)
 
-class AsyncStep(Step[I, O]):
-    def __call__(self, input: I) -> Coroutine[Any, Any, O]:
-        result: Coroutine[Any, Any, O] = self.invoke(input)
+    def options(
+        self,
+        *,
+        retry: RetryPolicy | None = None,
+        retries: int | None = None,
+        backoff: str | Duration | None = None,
+        backoff_ms: Duration | None = None,
+        backoff_max_ms: Duration | None = None,
+        jitter: bool | None = None,
+        timeout: Duration | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
+        compensate: Any = None,
+    ) -> Self:
+        """This step with `ctx.step` options attached, for calls that pass the step keyword
+        arguments: `ctx.step(charge.options(retries=3), order, rate, currency="EUR")`
+        (`ctx.step`'s own option keywords are typed only for a single-input call). The
+        copy has the same name and is not registered again; giving an option both here and
+        to `ctx.step` is a TypeError."""
+        given = {
+            "retry": retry,
+            "retries": retries,
+            "backoff": backoff,
+            "backoff_ms": backoff_ms,
+            "backoff_max_ms": backoff_max_ms,
+            "jitter": jitter,
+            "timeout": timeout,
+            "queue": queue,
+            "priority": priority,
+            "fairness_key": fairness_key,
+            "compensate": compensate,
+        }
+        clone = copy.copy(self)
+        clone.call_options = {
+            **self.call_options,
+            **{k: v for k, v in given.items() if v is not None},
+        }
+        return clone
+
+
+class AsyncStep(Step[I, O, P]):
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, O]:
+        result: Coroutine[Any, Any, O] = _call(self, args, kwargs)
         return result
 
 
-class SyncStep(Step[I, O]):
-    def __call__(self, input: I) -> O:
-        result: O = self.invoke(input)
+class SyncStep(Step[I, O, P]):
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> O:
+        result: O = _call(self, args, kwargs)
         return result
+
+
+def _call(step: Step[Any, Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # `step(None)` of a step taking no input ran it before steps took arguments: kept.
+    if len(args) == 1 and not kwargs:
+        return step.invoke(args[0])
+    return step.fn(*args, **kwargs)
+
+
+def step_input_json(step: Step[Any, Any, Any] | None, name: str, input: Any) -> Any:
+    """The stored (and dispatched) JSON of a step call's input: a single input in its
+    parameter's JSON form, exactly as before steps took arguments; `Args` (several or keyword
+    arguments) as `{"$durably.args": [...], "$durably.kwargs": {...}}` (typed_io.ARGS_KEY)."""
+    if isinstance(input, Args):
+        return (step.arg_codecs if step is not None else PLAIN_ARGS).to_json(input)
+    value = (step.input_codec if step is not None else PLAIN).to_json(input)
+    refuse_reserved_keys(value, f"step {name!r}")
+    return value
 
 
 class _StepDecorator:
@@ -384,19 +485,21 @@ class _StepDecorator:
         self._name = name
         self._kwargs = kwargs
 
+    # `I` is the first parameter's type (the single input of `ctx.step(step, input)`), `Q`
+    # the rest; the step's parameters are both (the first keeps its type, not its name).
     @overload
     def __call__(  # type: ignore[overload-overlap]
-        self, fn: Callable[[I], Coroutine[Any, Any, O]]
-    ) -> AsyncStep[I, O]: ...
+        self, fn: Callable[Concatenate[I, Q], Coroutine[Any, Any, O]]
+    ) -> AsyncStep[I, O, Concatenate[I, Q]]: ...
     @overload
     def __call__(  # type: ignore[overload-overlap]
         self, fn: Callable[[], Coroutine[Any, Any, O]]
-    ) -> AsyncStep[None, O]: ...
+    ) -> AsyncStep[None, O, []]: ...
     @overload
-    def __call__(self, fn: Callable[[I], O]) -> SyncStep[I, O]: ...
+    def __call__(self, fn: Callable[Concatenate[I, Q], O]) -> SyncStep[I, O, Concatenate[I, Q]]: ...
     @overload
-    def __call__(self, fn: Callable[[], O]) -> SyncStep[None, O]: ...
-    def __call__(self, fn: Callable[..., Any]) -> Step[Any, Any]:
+    def __call__(self, fn: Callable[[], O]) -> SyncStep[None, O, []]: ...
+    def __call__(self, fn: Callable[..., Any]) -> Step[Any, Any, Any]:
         return _make_step(fn, self._name, **self._kwargs)
 
 
@@ -412,7 +515,7 @@ def _make_step(
     jitter: bool | None = None,
     timeout: Duration | None = None,
     requires: Sequence[str] | None = None,
-) -> Step[Any, Any]:
+) -> Step[Any, Any, Any]:
     policy = resolve_policy(
         RetryPolicy(),
         retry,
@@ -424,7 +527,7 @@ def _make_step(
         jitter=jitter,
     )
     step_name = name or getattr(fn, "__qualname__", None) or fn.__name__
-    cls: type[Step[Any, Any]] = AsyncStep if inspect.iscoroutinefunction(fn) else SyncStep
+    cls: type[Step[Any, Any, Any]] = AsyncStep if inspect.iscoroutinefunction(fn) else SyncStep
     made = cls(fn, step_name, policy, to_ms_or_none(timeout), requires, policy.given)
     DEFAULT_REGISTRY.add_step(made)
     return made
@@ -450,6 +553,8 @@ def step(
     `RetryPolicy.max_attempts`). `retry=RetryPolicy(...)` gives the whole policy, with
     `retry_on` / `dont_retry_on` exception classes; a loose keyword that disagrees with a
     field the policy gives is an error. The decorated object stays a plain callable.
+    The function may take any parameters: `ctx.step(step, *args, **kwargs)` is typed by them
+    (docs/steps-arguments.md: reserved option keywords, `step.options(...)`, stored form).
     `requires` names capabilities (`["gpu"]`): the step goes only to a worker, reached over
     the engine's transport, that declares them all; with none live the run is parked
     `blocked` (its error says why) and resumes when one appears. An engine without a

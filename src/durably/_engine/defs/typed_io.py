@@ -16,7 +16,7 @@ import inspect
 import json
 import math
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -124,3 +124,173 @@ def validation_details(exc: ValidationError) -> list[dict[str, Any]]:
         }
         for err in exc.errors()
     ]
+
+
+# ------------------------------------------------------------------ several arguments
+
+ARGS_KEY = "$durably.args"
+KWARGS_KEY = "$durably.kwargs"
+"""The two keys of the stored form of a step call with several (or keyword) arguments:
+`{"$durably.args": [...], "$durably.kwargs": {...}}`, each argument in its own parameter's JSON
+form. A call with one positional argument stores that argument's JSON alone, as before steps
+took arguments; a single input whose JSON object carries either key is refused, so the two
+forms can never be mistaken for each other."""
+
+
+class Args:
+    """The arguments of one step call, for `ctx.all` / `ctx.all_settled` items (and usable
+    as the single argument of `ctx.step`): `durably.Args(order, rate, currency="EUR")` calls
+    the step as `step(order, rate, currency="EUR")`. Any other item, a tuple included, is the
+    step's one input, as it always was."""
+
+    __slots__ = ("args", "kwargs")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args: tuple[Any, ...] = args
+        self.kwargs: dict[str, Any] = kwargs
+
+    def __repr__(self) -> str:
+        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"durably.Args({', '.join(parts)})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Args):
+            return NotImplemented
+        return self.args == other.args and self.kwargs == other.kwargs
+
+    __hash__ = None  # type: ignore[assignment]  # holds unhashable values; equality only
+
+
+def is_args_envelope(value: Any) -> bool:
+    """Whether a stored step input is the several-arguments form (see `ARGS_KEY`)."""
+    return (
+        type(value) is dict
+        and len(value) == 2
+        and isinstance(value.get(ARGS_KEY), list)
+        and isinstance(value.get(KWARGS_KEY), dict)
+    )
+
+
+def refuse_reserved_keys(json_value: Any, what: str) -> None:
+    """A single input whose JSON object holds a key of the several-arguments form would be
+    read back as arguments: refused (`ValueError`) rather than stored ambiguously."""
+    if type(json_value) is dict and (ARGS_KEY in json_value or KWARGS_KEY in json_value):
+        raise ValueError(
+            f"{what}: a single step input may not be an object with the key {ARGS_KEY!r} or "
+            f"{KWARGS_KEY!r} (reserved for calls with several arguments); pass it inside "
+            "another object, or as durably.Args(value)"
+        )
+
+
+def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # a callable without one: nothing is checked
+        return None
+
+
+def refuse_unbindable(
+    signature: inspect.Signature | None, call: Args, what: str, reserved: Iterable[str] = ()
+) -> None:
+    """A TypeError (`what: reason`) when a function of `signature` cannot take `call`.
+    `reserved`: keywords the caller keeps for itself (ctx.step's options); a parameter named
+    like one is named in the message, since it can only be passed positionally."""
+    if signature is None:
+        return
+    try:
+        signature.bind(*call.args, **call.kwargs)
+    except TypeError as exc:
+        taken = set(reserved)
+        clash = [n for n in signature.parameters if n in taken]
+        hint = (
+            f" ({', '.join(repr(n) for n in clash)}: a ctx.step option keyword, so that "
+            "parameter is passed positionally)"
+            if clash
+            else ""
+        )
+        raise TypeError(f"{what}: {exc}{hint}") from None
+
+
+class ArgCodecs:
+    """The codec of each parameter of a step function, to store a call's arguments and to
+    rebuild them for the function (each validated like a single input is)."""
+
+    __slots__ = (
+        "_by_name",
+        "_names",
+        "_positional",
+        "_signature",
+        "_var_keyword",
+        "_var_positional",
+    )
+
+    def __init__(self, fn: Callable[..., Any] | None):
+        self._signature: inspect.Signature | None = None
+        self._positional: list[ValueCodec] = []
+        self._names: list[str] = []  # of the positional parameters, for error messages
+        self._by_name: dict[str, ValueCodec] = {}
+        self._var_positional = PLAIN
+        self._var_keyword = PLAIN
+        if fn is None:  # a step known only by name: its arguments must already be JSON
+            return
+        self._signature = signature_of(fn)
+        if self._signature is None:
+            return
+        hints = _hints(fn)
+        for p in self._signature.parameters.values():
+            codec = ValueCodec(hints.get(p.name))
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                self._positional.append(codec)
+                self._names.append(p.name)
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                self._by_name[p.name] = codec
+            if p.kind == p.VAR_POSITIONAL:
+                self._var_positional = codec
+            if p.kind == p.VAR_KEYWORD:
+                self._var_keyword = codec
+
+    def check(self, call: Args, what: str, reserved: Iterable[str] = ()) -> None:
+        """A TypeError naming the step when the function cannot take these arguments."""
+        refuse_unbindable(self._signature, call, what, reserved)
+
+    def _at(self, index: int) -> ValueCodec:
+        return self._positional[index] if index < len(self._positional) else self._var_positional
+
+    def _named(self, name: str) -> ValueCodec:
+        return self._by_name.get(name, self._var_keyword)
+
+    def to_json(self, call: Args) -> dict[str, Any]:
+        """The stored form of a call: `{"$durably.args": [...], "$durably.kwargs": {...}}`."""
+        return {
+            ARGS_KEY: [self._at(i).to_json(v) for i, v in enumerate(call.args)],
+            KWARGS_KEY: {str(k): self._named(k).to_json(v) for k, v in call.kwargs.items()},
+        }
+
+    def from_json(self, stored: dict[str, Any]) -> Args:
+        """The stored form → the arguments the function receives, each validated by its
+        parameter's codec (`ArgumentValidationError` names the parameter that failed)."""
+        args = [
+            _decoded(self._at(i), v, self._names[i] if i < len(self._names) else f"#{i}")
+            for i, v in enumerate(stored[ARGS_KEY])
+        ]
+        kwargs = {k: _decoded(self._named(k), v, k) for k, v in stored[KWARGS_KEY].items()}
+        return Args(*args, **kwargs)
+
+
+class ArgumentValidationError(ValueError):
+    """An argument of a step call failed its parameter's validation."""
+
+    def __init__(self, parameter: str, error: ValidationError):
+        super().__init__(f"argument {parameter!r}: {error}")
+        self.parameter = parameter
+        self.error = error
+
+
+def _decoded(codec: ValueCodec, value: Any, parameter: str) -> Any:
+    try:
+        return codec.from_json(value)
+    except ValidationError as exc:
+        raise ArgumentValidationError(parameter, exc) from exc
+
+
+PLAIN_ARGS = ArgCodecs(None)

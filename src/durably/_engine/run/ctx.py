@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, NoReturn, TypeVar, overload
+from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 from durably._core.admission import QueueCall
 from durably._core.durations import (
@@ -46,7 +46,7 @@ from durably._engine.defs.registry import (
     resolve_policy,
     validate_attributes,
 )
-from durably._engine.defs.typed_io import PLAIN, ValueCodec
+from durably._engine.defs.typed_io import PLAIN, Args, ValueCodec
 from durably._engine.defs.vocab import check_priority
 from durably._engine.flow.queues import queue_call
 from durably._engine.run import children, fans, saga
@@ -57,6 +57,7 @@ from durably._engine.run.steps import run_local, run_step
 
 I = TypeVar("I")
 O = TypeVar("O")
+P = ParamSpec("P")
 
 
 class _ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
@@ -113,10 +114,15 @@ class WorkflowCtx:
 
     # ------------------------------------------------------------------ steps
 
+    # The single-input forms (with option keywords) come first; then the forms with any
+    # arguments, checked against the step's parameters (`P`), which cannot carry option
+    # keywords next to `*args: P.args, **kwargs: P.kwargs`: those calls give options with
+    # `step.options(...)`. The `[I]` in the first form keeps a step of several required
+    # parameters out of it.
     @overload
     def step(
         self,
-        step: Step[I, O],
+        step: Step[I, O, [I]],
         input: I,
         *,
         retry: RetryPolicy | None = ...,
@@ -134,7 +140,7 @@ class WorkflowCtx:
     @overload
     def step(
         self,
-        step: Step[None, O],
+        step: Step[None, O, []],
         input: None = ...,
         *,
         retry: RetryPolicy | None = ...,
@@ -167,9 +173,44 @@ class WorkflowCtx:
         fairness_key: str | None = ...,
         compensate: Any = ...,
     ) -> Coroutine[Any, Any, Any]: ...
+    @overload
+    def step(self, step: str, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]: ...
+    @overload
     def step(
+        self, step: Step[Any, O, P], *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, O]: ...
+    def step(
+        self, step: Step[Any, Any, Any] | str, *args: Any, **kwargs: Any
+    ) -> Coroutine[Any, Any, Any]:
+        """Run a step through the engine's transport and checkpoint its result.
+
+        `ctx.step(step, input)` passes one input; `ctx.step(step, a, b, c=1)` calls the step
+        as `step(a, b, c=1)`. The option keywords (`retry`, `retries`, `backoff`, `backoff_ms`,
+        `backoff_max_ms`, `jitter`, `timeout`, `queue`, `priority`, `fairness_key`,
+        `compensate`) are reserved: given to `ctx.step` they are always its options, never
+        the step's arguments, so a step parameter with one of those names is passed
+        positionally; `input=` alone (no other argument) is the single input, as it always
+        was. Options for a call with several arguments type-check only through
+        `step.options(...)`: `ctx.step(charge.options(retries=3), order, rate, currency="EUR")`.
+        One positional argument is stored exactly as a single input always was; several
+        (or keyword) arguments as `{"$durably.args": [...], "$durably.kwargs": {...}}`, each in
+        its parameter's JSON form (docs/steps-arguments.md). The arguments are checked
+        against the step's parameters before the position is claimed (a TypeError).
+
+        With `queue`, each attempt first waits for a slot of that flow-control queue
+        (`durably.Queue`, registered on the engine) and holds it until its result is
+        recorded; `priority` (higher first, default 0) and `fairness_key` (default: the run
+        id) order the queue's waiters. Without a queue, `priority` is refused
+        (NotImplementedError) and `fairness_key` is a ValueError; the checks come before the
+        position is claimed, so a body that catches the error keeps its numbering.
+        """
+        options = _options_of(step, kwargs)
+        input = _input_of(args, kwargs)
+        return self._step(step, input, **options)
+
+    def _step(
         self,
-        step: Step[Any, Any] | str,
+        step: Step[Any, Any, Any] | str,
         input: Any = None,
         *,
         retry: RetryPolicy | None = None,
@@ -184,18 +225,10 @@ class WorkflowCtx:
         fairness_key: str | None = None,
         compensate: Any = None,
     ) -> Coroutine[Any, Any, Any]:
-        """Run a step through the engine's transport and checkpoint its result.
-
-        With `queue`, each attempt first waits for a slot of that flow-control queue
-        (`durably.Queue`, registered on the engine) and holds it until its result is
-        recorded; `priority` (higher first, default 0) and `fairness_key` (default: the run
-        id) order the queue's waiters. Without a queue, `priority` is refused
-        (NotImplementedError) and `fairness_key` is a ValueError; the checks come before the
-        position is claimed, so a body that catches the error keeps its numbering.
-        """
         admission = queue_call(queue, priority, fairness_key)
+        self._guard("step")
         if isinstance(step, Step):
-            definition: Step[Any, Any] | None = step
+            definition: Step[Any, Any, Any] | None = step
             name = step.name
         elif isinstance(step, str):
             name = step
@@ -204,6 +237,10 @@ class WorkflowCtx:
             raise TypeError(
                 f"ctx.step() takes a @durably.step function or a step name, not {step!r}"
             )
+        if definition is not None and isinstance(input, Args):
+            definition.arg_codecs.check(input, f"ctx.step({name!r})", STEP_OPTIONS)
+        elif definition is not None:
+            definition.check_single_input(f"ctx.step({name!r})", STEP_OPTIONS)
         # The policy is checked before the position is claimed (like the queue options).
         policy = self._call_policy(
             f"ctx.step({name!r})",
@@ -619,7 +656,10 @@ class WorkflowCtx:
         concurrency: int | None = None,
         **step_opts: Any,
     ) -> Coroutine[Any, Any, list[O]]:
-        """Fan out one workflow or step over `inputs`; outputs in input order."""
+        """Fan out one workflow or step over `inputs`; outputs in input order.
+
+        A `durably.Args(*args, **kwargs)` item calls a step with those arguments; any other
+        item (a tuple too) is one input."""
         if mode not in ("wait_all", "fail_fast"):
             raise ValueError(f'ctx.all: mode must be "wait_all" or "fail_fast", not {mode!r}')
         return self._fan("all", target, list(inputs), mode, concurrency, step_opts, False)
@@ -656,6 +696,10 @@ class WorkflowCtx:
         )
         if not isinstance(target, Workflow | Step | str):
             raise TypeError(f"ctx.{primitive}() takes a workflow or a step, not {target!r}")
+        if is_step:
+            step_opts = _fan_options_of(primitive, target, step_opts)
+        member_step = None if isinstance(target, Workflow) or not is_step else target
+        _check_fan_items(primitive, member_step, self._host, inputs)
         # A workflow fan takes mode, concurrency and `priority` (its member runs'; by default
         # the parent's), no step options.
         fan_priority = step_opts.pop("priority", None) if not is_step else None
@@ -781,6 +825,56 @@ class WorkflowCtx:
         await ex.save(ex.instant(seq, "searchAttributes", "local", output=attrs))
 
 
+# The keywords `ctx.step` keeps for itself: never passed on to the step (see `ctx.step`).
+STEP_OPTIONS = (
+    "retry",
+    "retries",
+    "backoff",
+    "backoff_ms",
+    "backoff_max_ms",
+    "jitter",
+    "timeout",
+    "queue",
+    "priority",
+    "fairness_key",
+    "compensate",
+)
+
+
+_OPTION_NAMES = frozenset(STEP_OPTIONS)
+_NO_OPTIONS: dict[str, Any] = {}
+
+
+def _options_of(step: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Take `ctx.step`'s option keywords out of `kwargs`, joined with those the step carries
+    from `.options(...)`; an option given both ways is a TypeError. (Read-only result: it is
+    only ever unpacked into `_step`.)"""
+    attached: dict[str, Any] = step.call_options if isinstance(step, Step) else _NO_OPTIONS
+    if not kwargs:
+        return attached
+    given = {k: kwargs.pop(k) for k in [k for k in kwargs if k in _OPTION_NAMES]}
+    if not attached:
+        return given
+    both = sorted(k for k, v in given.items() if k in attached and v is not None)
+    if both:
+        raise TypeError(
+            f"ctx.step: option {', '.join(both)} given both to ctx.step and to "
+            f"{step.name!r}.options(...); give it once"
+        )
+    return {**attached, **{k: v for k, v in given.items() if v is not None}}
+
+
+def _input_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A call's arguments as the step's input: nothing is None, one positional argument (or
+    `input=` alone, the keyword of the single-input form) is that value as it always was, and
+    anything else is `Args` (several arguments, stored in their own form)."""
+    if not kwargs:
+        return args[0] if len(args) == 1 else (None if not args else Args(*args))
+    if not args and len(kwargs) == 1 and "input" in kwargs:
+        return kwargs["input"]
+    return Args(*args, **kwargs)
+
+
 # Step fan options: the step dispatch options minus timeout. A step's `priority` orders the
 # waiters of its `queue` and is refused without one (unsupported.PRIORITY); a workflow fan's
 # `priority` is its member runs' and is taken before this check.
@@ -798,6 +892,43 @@ _STEP_FAN_OPTIONS = frozenset(
         "fairness_key",
     }
 )
+
+
+def _fan_options_of(primitive: str, target: Any, opts: dict[str, Any]) -> dict[str, Any]:
+    """A step fan's options joined with those its step carries from `.options(...)`."""
+    attached: dict[str, Any] = target.call_options if isinstance(target, Step) else {}
+    both = sorted(k for k, v in opts.items() if k in attached and v is not None)
+    if both:
+        raise TypeError(
+            f"ctx.{primitive}: option {', '.join(both)} given both to ctx.{primitive} and to "
+            f"{target.name!r}.options(...); give it once"
+        )
+    return {**attached, **opts}
+
+
+def _check_fan_items(
+    primitive: str, step: Step[Any, Any, Any] | str | None, host: RunHost, inputs: list[Any]
+) -> None:
+    """`durably.Args` items call a step with several arguments: checked against the step's
+    parameters before any position is claimed; a workflow takes one input, so there they
+    are refused."""
+    calls = [(i, item) for i, item in enumerate(inputs) if isinstance(item, Args)]
+    if step is not None and len(calls) < len(inputs):
+        definition = step if isinstance(step, Step) else host.step_definition(step)
+        if definition is not None:  # the other items are single inputs
+            definition.check_single_input(f"ctx.{primitive}({definition.name!r})")
+    if not calls:
+        return
+    if step is None:
+        raise TypeError(
+            f"ctx.{primitive}: durably.Args items (item {calls[0][0]}) call a step with "
+            "several arguments; a workflow takes one input"
+        )
+    definition = step if isinstance(step, Step) else host.step_definition(step)
+    if definition is None:
+        return  # a step served elsewhere: its worker checks the arguments
+    for i, item in calls:
+        definition.arg_codecs.check(item, f"ctx.{primitive}({definition.name!r}) item {i}")
 
 
 async def _empty() -> list[Any]:

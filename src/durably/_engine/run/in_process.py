@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,11 @@ from pydantic import ValidationError
 from durably._core.errors import SerializationError, error_of
 from durably._core.models import JSONValue, StepError, replace
 from durably._engine.defs.registry import RetryPolicy, Step
-from durably._engine.defs.typed_io import ValueCodec
+from durably._engine.defs.typed_io import (
+    ArgumentValidationError,
+    ValueCodec,
+    is_args_envelope,
+)
 from durably._engine.run.execution import AMBIENT_CTX, STEP_SCOPE, Execution
 
 if TYPE_CHECKING:
@@ -81,14 +86,23 @@ async def run_handler(
     reported `retryable: false`, which the engine never retries."""
     rules = step.policy if policy is None else policy
     try:
-        value = in_codec.from_json(json_input)
+        # A call with several (or keyword) arguments is stored as one JSON object of them
+        # (typed_io.ARGS_KEY); anything else is the single input, as before.
+        if is_args_envelope(json_input):
+            assert isinstance(json_input, dict)
+            arguments = step.arg_codecs.from_json(json_input)
+            try:
+                step.arg_codecs.check(arguments, f'step "{name}"')
+            except TypeError as exc:  # the same arguments would fail every attempt
+                return None, StepError(message=str(exc), code="invalid_arguments", retryable=False)
+            call: Callable[[], Any] = functools.partial(step.invoke_args, arguments)
+        else:
+            call = functools.partial(step.invoke, in_codec.from_json(json_input))
         if step.is_async:
-            awaitable: Any = step.invoke(value)
+            awaitable: Any = call()
         else:
             context = contextvars.copy_context()
-            awaitable = asyncio.get_running_loop().run_in_executor(
-                executor, context.run, step.invoke, value
-            )
+            awaitable = asyncio.get_running_loop().run_in_executor(executor, context.run, call)
         if timeout_ms is None:
             result = await awaitable
         else:
@@ -111,7 +125,7 @@ async def run_handler(
             code="serialization",
             retryable=False,
         )
-    except ValidationError as exc:
+    except (ValidationError, ArgumentValidationError) as exc:
         return None, StepError(message=f'step "{name}": {exc}', code="validation", retryable=False)
     except Exception as exc:
         error = error_of(exc)

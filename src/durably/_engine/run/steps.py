@@ -31,7 +31,7 @@ from durably._core.models import (
     utc_from_ms,
 )
 from durably._engine.control.operator import redispatch_requested
-from durably._engine.defs.registry import RetryPolicy, Step
+from durably._engine.defs.registry import RetryPolicy, Step, step_input_json
 from durably._engine.defs.typed_io import PLAIN, ValueCodec
 from durably._engine.run.execution import SETTLED, STEP_SCOPE, Execution
 
@@ -107,7 +107,7 @@ async def run_step(
     ex.expect_name(seq, cp, name)
     if cp is not None and cp.status == "completed":
         return out_codec.from_json(cp.output)
-    json_input = in_codec.to_json(input)
+    json_input = step_input_json(step, name, input)  # one input, or several as `Args`
     requires = step.requires if step is not None else ()
     remote = ex.host.remote
     if remote is not None:
