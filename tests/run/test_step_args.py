@@ -404,3 +404,30 @@ def test_args_is_a_plain_value() -> None:
     assert repr(Args(1, "x", b=2)) == "durably.Args(1, 'x', b=2)"
     with pytest.raises(TypeError):
         hash(Args(1))
+
+
+async def test_a_retry_policy_rides_with_several_arguments(engine_factory: EngineFactory, uid: str):
+    """`retry=RetryPolicy(...)` is one of the reserved options: given through `.options(...)`
+    or straight to `ctx.step`, it governs a call that passes several arguments."""
+    attempts: list[int] = []
+
+    @durably.step(f"{uid}.flaky")
+    async def flaky(a: int, b: int, *, c: int) -> int:
+        attempts.append(a)
+        if len(attempts) < 3:
+            raise ConnectionError("not yet")
+        return a + b + c
+
+    policy = durably.RetryPolicy(max_attempts=3, retry_on=(ConnectionError,))
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx, n: int) -> int:
+        return await ctx.step(flaky.options(retry=policy), n, 2, c=3)
+
+    async with engine_factory() as engine:
+        handle = await engine.start(wf, 1)
+        assert await handle.result(timeout=RESULT_TIMEOUT) == 6
+        cps = await engine.list_checkpoints(handle.run_id)
+    assert len(attempts) == 3
+    (step,) = [cp for cp in cps if cp.name == f"{uid}.flaky"]
+    assert [e.attempt for e in step.attempt_errors] == [1, 2]
