@@ -99,7 +99,9 @@ class FleetCheck:
         if self._served.get(key, 0.0) > now:
             return
         view = await self.view(namespace)
-        if view.visible and not view.serves(name, version, namespace):
+        if not view.visible:
+            return  # not cached: the first worker to beat is heeded at once
+        if not view.serves(name, version, namespace):
             if await self.names_existing_run(run_id):
                 return
             raise WorkflowNotFoundError(unserved_message(name, version, namespace, view))
