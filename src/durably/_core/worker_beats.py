@@ -39,6 +39,7 @@ __all__ = [
     "MAX_BEAT_ROWS",
     "MAX_NAME_CHARS",
     "PRUNE_AFTER_MS",
+    "UNSERVED_CODE",
     "FleetView",
     "WorkerBeat",
     "beat_from_row",
@@ -61,6 +62,10 @@ MAX_BEAT_ITEMS = 1000
 """At most this many workflows, steps or tokens are kept from one row."""
 MAX_NAME_CHARS = 512
 """A workflow, step, version or token name longer than this is dropped from a row."""
+
+UNSERVED_CODE = "workflow.unserved"
+"""The error code of a run parked because no worker serves its workflow (its `blocked`
+reason), which the read side turns into the run's wait."""
 
 ALL_NAMESPACES = ""
 """The namespace column of a worker that serves every namespace (`Engine(namespace=None)`)."""
