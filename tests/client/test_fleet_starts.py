@@ -171,3 +171,18 @@ async def test_output_type_is_refused_where_it_cannot_apply(store: Any, uid: str
         with pytest.raises(TypeError, match="cannot be validated"):
             await client.start(f"{uid}.invoices.convert", 1, output_type=NotAType)
         assert await client.count_runs() == 0
+
+
+async def test_with_no_worker_beating_an_engine_goes_by_its_registry(
+    store: Any, uid: str
+) -> None:
+    """No fleet to ask: an engine that registers workflows refuses a name it lacks (it knows
+    its app); one that registers none creates the run, as a `Client` does."""
+    convert = convert_workflow(uid)
+    async with Engine(store=store, workflows=[convert], drive=False, **FAST) as app:
+        with pytest.raises(WorkflowNotFoundError, match="is not registered; did you mean"):
+            await app.start(f"{uid}.invoices.convrt", 1)
+    async with Engine(store=store, workflows=[], drive=False, **FAST) as web:
+        handle = await web.start(f"{uid}.invoices.convrt", 1)
+        run = await web.get_run(handle.run_id)
+        assert run is not None and run.status == "pending"

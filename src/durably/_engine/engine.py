@@ -443,9 +443,10 @@ class Engine:
 
         A name not registered here starts when the fleet serves it: live workflow workers
         on the transport, or a live worker's heartbeat row in the store
-        (`durably._engine.control.fleet_check`); refused with the close names otherwise. An
-        engine that drives runs beats itself, so its fleet is never empty; one that does not
-        (`drive=False`), with no worker beating, creates the run like `Client.start`."""
+        (`durably._engine.control.fleet_check`); refused with the close names otherwise.
+        With no worker beating (an engine that drives runs beats itself), an engine that
+        registers workflows refuses a name it lacks, and one that registers none
+        (`workflows=[]`) creates the run like `Client.start`."""
         # The request is checked as it is built: a bad option is refused before the store
         # is even opened.
         request = StartRequest(

@@ -353,8 +353,12 @@ class RunStarts:
         """Start a run of a workflow registered nowhere here, by name with its JSON input
         (its first turn pins the version), when the fleet serves it: live workflow workers
         by convention on the transport (unpinned starts), or a live worker's heartbeat row
-        (`fleet_check`); also when no worker beats at all (`Client.start`'s decision).
-        `WorkflowNotFoundError` with the close names otherwise."""
+        (`fleet_check`). `WorkflowNotFoundError` with the close names otherwise.
+
+        With no worker beating, this engine's registry is the only evidence: an engine that
+        registers workflows refuses a name it lacks (as it always did); one that registers
+        none (`workflows=[]`, a web tier) knows nothing of the app and creates the run, as
+        `Client.start` does."""
         name, version = request.workflow, request.version
         ns = request.namespace or self._namespace
         json_input = plain_input(name, input)
@@ -365,16 +369,16 @@ class RunStarts:
         ):
             return await self._plane.create_run(request, json_input)
         view = await self._fleet.view(ns)
+        known = [wf.name for wf in self._registrations.latest_workflows()]
         if (
-            not view.visible
-            or view.serves(name, version, ns)
+            view.serves(name, version, ns)
+            or (not view.visible and not known)
             or await self._fleet.names_existing_run(request.run_id)
         ):
             return await self._plane.create_run(request, json_input)
         if all(beat.instance_id == self._instance_id for beat in view.beats):
-            # Only this engine beats: its registry's own refusal says it best.
+            # Only this engine beats, or none: its registry's own refusal says it best.
             self._registrations.resolve(name, version)
-        known = [wf.name for wf in self._registrations.latest_workflows()]
         raise WorkflowNotFoundError(unserved_message(name, version, ns, view, known=known))
 
 
