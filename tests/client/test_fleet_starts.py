@@ -173,9 +173,7 @@ async def test_output_type_is_refused_where_it_cannot_apply(store: Any, uid: str
         assert await client.count_runs() == 0
 
 
-async def test_with_no_worker_beating_an_engine_goes_by_its_registry(
-    store: Any, uid: str
-) -> None:
+async def test_with_no_worker_beating_an_engine_goes_by_its_registry(store: Any, uid: str) -> None:
     """No fleet to ask: an engine that registers workflows refuses a name it lacks (it knows
     its app); one that registers none creates the run, as a `Client` does."""
     convert = convert_workflow(uid)
