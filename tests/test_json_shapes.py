@@ -600,7 +600,7 @@ LOOSE_PINNED: dict[str, str] = {
     "fan_page_loose": "FanPage(items=(), total=4, etag=None, not_modified=True)",
     "buffered_signal_loose": "BufferedSignalInfo(token='5', size_bytes=0, buffered_at=None, expires_at=None)",
     "buffered_signal_offset_dates": "BufferedSignalInfo(token='t', size_bytes=3, buffered_at=datetime.datetime(2026, 3, 4, 7, 6, 7, tzinfo=datetime.timezone(datetime.timedelta(seconds=7200))), expires_at=None)",
-    "run_waiting_coerced": "RunWaiting(on='signal', name='7')",
+    "run_waiting_coerced": "RunWaiting(on='signal', name='7', detail=None)",
     "worker_concurrency_empty": "WorkerConcurrency(mode='fixed', limit=0, min=None, max=None)",
     "worker_status_empty": "WorkerStatus(concurrency=WorkerConcurrency(mode='fixed', limit=0, min=None, max=None), in_flight=0, runtime=None, rss_bytes=None, rss_limit_bytes=None, rss_pct=None, cpu_pct=None, throughput_per_min=None, p95_ms=None, last_adjust=None)",
     "worker_status_loose": "WorkerStatus(concurrency=WorkerConcurrency(mode='fixed', limit=0, min=None, max=None), in_flight=2, runtime=None, rss_bytes=None, rss_limit_bytes=None, rss_pct=None, cpu_pct=None, throughput_per_min=None, p95_ms=None, last_adjust={'at': 1})",

@@ -160,9 +160,11 @@ async def test_the_start_quota_overrides_the_workflow_and_applies_without_one(
         with pytest.raises(ConcurrencyLimitError) as info:
             await client.start(plain, {"id": "t2"}, run_id=f"{uid}-t2", concurrency=quota)
         assert (info.value.key, info.value.limit, info.value.active) == ("tenant-7", 1, 1)
+        # By name (the client has no code, so no workflow quota): the start's own applies.
+        # The name is one the fleet serves: an unserved one is refused before any quota.
         with pytest.raises(ConcurrencyLimitError) as zero:
             await client.start(
-                "whatever", {}, run_id=f"{uid}-z", concurrency=ConcurrencyQuota("z", 0)
+                plain.name, {}, run_id=f"{uid}-z", concurrency=ConcurrencyQuota("z", 0)
             )
         assert zero.value.active == 0
         assert await client.get_run(f"{uid}-z") is None

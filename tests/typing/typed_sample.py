@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import assert_type
+from typing import Any, assert_type
 
 import durably
 from durably import RunHandle, Step, WorkflowCtx
@@ -52,5 +52,10 @@ async def use(engine: durably.Engine) -> None:
     assert_type(handle, RunHandle[int])
     assert_type(await handle.result(), int)
     assert_type(await engine.execute(checkout, Order("o", 2)), int)
+    # By name: `output_type=` says what the result is; without it, Any.
+    by_type = await engine.start("checkout", Order("o", 4), output_type=Order)
+    assert_type(by_type, RunHandle[Order])
+    assert_type(await by_type.result(), Order)
+    assert_type(await engine.start("checkout", None), RunHandle[Any])
     assert_type(await charge(Order("o", 3)), str)  # still a plain callable
     assert_type(count("abc"), int)

@@ -270,8 +270,13 @@ def _reason(run: WorkflowRun) -> str:
 
 
 async def waiting_for(engine: Engine, run_id: str) -> list[str]:
-    """The signal / event tokens the run is parked on (children are shown separately)."""
+    """The signal / event tokens the run is parked on (children are shown separately), and
+    what the read side says in words when no worker serves it (its workflow, or the token
+    of a remote step it waits on)."""
     tokens = []
+    said = (await engine.waiting_for([run_id])).get(run_id)
+    if said is not None and said.detail:
+        tokens.append("".join(c if c.isprintable() else "?" for c in said.detail))
     for waiter in await engine.store.list_signal_waiters(""):
         if waiter.run_id != run_id or waiter.token.startswith("child:"):
             continue

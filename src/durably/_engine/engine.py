@@ -25,7 +25,7 @@ from durably._core.errors import RunNotFoundError, WorkflowNotFoundError
 from durably._core.models import RunResult, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
 from durably._core.triggers import refuse_engine_owned_start
-from durably._engine.client.client import Client, HostedClient
+from durably._engine.client.client import Client, HostedClient, output_codec
 from durably._engine.client.deprecation import deprecated
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, UpdateResult, WaitUntil
@@ -76,6 +76,7 @@ INSTANCE_ID_ENV = "DURABLY_INSTANCE_ID"
 
 I = TypeVar("I")
 O = TypeVar("O")
+T = TypeVar("T")
 
 
 class Engine:
@@ -366,9 +367,10 @@ class Engine:
 
     # ================================================================== starting runs
 
+    @overload
     async def start(
         self,
-        workflow: Workflow[I, O] | str,
+        workflow: Workflow[I, O],
         input: Any = None,
         *,
         run_id: str | None = None,
@@ -380,10 +382,71 @@ class Engine:
         concurrency: ConcurrencyQuota | None = None,
         dedup_id: str | None = None,
         on_duplicate: OnDuplicate = "return",
-    ) -> RunHandle[O]:
+        output_type: None = None,
+    ) -> RunHandle[O]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        tags: Sequence[str] | None = None,
+        search_attributes: dict[str, str | int | float | bool] | None = None,
+        priority: int | None = None,
+        version: str | None = None,
+        namespace: str | None = None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
+        output_type: type[T],
+    ) -> RunHandle[T]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        tags: Sequence[str] | None = None,
+        search_attributes: dict[str, str | int | float | bool] | None = None,
+        priority: int | None = None,
+        version: str | None = None,
+        namespace: str | None = None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
+        output_type: None = None,
+    ) -> RunHandle[Any]: ...
+
+    async def start(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        tags: Sequence[str] | None = None,
+        search_attributes: dict[str, str | int | float | bool] | None = None,
+        priority: int | None = None,
+        version: str | None = None,
+        namespace: str | None = None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
+        output_type: Any = None,
+    ) -> RunHandle[Any]:
         """Enqueue a run and return at once. Idempotent by `run_id`. Pending runs are picked
         up by `priority` (higher first; None counts as 0), then oldest. `dedup_id`,
-        `on_duplicate` and `concurrency` are `Client.start`'s (checked with the insert)."""
+        `on_duplicate`, `concurrency` and `output_type` are `Client.start`'s.
+
+        A name not registered here starts when the fleet serves it: live workflow workers
+        on the transport, or a live worker's heartbeat row in the store
+        (`durably._engine.control.fleet_check`); refused with the close names otherwise.
+        With no worker beating (an engine that drives runs beats itself), an engine that
+        registers workflows refuses a name it lacks, and one that registers none
+        (`workflows=[]`) creates the run like `Client.start`."""
         # The request is checked as it is built: a bad option is refused before the store
         # is even opened.
         request = StartRequest(
@@ -399,21 +462,20 @@ class Engine:
             on_duplicate=on_duplicate,
         )
         refuse_engine_owned_start(workflow, run_id)
+        output = output_codec(workflow, output_type)
         await self._ensure_open()
         worker = self._worker
         try:
             wf = worker.resolve(workflow, version)
         except WorkflowNotFoundError:
-            # Not registered here: a workflow that live workflow workers serve starts by
-            # name (its first turn pins the version); a pinned version never does.
-            if not isinstance(workflow, str) or version is not None:
+            # Not registered here: a workflow the fleet serves starts by name (its first
+            # turn pins the version); a pinned version only when a live worker has it.
+            if not isinstance(workflow, str):
                 raise
-            remote_id = await worker.start_served_remotely(input, request)
-            if remote_id is None:
-                raise
-            return RunHandle(self, remote_id)
+            remote_id = await worker.start_served_elsewhere(input, request)
+            return RunHandle(self, remote_id, output=output)
         rid = await worker.create_run(wf, worker.prepare_input(wf, input), request)
-        return RunHandle(self, rid, wf)
+        return RunHandle(self, rid, wf, output=output)
 
     async def execute(
         self,

@@ -48,7 +48,7 @@ __all__ = [
     "WorkflowDirectory",
 ]
 
-WaitingOn = Literal["signal", "webhook", "child", "breakpoint"]
+WaitingOn = Literal["signal", "webhook", "child", "breakpoint", "worker", "step"]
 
 
 # ---------------------------------------------------------------- list rows
@@ -56,11 +56,14 @@ WaitingOn = Literal["signal", "webhook", "child", "breakpoint"]
 
 @dataclass(frozen=True, slots=True)
 class RunWaiting(JsonObject):
-    """What an event-parked suspended run waits on: a signal, a webhook, a child or a
-    breakpoint, and its name."""
+    """What a waiting run waits on, and its name: a suspended run's signal, webhook, child
+    or breakpoint; a parked run's `worker` (no worker serves its workflow, the name); a
+    suspended run's remote `step` whose routing token (the name) no live worker beats on.
+    `detail` says the last two in words ("no worker serves workflow 'x'")."""
 
     on: WaitingOn
     name: str
+    detail: str | None = None
 
 
 #: Payload fields the HTTP list row leaves out (a list never ships payloads).

@@ -42,6 +42,7 @@ from durably._core.run_facets import (
     unpaged,
     values_of,
 )
+from durably._read.beats import step_waits, unserved_waiting
 from durably._read.list_models import (
     GroupHealth,
     RunListItem,
@@ -163,8 +164,13 @@ def index_waiters_by_run(waiters: Iterable[SignalWaiter]) -> dict[str, SignalWai
 def resolve_run_waiting(
     run: WorkflowRun, waiter_by_run: Mapping[str, SignalWaiter]
 ) -> RunWaiting | None:
-    """None unless the run is suspended AND has a waiter (a bare sleep, an in-flight remote
-    step or a reconcile-parked orphan is deliberately not guessed)."""
+    """A run parked because no worker serves its workflow: `worker` (from its row). Else
+    None unless the run is suspended AND has a waiter (a bare sleep, an in-flight remote
+    step or a reconcile-parked orphan is deliberately not guessed; a remote step no worker
+    consumes is found by `beats.step_waits`)."""
+    parked = unserved_waiting(run)
+    if parked is not None:
+        return parked
     if run.status != "suspended":
         return None
     waiter = waiter_by_run.get(run.id)
@@ -180,31 +186,45 @@ def stamp_waiting(
 
 async def list_run_items(store: RunListStore, query: RunQuery) -> list[RunListItem]:
     """The run list with what each run waits on: `store.list_runs(query)`, then ONE bulk
-    `list_signal_waiters('')` (skipped when no listed run is suspended), stamped."""
+    `list_signal_waiters('')` (skipped when no listed run is suspended), stamped; the
+    suspended runs left without a wait are looked at for a remote step no worker consumes
+    (`beats.step_waits`, bounded)."""
     runs: list[WorkflowRun] = await store.list_runs(query)
     if not any(r.status == "suspended" for r in runs):
-        return [RunListItem(run=r) for r in runs]
+        return [RunListItem(run=r, waiting=unserved_waiting(r)) for r in runs]
     waiters: list[SignalWaiter] = await store.list_signal_waiters("")
-    return stamp_waiting(runs, waiters)
+    items = stamp_waiting(runs, waiters)
+    steps = await step_waits(store, [i.run for i in items if i.waiting is None])
+    if not steps:
+        return items
+    return [
+        RunListItem(run=i.run, waiting=steps[i.run.id]) if i.run.id in steps else i for i in items
+    ]
 
 
 async def waiting_for(store: RunListStore, run_ids: Iterable[str]) -> dict[str, RunWaiting]:
-    """What each requested run waits on: entries only for runs that are suspended on an
-    event-type waiter right now. `[]` → `{}` without touching the store."""
+    """What each requested run waits on: entries only for runs that wait right now — on an
+    event-type waiter (suspended), on a worker for its workflow (parked `blocked`), or on a
+    remote step no live worker consumes (suspended). `[]` → `{}` without touching the
+    store."""
     wanted = set(run_ids)
     if not wanted:
         return {}
-    suspended, waiters = await asyncio.gather(
-        store.list_runs(RunQuery(statuses=("suspended",))),
+    waiting_runs, waiters = await asyncio.gather(
+        store.list_runs(RunQuery(statuses=("suspended", "blocked"))),
         store.list_signal_waiters(""),
     )
     index = index_waiters_by_run(waiters)
     out: dict[str, RunWaiting] = {}
-    for run in suspended:
+    unexplained: list[WorkflowRun] = []
+    for run in waiting_runs:
         if run.id in wanted:
             waiting = resolve_run_waiting(run, index)
             if waiting is not None:
                 out[run.id] = waiting
+            elif run.status == "suspended":
+                unexplained.append(run)
+    out.update(await step_waits(store, unexplained))
     return out
 
 

@@ -49,6 +49,7 @@ from durably._core.run_facets import (
     RunValueFacetOptions,
     RunValueFacetRow,
 )
+from durably._core.worker_beats import ALL_NAMESPACES, WorkerBeat, beat_from_row, beat_info_json
 from durably._store.derived import DerivedStoreMethods
 from durably._store.memory_aggregates import MemoryCheckpointAggregates
 from durably._store.memory_facets import MemoryRunFacets
@@ -101,6 +102,8 @@ class InMemoryStateStore(DerivedStoreMethods):
         )
         self._wake_handlers: list[WakeHandler] = []
         self._instance_holds: set[str] = set()
+        # (namespace, instance_id) -> (beat_at, started_at, info JSON text)
+        self._beats: dict[tuple[str, str], tuple[int, int, str]] = {}
 
     # ------------------------------------------------------------------ test hooks
 
@@ -641,6 +644,44 @@ class InMemoryStateStore(DerivedStoreMethods):
         self, tag: str, workflow: str, limit: int, now_ms: int
     ) -> list[str]:
         return await self._admission.wake_singleton_waiters(tag, workflow, limit, now_ms)
+
+    # ------------------------------------------------------------------ worker heartbeats
+    # Kept as the SQL store keeps them (the key, the times, the `info` JSON text) and read
+    # back through the same bounded reader, so an odd row reads the same on every store.
+
+    async def beat_worker(self, beat: WorkerBeat) -> None:
+        self._tables.tick()
+        self._beats[(beat.namespace, beat.instance_id)] = (
+            beat.beat_at,
+            beat.started_at,
+            beat_info_json(beat),
+        )
+
+    async def list_worker_beats(
+        self, namespace: str | None, since_ms: int, limit: int
+    ) -> list[WorkerBeat]:
+        self._tables.tick()
+        rows = sorted(
+            (
+                (at, ns, iid, started, info)
+                for (ns, iid), (at, started, info) in self._beats.items()
+                if at >= since_ms and (namespace is None or ns in (namespace, ALL_NAMESPACES))
+            ),
+            key=lambda row: (-row[0], row[1], row[2]),
+        )[: max(limit, 0)]
+        found = (beat_from_row(ns, iid, at, started, info) for at, ns, iid, started, info in rows)
+        return [beat for beat in found if beat is not None]
+
+    async def forget_worker(self, namespace: str, instance_id: str) -> None:
+        self._tables.tick()
+        self._beats.pop((namespace, instance_id), None)
+
+    async def prune_worker_beats(self, before_ms: int) -> int:
+        self._tables.tick()
+        stale = [key for key, (at, _, _) in self._beats.items() if at < before_ms]
+        for key in stale:
+            del self._beats[key]
+        return len(stale)
 
 
 class _MemoryHold:

@@ -42,6 +42,8 @@ checkpoint), so no store carries a method for tests alone.
 - `AdmissionStore`: workflow start admission under dedup keys, singletons and quotas, each
   call one transaction: the control plane's starts, the flow-control singleton and the
   worker's first turn of a run started by name.
+- `FleetStore`: the workers' heartbeat rows (`durably._core.worker_beats`): a worker's beat,
+  the live rows a start by name or the read side checks, and their removal.
 
 One capability is genuinely optional, and a store declares it by its answer rather than by
 the method's absence: `wake_bus()` returns None when the store has no cross-process channel
@@ -83,6 +85,7 @@ from durably._core.run_facets import (
     RunValueFacetOptions,
     RunValueFacetRow,
 )
+from durably._core.worker_beats import WorkerBeat
 
 __all__ = [
     "BULK_CHUNK",
@@ -474,6 +477,28 @@ class AdmissionStore(Protocol):
     ) -> list[str]: ...
 
 
+class FleetStore(Protocol):
+    """The workers' heartbeat rows, one per `(namespace, instance_id)`.
+
+    - `beat_worker(beat)`: upsert the worker's row (one statement).
+    - `list_worker_beats(namespace, since_ms, limit)`: the rows that beat at or after
+      `since_ms`, of `namespace` and of workers serving every namespace (namespace
+      `ALL_NAMESPACES`; None: every row), newest beat first, at most `limit`. Rows are read
+      as stored data: a row that cannot be read is skipped, and its lists are bounded
+      (`beat_from_row`).
+    - `forget_worker(namespace, instance_id)`: delete the row (a worker closing cleanly).
+    - `prune_worker_beats(before_ms)`: delete every row that last beat before `before_ms`;
+      how many.
+    """
+
+    async def beat_worker(self, beat: WorkerBeat) -> None: ...
+    async def list_worker_beats(
+        self, namespace: str | None, since_ms: int, limit: int
+    ) -> list[WorkerBeat]: ...
+    async def forget_worker(self, namespace: str, instance_id: str) -> None: ...
+    async def prune_worker_beats(self, before_ms: int) -> int: ...
+
+
 @runtime_checkable
 class StateStore(
     StoreLifecycle,
@@ -487,6 +512,7 @@ class StateStore(
     EventStore,
     ReadStore,
     AdmissionStore,
+    FleetStore,
     Protocol,
 ):
     """Every role: what the engine and the read side need from a store. All methods but
@@ -506,6 +532,7 @@ STORE_ROLES: tuple[type, ...] = (
     EventStore,
     ReadStore,
     AdmissionStore,
+    FleetStore,
 )
 
 

@@ -44,13 +44,19 @@ from durably._engine.client.run_gateway import RunEventListener
 from durably._engine.client.session import ClientSession, HostedSession, StoreSession
 from durably._engine.client.signal_api import BufferedSignals
 from durably._engine.control import operator, signals
+from durably._engine.control.fleet_check import FleetCheck
 from durably._engine.control.plane import ControlPlane
 from durably._engine.control.signals import BufferBounds, buffer_policy
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.options import UNSET, EngineOptions, Unset, merge_options
 from durably._engine.defs.registry import Workflow
 from durably._engine.defs.stores import open_store
-from durably._engine.defs.typed_io import PLAIN, validation_details
+from durably._engine.defs.typed_io import (
+    PLAIN,
+    ValueCodec,
+    output_type_codec,
+    validation_details,
+)
 from durably._engine.flow.quotas import OnDuplicate
 from durably._read import lists
 from durably._read.list_models import (
@@ -71,10 +77,11 @@ if TYPE_CHECKING:
 
     from durably._store.protocol import StateStore
 
-__all__ = ["Client", "HostedClient", "prepare_input", "workflow_name"]
+__all__ = ["Client", "HostedClient", "output_codec", "prepare_input", "workflow_name"]
 
 I = TypeVar("I")
 O = TypeVar("O")
+T = TypeVar("T")
 
 
 def prepare_input(workflow: Workflow[Any, Any], input: Any) -> JSONValue:
@@ -105,6 +112,19 @@ def workflow_name(workflow: Workflow[Any, Any] | str) -> str:
     if not isinstance(workflow, str) or not workflow:
         raise TypeError(f"workflow must be a Workflow or its name, not {workflow!r}")
     return workflow
+
+
+def output_codec(workflow: Workflow[Any, Any] | str, output_type: Any) -> ValueCodec | None:
+    """The codec a start's `output_type=` asks for (None when not given); a `TypeError` when
+    given with a `Workflow` object, whose return annotation already says its output type."""
+    if output_type is None:
+        return None
+    if isinstance(workflow, Workflow):
+        raise TypeError(
+            f"output_type= is for starts by name; the Workflow {workflow.name!r} already "
+            "decodes its output with its return annotation"
+        )
+    return output_type_codec(output_type)
 
 
 def plain_input(name: str, input: Any) -> JSONValue:
@@ -190,6 +210,7 @@ class Client:
         self.store = session.plane.store  # what it reads and writes (wrapped by its codec)
         self._store = self.store
         self._reads = RunReads(self.store)
+        self._fleet = FleetCheck(self.store)
         self._buffered = BufferedSignals(self.store, opener=session.open)
         self._watches = RowWatches(self.store)
 
@@ -241,6 +262,7 @@ class Client:
         concurrency: ConcurrencyQuota | None = None,
         dedup_id: str | None = None,
         on_duplicate: OnDuplicate = "return",
+        output_type: None = None,
     ) -> RunHandle[O]: ...
 
     @overload
@@ -258,6 +280,25 @@ class Client:
         concurrency: ConcurrencyQuota | None = None,
         dedup_id: str | None = None,
         on_duplicate: OnDuplicate = "return",
+        output_type: type[T],
+    ) -> RunHandle[T]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        tags: Sequence[str] | None = None,
+        search_attributes: dict[str, str | int | float | bool] | None = None,
+        priority: int | None = None,
+        version: str | None = None,
+        namespace: str | None = None,
+        concurrency: ConcurrencyQuota | None = None,
+        dedup_id: str | None = None,
+        on_duplicate: OnDuplicate = "return",
+        output_type: None = None,
     ) -> RunHandle[Any]: ...
 
     async def start(
@@ -274,6 +315,7 @@ class Client:
         concurrency: ConcurrencyQuota | None = None,
         dedup_id: str | None = None,
         on_duplicate: OnDuplicate = "return",
+        output_type: Any = None,
     ) -> RunHandle[Any]:
         """Create a `pending` run and return its handle at once; idempotent by `run_id`
         (a run of the same workflow in the same namespace is returned as it is; a run of
@@ -293,7 +335,15 @@ class Client:
         validator (`InputValidationError`) and the run is pinned to its version. With a
         name the input must be JSON; the worker that executes the run validates it (an
         invalid input fails the run with the validation error) and, without `version`,
-        runs its newest registered version of the workflow.
+        runs its newest registered version of the workflow. `output_type=T` (by name only:
+        a `Workflow` carries its own) makes the handle a `RunHandle[T]` whose `result()`
+        validates the stored output as a `T` (`SerializationError` when it is not one).
+
+        A start by name is checked against the fleet (`durably._engine.control.fleet_check`):
+        when workers of the namespace beat in the store and none serves the name (or the
+        pinned `version`), `WorkflowNotFoundError` names the close names they serve and no
+        run is written. When no worker beats at all the run is created: workers may start
+        later.
 
         `priority`: pending runs are picked up higher first, then oldest (None counts as 0);
         the run's children, fan members, retries and continuations carry it too.
@@ -312,12 +362,22 @@ class Client:
             dedup_id=dedup_id,
             on_duplicate=on_duplicate,
         )
-        return await self._start(workflow, input, request)
+        return await self._start(
+            workflow, input, request, output=output_codec(workflow, output_type)
+        )
 
     async def _start(
-        self, workflow: Workflow[Any, Any] | str, input: Any, request: StartRequest
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any,
+        request: StartRequest,
+        *,
+        output: ValueCodec | None = None,
+        check_fleet: bool = True,
     ) -> RunHandle[Any]:
-        """Create the run `request` asks for (its workflow given as an object or by name)."""
+        """Create the run `request` asks for (its workflow given as an object or by name).
+        A name typed by the caller is checked against the fleet (`check_fleet`); a name read
+        from a stored run (a retry) is not: that run's workflow was served once."""
         refuse_engine_owned_start(workflow, request.run_id)
         await self._session.open()
         version = request.version
@@ -333,8 +393,13 @@ class Client:
         if wf is not None:
             rid = await self._plane.create_run(request, prepare_input(wf, input), registered=wf)
             return RunHandle(self, rid, wf, self._plane.registration)
-        rid = await self._plane.create_run(request, plain_input(request.workflow, input))
-        return RunHandle(self, rid, None, self._plane.registration)
+        json_input = plain_input(request.workflow, input)
+        if check_fleet:
+            await self._fleet.check(
+                request.workflow, version, request.namespace or self.namespace, request.run_id
+            )
+        rid = await self._plane.create_run(request, json_input)
+        return RunHandle(self, rid, None, self._plane.registration, output=output)
 
     async def execute(
         self,
@@ -486,7 +551,7 @@ class Client:
             priority=run.priority,  # a fix-and-replay is as urgent as the run it replaces
             namespace=run.namespace,
         )
-        await self._start(registered or run.workflow, input, request)
+        await self._start(registered or run.workflow, input, request, check_fleet=False)
         return new_id
 
     async def continue_run(self, run_id: str) -> RunResult | None:

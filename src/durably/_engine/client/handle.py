@@ -8,11 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
-from durably._core.errors import RunFailedError, RunNotFoundError
+from pydantic import ValidationError
+
+from durably._core.errors import RunFailedError, RunNotFoundError, SerializationError
 from durably._core.models import JSONValue, RunStatus, WorkflowRun, replace
 
 if TYPE_CHECKING:
     from durably._engine.defs.registry import Workflow
+    from durably._engine.defs.typed_io import ValueCodec
     from durably._store.protocol import StateStore
 
 O = TypeVar("O")
@@ -46,9 +49,10 @@ Lookup = Callable[[str, "str | None"], "Workflow[Any, Any] | None"]
 class RunHandle(Generic[O]):
     """A started run: `await handle.result()` for its output.
 
-    The output is decoded with the workflow's return annotation when the workflow is known
-    here (`workflow`, or found by `lookup` — an engine's registry); otherwise — a client
-    without the workflow's code — `result()` returns the stored JSON value.
+    The output is decoded with `output` when the start gave one (`output_type=`, a start by
+    name), else with the workflow's return annotation when the workflow is known here
+    (`workflow`, or found by `lookup` — an engine's registry); otherwise — a client without
+    the workflow's code — `result()` returns the stored JSON value.
     """
 
     def __init__(
@@ -57,11 +61,14 @@ class RunHandle(Generic[O]):
         run_id: str,
         workflow: Workflow[Any, O] | None = None,
         lookup: Lookup | None = None,
+        *,
+        output: ValueCodec | None = None,
     ):
         self._source = source
         self.run_id = run_id
         self._workflow = workflow
         self._lookup = lookup
+        self._output = output
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id!r}>"
@@ -71,6 +78,15 @@ class RunHandle(Generic[O]):
         run = await self._source.wait_for_run(self.run_id, timeout=timeout, until="terminal")
         if run.status != "completed":
             raise RunFailedError(run.id, run.status, run.error)
+        if self._output is not None and run.output is not None:
+            try:
+                typed: O = self._output.from_json(run.output)
+            except ValidationError as exc:
+                raise SerializationError(
+                    f"the output of run {run.id} is not a {self._output.annotation!r}: "
+                    + str(exc).replace("\n", "; ")
+                ) from None
+            return typed
         workflow = self._workflow
         if workflow is None and self._lookup is not None:
             workflow = self._lookup(run.workflow, run.workflow_version or None)

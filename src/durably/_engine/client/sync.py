@@ -215,6 +215,7 @@ class SyncClient:
         concurrency: ConcurrencyQuota | None = None,
         dedup_id: str | None = None,
         on_duplicate: OnDuplicate = "return",
+        output_type: Any = None,
     ) -> SyncRunHandle[O]:
         handle: RunHandle[O] = self._loop.call(
             self._client.start(
@@ -229,6 +230,7 @@ class SyncClient:
                 concurrency=concurrency,
                 dedup_id=dedup_id,
                 on_duplicate=on_duplicate,
+                output_type=output_type,
             )
         )
         return SyncRunHandle(handle, self._loop)

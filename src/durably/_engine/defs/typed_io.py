@@ -294,3 +294,16 @@ def _decoded(codec: ValueCodec, value: Any, parameter: str) -> Any:
 
 
 PLAIN_ARGS = ArgCodecs(None)
+
+
+def output_type_codec(output_type: Any) -> ValueCodec:
+    """The codec of a start's `output_type=` (the output type of a run started by name):
+    `TypeError` naming the type when pydantic cannot validate it, instead of the plain-JSON
+    fallback a workflow's annotation gets — a type given on purpose must be honoured."""
+    if output_type in _PLAIN:
+        return ValueCodec(None)
+    try:
+        TypeAdapter(output_type)
+    except Exception as exc:
+        raise TypeError(f"output_type={output_type!r} cannot be validated: {exc}") from None
+    return ValueCodec(output_type)

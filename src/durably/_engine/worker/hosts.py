@@ -25,6 +25,7 @@ from durably._core.errors import WorkflowNotFoundError
 from durably._core.models import JSONValue, RunResult, StepCheckpoint, StepError, WorkflowRun
 from durably._engine.client.client import plain_input
 from durably._engine.client.client import prepare_input as validated_input
+from durably._engine.control.fleet_check import FleetCheck, unserved_message
 from durably._engine.control.operator import cancel as cancel_run
 from durably._engine.control.operator import current_task
 from durably._engine.control.plane import ControlPlane
@@ -247,8 +248,11 @@ class RunStarts:
         *,
         clock: Callable[[], int],
         namespace: str | None,
+        instance_id: str,
     ):
         self._plane = plane
+        self._fleet = FleetCheck(plane.store)
+        self._instance_id = instance_id
         self._registrations = registrations
         self._deliveries = deliveries
         self._tasks = tasks
@@ -345,15 +349,37 @@ class RunStarts:
         request = StartRequest(workflow=wf.name, run_id=run_id)
         return await self.create_run(wf, self._registrations.prepare_input(wf, payload), request)
 
-    async def start_served_remotely(self, input: Any, request: StartRequest) -> str | None:
-        """Start a run of a workflow registered nowhere here but served by live workflow
-        workers (by convention): created by name with its JSON input, the version pinned by
-        its first turn. None when no live worker serves it."""
-        name = request.workflow
+    async def start_served_elsewhere(self, input: Any, request: StartRequest) -> str:
+        """Start a run of a workflow registered nowhere here, by name with its JSON input
+        (its first turn pins the version), when the fleet serves it: live workflow workers
+        by convention on the transport (unpinned starts), or a live worker's heartbeat row
+        (`fleet_check`). `WorkflowNotFoundError` with the close names otherwise.
+
+        With no worker beating, this engine's registry is the only evidence: an engine that
+        registers workflows refuses a name it lacks (as it always did); one that registers
+        none (`workflows=[]`, a web tier) knows nothing of the app and creates the run, as
+        `Client.start` does."""
+        name, version = request.workflow, request.version
         ns = request.namespace or self._namespace
-        if self._remote is None or not await self._remote.serves_workflow(name, ns):
-            return None
-        return await self._plane.create_run(request, plain_input(name, input))
+        json_input = plain_input(name, input)
+        if (
+            version is None
+            and self._remote is not None
+            and await self._remote.serves_workflow(name, ns)
+        ):
+            return await self._plane.create_run(request, json_input)
+        view = await self._fleet.view(ns)
+        known = [wf.name for wf in self._registrations.latest_workflows()]
+        if (
+            view.serves(name, version, ns)
+            or (not view.visible and not known)
+            or await self._fleet.names_existing_run(request.run_id)
+        ):
+            return await self._plane.create_run(request, json_input)
+        if all(beat.instance_id == self._instance_id for beat in view.beats):
+            # Only this engine beats, or none: its registry's own refusal says it best.
+            self._registrations.resolve(name, version)
+        raise WorkflowNotFoundError(unserved_message(name, version, ns, view, known=known))
 
 
 class Settling:

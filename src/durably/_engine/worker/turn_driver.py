@@ -130,6 +130,8 @@ class TurnDriver:
         self._fallback_wake_at = fallback_wake_at
         self._continue_as = continue_as
         self._remote = remote
+        # The unserved workflows logged already (once per workflow and version).
+        self._unserved_logged = unserved.LogOnce()
 
     async def run_one(self, run_id: str) -> bool:
         """Lease the run, then execute one turn on this instance.
@@ -225,7 +227,11 @@ class TurnDriver:
         self._runs.take_fresh(run.id)  # its first turn is not now
         try:
             await unserved.park(
-                self._settle, run, self._clock(), parked_before=parked_before or None
+                self._settle,
+                run,
+                self._clock(),
+                parked_before=parked_before or None,
+                once=self._unserved_logged,
             )
         except Exception as exc:
             log.warning("run %s: could not park it (%s); it will be retried", run.id, exc)
@@ -246,14 +252,16 @@ class TurnDriver:
         workflow = self._registration(run.workflow, run.workflow_version or None)
         if workflow is None:
             # Not registered here: the run waits (the prior version must stay deployed so
-            # in-flight runs drain).
-            log.error(
-                "run %s needs workflow %s@%s, which is not registered on this engine — keep the "
-                "prior version deployed so in-flight runs can drain",
-                run.id,
-                run.workflow,
-                run.workflow_version,
-            )
+            # in-flight runs drain). Said once per workflow: the run is retried at every
+            # poll, and an ERROR per poll buried every other line of the log.
+            if self._unserved_logged.first(run.workflow, run.workflow_version):
+                log.error(
+                    "run %s needs workflow %s@%s, which is not registered on this engine — "
+                    "keep the prior version deployed so in-flight runs can drain",
+                    run.id,
+                    run.workflow,
+                    run.workflow_version,
+                )
             await store.release_run_lock(run.id)
             return None
         # A run created here has no checkpoints to read on its first turn — only while it is

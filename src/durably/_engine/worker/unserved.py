@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from durably._core import worker_beats
 from durably._core.models import RunPatch, RunStatus, StepError, WorkflowRun, replace
 from durably._engine.control.settle import SettleHost, release_quietly, update_if_status
 from durably._engine.defs.events import EngineEvent
@@ -31,14 +32,37 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably")
 
-UNSERVED_CODE = "workflow.unserved"
+UNSERVED_CODE = worker_beats.UNSERVED_CODE
 # The first re-check comes this long after the first park; each later one waits twice as
 # long as the one before, up to the cap.
 FIRST_RECHECK_MS = 5_000
 MAX_RECHECK_MS = 300_000
-# The statuses a run may be parked from: a pending run (never picked up, or recovered) and
-# a run between turns. A `running` or `cancelling` run is left to the turn driver.
-PARKABLE: tuple[RunStatus, ...] = ("pending", "suspended", "blocked")
+# The statuses a run may be parked from: a pending run (never picked up, or recovered), a
+# run between turns, and a `cancelling` run recovered from a process that died while its
+# saga unwound (its compensation needs the workflow's code: without it, releasing the run
+# made recovery claim it again at every poll, logging an ERROR each time, until its
+# recovery attempts ran out and it went `dead`). A `running` run is left to the turn driver.
+PARKABLE: tuple[RunStatus, ...] = ("pending", "suspended", "blocked", "cancelling")
+
+
+class LogOnce:
+    """The workflows (name, version) a process has logged an unserved run of: the first run
+    parked is logged, the next ones of the same workflow only at debug level — a thousand
+    starts of one misspelt name are one warning, and each run still shows its reason.
+    Bounded: past `limit` names it starts over (a name logged twice beats a leak)."""
+
+    def __init__(self, limit: int = 10_000):
+        self._seen: set[tuple[str, str]] = set()
+        self._limit = limit
+
+    def first(self, workflow: str, version: str) -> bool:
+        key = (workflow, version)
+        if key in self._seen:
+            return False
+        if len(self._seen) >= self._limit:
+            self._seen.clear()
+        self._seen.add(key)
+        return True
 
 
 def recheck_delay_ms(checks: int) -> int:
@@ -71,10 +95,12 @@ def check_count(run: WorkflowRun) -> int:
 
 def _origin(run: WorkflowRun) -> RunStatus:
     """The status a parked run goes back to when a worker takes it: `pending` when it was
-    parked before any turn of it began, else `suspended` (its next turn replays it)."""
-    if is_parked(run):
-        return "pending" if _details(run).get("origin") == "pending" else "suspended"
-    return "pending" if run.status == "pending" else "suspended"
+    parked before any turn of it began, `cancelling` when its saga was unwinding (its turn
+    goes on unwinding), else `suspended` (its next turn replays it)."""
+    origin = _details(run).get("origin") if is_parked(run) else run.status
+    if origin in ("pending", "cancelling"):
+        return "pending" if origin == "pending" else "cancelling"
+    return "suspended"
 
 
 def reason(run: WorkflowRun) -> str:
@@ -95,13 +121,19 @@ def serves(workflows: list[Workflow[Any, Any]], run: WorkflowRun) -> bool:
 
 
 async def park(
-    host: SettleHost, run: WorkflowRun, now_ms: int, *, parked_before: int | None = None
+    host: SettleHost,
+    run: WorkflowRun,
+    now_ms: int,
+    *,
+    parked_before: int | None = None,
+    once: LogOnce | None = None,
 ) -> bool:
     """Park a leased run no worker here serves: `blocked`, the reason as its error, due again
     after the back-off, the lease released — one conditional write. Logged (and
-    `run.blocked` emitted) the first time only. `parked_before` is how often it was parked
-    before when the row no longer says (it was unparked a moment ago). False when the run changed
-    meanwhile (its lease is then given back)."""
+    `run.blocked` emitted) the first time only — and with `once`, only for the first run of
+    its workflow. `parked_before` is how often it was parked before when the row no longer
+    says (it was unparked a moment ago). False when the run changed meanwhile (its lease is
+    then given back)."""
     checks = (check_count(run) if parked_before is None else parked_before) + 1
     error = StepError(
         message=reason(run),
@@ -119,16 +151,22 @@ async def park(
     if not await update_if_status(host, run.id, patch, (run.status,)):
         await release_quietly(host, run.id)
         return False
-    if checks == 1:
+    if checks > 1:
+        log.debug("run %s still unserved (check %d)", run.id, checks)
+    elif once is not None and not once.first(run.workflow, run.workflow_version):
+        log.debug("run %s parked: workflow %r is unserved (logged once)", run.id, run.workflow)
+    else:
         log.warning(
             "run %s parked: no worker here serves workflow %r version %r (keep the version "
-            "deployed while runs of it remain); re-checked with a back-off from %d s to %d s",
+            "deployed while runs of it remain); re-checked with a back-off from %d s to %d s "
+            "(later runs of it are parked without a warning)",
             run.id,
             run.workflow,
             run.workflow_version or "(newest)",
             FIRST_RECHECK_MS // 1000,
             MAX_RECHECK_MS // 1000,
         )
+    if checks == 1:
         host.events.emit(
             EngineEvent(
                 type="run.blocked",
@@ -139,8 +177,6 @@ async def park(
                 reason=error.message,
             )
         )
-    else:
-        log.debug("run %s still unserved (check %d)", run.id, checks)
     host.wakes.announce_soon("settled", run.id)
     return True
 

@@ -45,6 +45,7 @@ from durably._engine.gateway.server import WorkerHealth as WorkerHealthRead
 from durably._engine.remote.turns import RemoteTurns
 from durably._engine.run.in_process import InProcessTransport
 from durably._engine.run.resident import ResidentSet
+from durably._engine.worker.beats import WorkerBeats
 from durably._engine.worker.deliveries import Deliveries
 from durably._engine.worker.dispatcher import Dispatcher
 from durably._engine.worker.fleet import FleetLink
@@ -174,7 +175,13 @@ class Worker:
             ),
         )
         starts = self._starts = RunStarts(
-            plane, registrations, deliveries, dispatcher, clock=clock, namespace=namespace
+            plane,
+            registrations,
+            deliveries,
+            dispatcher,
+            clock=clock,
+            namespace=namespace,
+            instance_id=instance_id,
         )
         poller = self._poller = Poller(
             store,
@@ -247,6 +254,18 @@ class Worker:
             remote=turns,
         )
         dispatcher.connect(self._driver, nudge=deliveries.nudge, after_turn=self._after_turn)
+        # Its heartbeat row: only a process that drives runs or serves steps is a worker.
+        self._beats = (
+            WorkerBeats(
+                store,
+                instance_id=instance_id,
+                namespace=namespace,
+                served=self._served_now,
+                directories=self.worker_directories,
+            )
+            if drive_runs or self._serves_steps
+            else None
+        )
         self._results = ResultSettler(
             store,
             dispatcher,
@@ -376,6 +395,17 @@ class Worker:
         (set by the engine before it opens; without it the verb is refused)."""
         self._health_read = health
 
+    def _served_now(self) -> tuple[list[tuple[str, str]], list[str]]:
+        """What this worker's heartbeat row says it serves: the workflows it drives (every
+        registered version) and the steps it runs."""
+        workflows = (
+            [(wf.name, wf.version) for wf in self._registrations.registered_workflows()]
+            if self.drive_runs
+            else []
+        )
+        steps = self._registrations.served_steps() if self._serves_steps else []
+        return workflows, steps
+
     def worker_directories(self) -> list[tuple[str, WorkerDirectory]]:
         """The members of the transport pool that can say which workers are live, by id."""
         return self._fleet.directories() if self._fleet is not None else []
@@ -436,6 +466,10 @@ class Worker:
                     self._registrations.step_definition,
                     lambda: self.executor,
                 )
+        if self._beats is not None:
+            # After the step servers and the result consumers are up: the row says what
+            # this process serves, so a start by name right after it opened is judged by it.
+            await self._beats.open()
         if self.drive_runs:
             self._background = [
                 asyncio.create_task(self._poller.poll_loop(), name="durably-poller"),
@@ -473,6 +507,8 @@ class Worker:
     async def close(self, drain_timeout: float) -> None:
         """Drain, stop the loops and the wake bus, release the instance id, cancel the
         background deliveries still running, stop the thread pool."""
+        if self._beats is not None:
+            await self._beats.close()  # first: a start from now on must not count on us
         await self.drain(drain_timeout)
         if self._fleet is not None:
             await self._fleet.close(drain_timeout)
@@ -555,10 +591,10 @@ class Worker:
     ) -> int:
         return await self._starts.publish_event(name, payload, id=id, buffer=buffer)
 
-    async def start_served_remotely(self, input: Any, request: StartRequest) -> str | None:
-        """A run of a workflow served only by live workflow workers; None when none serves
-        it (`RunStarts.start_served_remotely`)."""
-        return await self._starts.start_served_remotely(input, request)
+    async def start_served_elsewhere(self, input: Any, request: StartRequest) -> str:
+        """A run of a workflow not registered here that the fleet serves
+        (`RunStarts.start_served_elsewhere`)."""
+        return await self._starts.start_served_elsewhere(input, request)
 
     # ================================================================== listeners
 

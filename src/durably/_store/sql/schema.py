@@ -261,6 +261,23 @@ run_dedup = Table(
     PrimaryKeyConstraint("dedup_key"),
 )
 
+# ------------------------------------------------------------------ worker heartbeats
+
+# durably (migration 8): one row per worker, upserted every few seconds (`beats.py`,
+# `durably._core.worker_beats`). `namespace` is '' for a worker serving every namespace;
+# `info` is the JSON of what it serves; times are wall-clock epoch ms.
+worker_beats = Table(
+    "durable_worker_beats",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("instance_id", Text, nullable=False),
+    Column("beat_at", BigInteger, nullable=False),
+    Column("started_at", BigInteger, nullable=False),
+    Column("info", Text, nullable=False),
+    PrimaryKeyConstraint("namespace", "instance_id"),
+)
+Index("durable_worker_beats_beat_at_idx", worker_beats.c.beat_at)
+
 # ------------------------------------------------------------------ durable_schema_version
 
 # One row per applied migration (migrations.py). Bootstrap table: never migrated itself.
@@ -297,4 +314,5 @@ __all__ = [
     "schema_version",
     "tags",
     "waiters",
+    "worker_beats",
 ]

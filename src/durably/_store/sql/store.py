@@ -55,6 +55,7 @@ from durably._core.run_facets import (
     RunValueFacetOptions,
     RunValueFacetRow,
 )
+from durably._core.worker_beats import WorkerBeat
 from durably._store.derived import DerivedStoreMethods
 from durably._store.protocol import InstanceHold, StateStore, WakeBus
 from durably._store.query import DEFAULT_NAMESPACE, pickup_order
@@ -62,6 +63,7 @@ from durably._store.sql import instance as _instance
 from durably._store.sql import pg as _pg
 from durably._store.sql import rows as _rows
 from durably._store.sql.aggregates import SqlCheckpointAggregates
+from durably._store.sql.beats import SqlWorkerBeats
 from durably._store.sql.bulk import BulkOps
 from durably._store.sql.connection import Connector, Session
 from durably._store.sql.connectors import connector_for
@@ -141,6 +143,7 @@ class SqlStateStore(DerivedStoreMethods):
             runner, q, dialect, clock=self._clock, get_run=self.get_run
         )
         self._signal_buffer = SqlSignalBuffer(runner, q, dialect, clock=self._clock)
+        self._beats = SqlWorkerBeats(runner, dialect)
 
     # ------------------------------------------------------------------ test hooks
 
@@ -747,6 +750,23 @@ class SqlStateStore(DerivedStoreMethods):
     async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
         """Unexpired leases grouped by `(namespace, owner)`; one `GROUP BY`."""
         return await self._facets.lease_owners(now_ms, namespace)
+
+    # ------------------------------------------------------------------ worker heartbeats
+    # Forwards to `beats.SqlWorkerBeats`: each call one statement.
+
+    async def beat_worker(self, beat: WorkerBeat) -> None:
+        await self._beats.beat_worker(beat)
+
+    async def list_worker_beats(
+        self, namespace: str | None, since_ms: int, limit: int
+    ) -> list[WorkerBeat]:
+        return await self._beats.list_worker_beats(namespace, since_ms, limit)
+
+    async def forget_worker(self, namespace: str, instance_id: str) -> None:
+        await self._beats.forget_worker(namespace, instance_id)
+
+    async def prune_worker_beats(self, before_ms: int) -> int:
+        return await self._beats.prune_worker_beats(before_ms)
 
     # ------------------------------------------------------------------ start admission
     # Forwards to `quota.SqlStartAdmission`: each call ONE transaction.
