@@ -313,9 +313,7 @@ async def _dispatch(
     pending = with_history(pending, history, None, now)
     pending = replace(pending, worker_group=remote.token_for(ex.run, name))
     await ex.save(pending)
-    ex.emit(
-        "step.started", seq=seq, name=name, kind="remote", placement="remote", attempt=attempt
-    )
+    ex.emit("step.started", seq=seq, name=name, kind="remote", placement="remote", attempt=attempt)
     try:
         await remote.dispatch(ex.run, seq, name, json_input, attempt)
     except Exception as exc:
