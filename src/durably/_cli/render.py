@@ -186,8 +186,15 @@ def checkpoint_row(
         view.state.replace("_", " ") if view.state is not None else cp.status,
         str(cp.attempts),
         row_duration(cp, view),
-        checkpoint_note(cp),
+        _note(cp, view),
     ]
+
+
+def _note(cp: StepCheckpoint, view: RowView) -> str:
+    if view.kind == "timeout" and view.duration_ms is not None:
+        # A deadline wakes nothing by itself: it ends its wait if that is still open.
+        return f"deadline +{format_duration(view.duration_ms)}"
+    return checkpoint_note(cp)
 
 
 def attempt_lines(checkpoints: Sequence[StepCheckpoint], *, indent: str = "  ") -> list[str]:
