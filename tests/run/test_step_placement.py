@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import durably
 from durably import EngineEvent, WorkflowCtx
+from durably._core.models import WorkflowRun
+from durably._engine.remote.turn_commands import step_event
 from durably.transports import InMemoryTransport
 from tests.engine_support import EngineFactory, EventLog
+from tests.read.builders import T0, step
 
 TIMEOUT = 20
 
@@ -78,3 +81,15 @@ def test_placement_in_the_json_form() -> None:
     assert "placement" not in EngineEvent(type="run.started", run_id="r").to_json()
     del body["placement"]
     assert EngineEvent.from_json(body).placement is None
+
+
+def test_a_remote_workflow_turns_rows_say_remote() -> None:
+    # The rows a remote workflow worker's turn writes (a step it ran, a call it dispatched)
+    # ran away from the engine that emits their events.
+    run = WorkflowRun(
+        id="r", workflow="w", workflow_version="1", status="running", created_at=T0, updated_at=T0
+    )
+    for status in ("pending", "completed", "failed"):
+        for kind in ("local", "remote"):
+            event = step_event(run, step(0, "s", status=status, kind=kind), kind)
+            assert (event.kind, event.placement) == (kind, "remote"), event
