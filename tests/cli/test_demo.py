@@ -30,7 +30,9 @@ def test_demo_completes_and_prints_the_timeline(tmp_path: Path) -> None:
     header = next(line for line in out.splitlines() if "SEQ" in line and "ATTEMPTS" in line)
     assert all(col in header for col in ("NAME", "KIND", "STATUS", "DURATION"))
     charge = next(
-        line for line in out.splitlines() if "payments.charge-card" in line and "remote" in line
+        line
+        for line in out.splitlines()
+        if "payments.charge-card" in line and "in-process step" in line
     )
     assert " 2 " in charge  # failed once, retried: two attempts
     assert "attempt 1 failed" in out  # the live progress showed the failure

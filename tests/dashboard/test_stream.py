@@ -137,6 +137,9 @@ async def test_sse_delivers_the_runs_events_while_it_moves(
     types = [e["type"] for e in events]
     assert types.count("step.completed") >= 2
     assert events[-1]["output"] == 3
+    # An in-process step keeps its row's kind and says where it ran.
+    steps = [e for e in events if e["type"].startswith("step.")]
+    assert {(e["kind"], e["placement"]) for e in steps} == {("remote", "in_process")}
 
     await stream.disconnect()
     assert subscriptions == []  # unsubscribed

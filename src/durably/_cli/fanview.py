@@ -14,10 +14,14 @@ from durably._cli.render import (
     checkpoint_note,
     checkpoint_row,
     format_duration,
+    hidden_line,
     table,
+    visible_rows,
+    wall_ms,
 )
 from durably._core.models import StepCheckpoint
 from durably._read.models import FanPage, FanSummary
+from durably._read.rows import describe_rows
 
 BAR_WIDTH = 20
 _BAR_ORDER = (("completed", "#"), ("failed", "x"), ("running", "~"), ("pending", "."))
@@ -69,19 +73,26 @@ def summarized_timeline(
     *,
     indent: str = "  ",
     run_id: str = "RUN",
+    now_ms: int | None = None,
+    engine_rows: bool = False,
 ) -> list[str]:
     """The run's timeline with each wide fan as one row (at its first seq), then the fans'
     ids (what `--fan` takes) and, under each fan with failures, its first failed members
-    (`FanSummary.failures`)."""
+    (`FanSummary.failures`). Rows are labelled by what they stand for and engine rows are
+    folded into their owner unless `engine_rows` (`render.timeline`)."""
+    now = wall_ms() if now_ms is None else now_ms
+    views = describe_rows(checkpoints, now)
+    shown, hidden = visible_rows(checkpoints, views, engine_rows=engine_rows)
     rows: list[tuple[int, list[str]]] = []
-    for cp in checkpoints:
-        rows.append((cp.seq, checkpoint_row(cp)))
+    for cp in shown:
+        rows.append((cp.seq, checkpoint_row(cp, views.get(cp.seq), now_ms=now)))
     for fan in fans:
         rows.append((fan.first_seq, fan_row(fan)))
     if not rows:
-        return [indent + "(no steps recorded)"]
+        return [indent + "(no steps recorded)", *hidden_line(hidden, indent)]
     rows.sort(key=lambda item: item[0])
     lines = [indent + line for line in table(TIMELINE_HEADERS, [r for _, r in rows], right=(4, 5))]
+    lines.extend(hidden_line(hidden, indent))
     lines.extend(fan_id_lines(fans, run_id, indent=indent))
     for fan in fans:
         if fan.failures:
@@ -114,13 +125,15 @@ def fan_id_lines(fans: Sequence[FanSummary], run_id: str, *, indent: str = "  ")
     return lines
 
 
-def fan_page_lines(group: str, page: FanPage, offset: int) -> list[str]:
+def fan_page_lines(group: str, page: FanPage, offset: int, now_ms: int | None = None) -> list[str]:
     """One page of a fan's members."""
     if not page.items:
         return [f"fan {group}: no members on this page (total {page.total})"]
     end = offset + len(page.items)
     lines = [f"fan {group}: members {offset + 1}–{end} of {page.total}", ""]
-    rows = [checkpoint_row(cp) for cp in page.items]
+    now = wall_ms() if now_ms is None else now_ms
+    views = describe_rows(page.items, now)
+    rows = [checkpoint_row(cp, views.get(cp.seq), now_ms=now) for cp in page.items]
     lines.extend("  " + line for line in table(TIMELINE_HEADERS, rows, right=(0, 4, 5)))
     if end < page.total:
         lines.extend(["", f"next page: --fan {group} --offset {end}"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from durably._cli.common import compact_json
@@ -14,6 +14,7 @@ from durably._core.models import (
     now_utc,
     utc_from_ms,
 )
+from durably._read.rows import RowView, describe_row, describe_rows
 
 
 def format_duration(ms: float | None) -> str:
@@ -67,6 +68,7 @@ def runs_table(runs: Sequence[WorkflowRun]) -> list[str]:
 
 
 def checkpoint_duration_ms(cp: StepCheckpoint) -> float:
+    """finished - started, as stored (`row_duration` says what a row truly took)."""
     return max(0.0, (cp.finished_at - cp.started_at).total_seconds() * 1000)
 
 
@@ -92,29 +94,107 @@ def checkpoint_note(cp: StepCheckpoint, width: int = 60) -> str:
     return ""
 
 
-def timeline(checkpoints: Sequence[StepCheckpoint], *, indent: str = "  ") -> list[str]:
-    """One row per checkpoint: seq, name, kind, status, attempts, duration, note."""
+def wall_ms() -> int:
+    return ms_from_utc(now_utc())
+
+
+def visible_rows(
+    checkpoints: Sequence[StepCheckpoint],
+    views: Mapping[int, RowView],
+    *,
+    engine_rows: bool = False,
+) -> tuple[list[StepCheckpoint], int]:
+    """The rows a timeline draws and how many engine rows it leaves out, as the console
+    does: an engine row (the deadline of a wait with a timeout) folds into the row it
+    belongs to (the wait shows its timeout) unless `engine_rows`; one whose owner has no row
+    yet (a wait still open, or one that ended by its timeout) stays, being the only trace
+    of that wait."""
+    if engine_rows:
+        return list(checkpoints), 0
+    seqs = {cp.seq for cp in checkpoints}
+    shown = []
+    for cp in checkpoints:
+        view = views.get(cp.seq)
+        if view is not None and view.engine and view.owner is not None and view.owner in seqs:
+            continue
+        shown.append(cp)
+    return shown, len(checkpoints) - len(shown)
+
+
+def hidden_line(hidden: int, indent: str = "  ") -> list[str]:
+    if not hidden:
+        return []
+    what = "row folded into its wait" if hidden == 1 else "rows folded into their waits"
+    return [f"{indent}({hidden} engine {what}; --engine-rows shows them)"]
+
+
+def timeline(
+    checkpoints: Sequence[StepCheckpoint],
+    *,
+    indent: str = "  ",
+    now_ms: int | None = None,
+    engine_rows: bool = False,
+) -> list[str]:
+    """One row per checkpoint: seq, name, kind, status, attempts, duration, note — each
+    labelled by what it stands for (`durably._read.rows`); engine rows folded into their
+    owner unless `engine_rows`."""
     if not checkpoints:
         return [indent + "(no steps recorded)"]
-    rows = [checkpoint_row(cp) for cp in checkpoints]
+    now = wall_ms() if now_ms is None else now_ms
+    views = describe_rows(checkpoints, now)
+    shown, hidden = visible_rows(checkpoints, views, engine_rows=engine_rows)
+    rows = [checkpoint_row(cp, views.get(cp.seq), now_ms=now) for cp in shown]
     lines = table(TIMELINE_HEADERS, rows, right=(0, 4, 5))
-    return [indent + line for line in lines]
+    return [indent + line for line in lines] + hidden_line(hidden, indent)
 
 
 TIMELINE_HEADERS = ("SEQ", "NAME", "KIND", "STATUS", "ATTEMPTS", "DURATION", "NOTE")
 
 
-def checkpoint_row(cp: StepCheckpoint) -> list[str]:
-    """One timeline row: seq, name, kind, status, attempts, duration, note."""
+def row_kind(cp: StepCheckpoint, view: RowView) -> str:
+    """The KIND cell: the row's true label, the worker group a remote step went to, and
+    a wait's timeout."""
+    text = view.label
+    if cp.worker_group:
+        text += f" @{cp.worker_group}"
+    if view.timeout_ms is not None:
+        text += f" · timeout {format_duration(view.timeout_ms)}"
+    return text
+
+
+def row_duration(cp: StepCheckpoint, view: RowView) -> str:
+    """The DURATION cell: what the row's timestamps truly say (a sleep its length, a wait
+    with a timeout how long it waited); `…` while it is under way; `—` where the store does
+    not keep it (a delivered signal's row is written at delivery, not when the wait
+    began)."""
+    if view.duration_ms is not None:
+        return format_duration(view.duration_ms)
+    return "…" if cp.status in ("pending", "running") else "—"
+
+
+def checkpoint_row(
+    cp: StepCheckpoint, view: RowView | None = None, *, now_ms: int | None = None
+) -> list[str]:
+    """One timeline row: seq, name, kind, status, attempts, duration, note. `view` is the
+    row read with its neighbours (`describe_rows`); without one it is read alone."""
+    if view is None:
+        view = describe_row(cp, wall_ms() if now_ms is None else now_ms)
     return [
         str(cp.seq),
-        cp.name,
-        cp.kind + (f" @{cp.worker_group}" if cp.worker_group else ""),
-        cp.status,
+        ("↳ " if view.engine else "") + cp.name,
+        row_kind(cp, view),
+        view.state.replace("_", " ") if view.state is not None else cp.status,
         str(cp.attempts),
-        format_duration(checkpoint_duration_ms(cp)),
-        checkpoint_note(cp),
+        row_duration(cp, view),
+        _note(cp, view),
     ]
+
+
+def _note(cp: StepCheckpoint, view: RowView) -> str:
+    if view.kind == "timeout" and view.duration_ms is not None:
+        # A deadline wakes nothing by itself: it ends its wait if that is still open.
+        return f"deadline +{format_duration(view.duration_ms)}"
+    return checkpoint_note(cp)
 
 
 def attempt_lines(checkpoints: Sequence[StepCheckpoint], *, indent: str = "  ") -> list[str]:
@@ -169,16 +249,21 @@ def run_detail(
     waiting_for: Sequence[str] = (),
     children: Sequence[tuple[WorkflowRun, Sequence[StepCheckpoint]]] = (),
     render_timeline: Callable[[Sequence[StepCheckpoint]], list[str]] | None = None,
+    now_ms: int | None = None,
+    engine_rows: bool = False,
 ) -> list[str]:
     lines = [*run_header(run), "", "input:  " + compact_json(run.input, 200), ""]
-    lines.extend((render_timeline or timeline)(checkpoints))
+    if render_timeline is None:
+        lines.extend(timeline(checkpoints, now_ms=now_ms, engine_rows=engine_rows))
+    else:
+        lines.extend(render_timeline(checkpoints))
     lines.extend(attempt_lines(checkpoints))
     for child, child_cps in children:
         lines.append("")
         lines.append(
             f"  child {child.id}: {child.workflow}  [{child.status}]  v{child.workflow_version}"
         )
-        lines.extend(timeline(child_cps, indent="    "))
+        lines.extend(timeline(child_cps, indent="    ", now_ms=now_ms, engine_rows=engine_rows))
     if waiting_for:
         lines.append("")
         for token in waiting_for:

@@ -36,6 +36,8 @@ from durably._cli.signals import human_duration
 from durably._core.errors import ReservedTokenError, SignalBufferFullError
 from durably._core.models import RunResult, RunStatus, StepCheckpoint, WorkflowRun, now_utc
 from durably._engine.engine import Engine
+from durably._read import rows as row_views
+from durably._read.models import RunDetail
 
 # Fans wider than this are drawn as one row (`summarize_fans_over` of the read side).
 FANS_OVER = 20
@@ -123,6 +125,15 @@ def register(app: typer.Typer) -> typer.Typer:
         failed: Annotated[
             bool, typer.Option("--failed", help="with --fan: failed members only")
         ] = False,
+        engine_rows: Annotated[
+            bool,
+            typer.Option(
+                "--engine-rows",
+                help="also draw the rows the engine writes for itself (the deadline of a "
+                "wait with a timeout), labelled as such; --json always has them, marked "
+                "`row.engine`",
+            ),
+        ] = False,
     ) -> None:
         dispatch(
             on_control_engine(_show),
@@ -135,6 +146,7 @@ def register(app: typer.Typer) -> typer.Typer:
             offset=offset,
             limit=limit,
             failed=failed,
+            engine_rows=engine_rows,
         )
 
     def control_verb(
@@ -313,8 +325,10 @@ async def _show(engine: Engine, args: Args) -> int:
         raise CliError(f"Run {args.run_id} not found.")
     run = detail.run
     waits = [] if run.is_terminal else await waiting_for(engine, run.id)
+    # The engine's clock (the app's, when it injects one): its rows were stamped by it.
+    now = engine.clock()
     if args.json:
-        print_json({**detail.to_json(), "waitingFor": waits})
+        print_json({**detail_json(detail, now), "waitingFor": waits})
         return EXIT_OK
     children = await children_of(engine, list(detail.timeline))
     lines = run_detail(
@@ -322,7 +336,11 @@ async def _show(engine: Engine, args: Args) -> int:
         list(detail.timeline),
         waiting_for=waits,
         children=children,
-        render_timeline=lambda cps: summarized_timeline(cps, detail.fans or (), run_id=run.id),
+        render_timeline=lambda cps: summarized_timeline(
+            cps, detail.fans or (), run_id=run.id, now_ms=now, engine_rows=args.engine_rows
+        ),
+        now_ms=now,
+        engine_rows=args.engine_rows,
     )
     for line in lines:
         echo(line)
@@ -339,12 +357,31 @@ async def _show_fan(engine: Engine, args: Args) -> int:
     )
     if page is None:
         raise CliError(f"Run {args.run_id} not found.")
+    now = engine.clock()
     if args.json:
-        print_json(page.to_json())
+        body = page.to_json()
+        body["items"] = row_views.annotate(
+            page.items, row_views.describe_rows(page.items, now), now
+        )
+        print_json(body)
         return EXIT_OK
-    for line in fan_page_lines(args.fan, page, max(0, args.offset)):
+    for line in fan_page_lines(args.fan, page, max(0, args.offset), now_ms=now):
         echo(line)
     return EXIT_OK
+
+
+def detail_json(detail: RunDetail, now_ms: int) -> dict[str, Any]:
+    """The detail's JSON with each row's view added under `row` (what it stands for, its
+    true duration, whether the engine wrote it: `durably._read.rows`), as the console's
+    API gives it; every other field is `RunDetail.to_json`'s, unchanged."""
+    body: dict[str, Any] = detail.to_json()
+    body["timeline"] = row_views.annotate(
+        detail.timeline, row_views.describe_rows(detail.timeline, now_ms), now_ms
+    )
+    for fan, fan_json in zip(detail.fans or (), body.get("fans", ()), strict=True):
+        if fan.failures:
+            fan_json["failures"] = row_views.annotate(fan.failures, None, now_ms)
+    return body
 
 
 # ------------------------------------------------------------------ control

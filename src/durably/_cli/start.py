@@ -37,6 +37,7 @@ from durably._core.errors import (
 from durably._core.ids import given_run_id
 from durably._core.models import WorkflowRun
 from durably._engine.engine import Engine
+from durably._engine.flow.quotas import check_existing_run
 
 
 def register(app: typer.Typer) -> None:
@@ -71,7 +72,10 @@ def register(app: typer.Typer) -> None:
         run_id: Annotated[
             str | None,
             typer.Option(
-                "--run-id", metavar="ID", help="run id (idempotent: an existing run is kept)"
+                "--run-id",
+                metavar="ID",
+                help="run id (idempotent: an existing run of WORKFLOW is returned as it is; "
+                "--input is then not needed, nor applied)",
             ),
         ] = None,
         workflow_version: Annotated[
@@ -128,13 +132,7 @@ async def _start(app: Engine, args: Args, value: Any) -> int:
     try:
         async with engine:
             try:
-                handle = await engine.start(
-                    args.workflow,
-                    value,
-                    run_id=args.run_id,
-                    tags=args.tag,
-                    version=args.workflow_version,
-                )
+                run_id = await _existing(engine, args) or await _enqueue(engine, args, value)
             except InputValidationError as exc:
                 raise CliError(str(exc), EXIT_USAGE) from None
             except (WorkflowNotFoundError, RunIdConflictError) as exc:
@@ -142,20 +140,20 @@ async def _start(app: Engine, args: Args, value: Any) -> int:
                 hint = f" (registered: {', '.join(known)})" if known else ""
                 raise CliError(f"{exc}{hint}") from None
             if progress is not None:
-                progress.follow(handle.run_id)
+                progress.follow(run_id)
             if not args.wait:
-                run = await engine.get_run(handle.run_id)
+                run = await engine.get_run(run_id)
                 if args.json:
-                    print_json(run.to_json() if run else {"id": handle.run_id})
+                    print_json(run.to_json() if run else {"id": run_id})
                 else:
-                    echo(handle.run_id)
+                    echo(run_id)
                 return EXIT_OK
             try:
-                run = await _wait(engine, handle.run_id, args, progress)
+                run = await _wait(engine, run_id, args, progress)
             except TimeoutError:
                 raise CliError(
-                    f"run {handle.run_id} did not finish within {args.timeout:g}s; it goes on "
-                    f"(see `durably runs show {handle.run_id}`)"
+                    f"run {run_id} did not finish within {args.timeout:g}s; it goes on "
+                    f"(see `durably runs show {run_id}`)"
                 ) from None
             finally:
                 if progress is not None:
@@ -168,6 +166,49 @@ async def _start(app: Engine, args: Args, value: Any) -> int:
             progress.finish()
         if engine is not app:
             await app.close()  # never opened: closes the store it owns
+
+
+async def _existing(engine: Engine, args: Args) -> str | None:
+    """The id of the run `--run-id` already names, when it is this workflow's: a start with
+    an existing run's id is idempotent, so it is that run, returned (or followed) as it is.
+
+    Looked up before the input is checked: the engine validates the input first, and the
+    input of a start that creates nothing does not matter, so re-running the command
+    without its `--input` must not be refused for it. Decision: a DIFFERENT input given with
+    an existing id is not applied either (as the engine's idempotent start does: the run
+    keeps its stored input, tags and version); stderr says so, stdout stays the run's
+    result. A run of
+    another workflow (or namespace) holding the id is refused as `engine.start` refuses it.
+    """
+    if args.run_id is None:
+        return None
+    existing = await engine.get_run(args.run_id)
+    if existing is None:
+        return None
+    check_existing_run(existing, name=args.workflow, namespace=engine.namespace or "default")
+    given = [
+        flag
+        for flag, value in (
+            ("--input", args.input),
+            ("--tag", args.tag),
+            ("--workflow-version", args.workflow_version),
+        )
+        if value is not None
+    ]
+    if given:
+        echo(
+            f"run {existing.id} already exists ({existing.status}): it is returned as it is; "
+            f"{'/'.join(given)} not applied (the run keeps what it was started with)",
+            sys.stderr,
+        )
+    return existing.id
+
+
+async def _enqueue(engine: Engine, args: Args, value: Any) -> str:
+    handle = await engine.start(
+        args.workflow, value, run_id=args.run_id, tags=args.tag, version=args.workflow_version
+    )
+    return handle.run_id
 
 
 async def _wait(engine: Engine, run_id: str, args: Args, progress: Progress | None) -> WorkflowRun:

@@ -32,9 +32,24 @@ EngineEventType = Literal[
 ]
 
 
+# Where the step of a `step.*` event runs (`EngineEvent.placement`).
+StepPlacement = Literal["in_process", "remote"]
+
+
 @dataclass(frozen=True, slots=True)
 class EngineEvent(JsonObject):
-    """One engine event; `at` is written at full precision in UTC."""
+    """One engine event; `at` is written at full precision in UTC.
+
+    On `step.*` events, `kind` is the stored kind of the step's row (`local`, `remote`, …:
+    how the row is written and replayed, `StepCheckpoint.kind`), not where the step ran: an
+    in-process `ctx.step` is written as a `remote` row, because it goes through the same
+    transport interface as a dispatched one. `placement` says where it ran: `in_process` —
+    in the process of the engine that emits the event (`ctx.step` without a transport, local
+    steps, side effects, compensations); `remote` — on a worker reached over a transport (a
+    dispatched step, or a row of a workflow turn a remote workflow worker ran). It is a
+    separate field, and `kind` keeps its value, so a subscriber that reads `kind` as the
+    row's kind reads what it always did. None on `run.*` events (and from an engine too old
+    to say)."""
 
     type: EngineEventType
     run_id: str
@@ -43,6 +58,7 @@ class EngineEvent(JsonObject):
     seq: int | None = None
     name: str | None = None
     kind: str | None = None
+    placement: StepPlacement | None = None
     output: JSONValue = None
     error: StepError | None = None
     duration_ms: float | None = None

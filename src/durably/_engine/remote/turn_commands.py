@@ -383,6 +383,7 @@ async def _record_step(
 
 
 def step_event(run: WorkflowRun, cp: StepCheckpoint, kind: str) -> EngineEvent:
+    # A row of a remote workflow turn: the workflow worker ran the step or dispatched it.
     started = ms_from_utc(cp.started_at)
     if cp.status in ("pending", "running"):
         return EngineEvent(
@@ -392,6 +393,7 @@ def step_event(run: WorkflowRun, cp: StepCheckpoint, kind: str) -> EngineEvent:
             seq=cp.seq,
             name=cp.name,
             kind=kind,
+            placement="remote",
         )
     return EngineEvent(
         type="step.failed" if cp.status == "failed" else "step.completed",
@@ -400,6 +402,7 @@ def step_event(run: WorkflowRun, cp: StepCheckpoint, kind: str) -> EngineEvent:
         seq=cp.seq,
         name=cp.name,
         kind=kind,
+        placement="remote",
         output=cp.output if cp.status == "completed" else None,
         error=cp.error,
         duration_ms=float(max(0, ms_from_utc(cp.finished_at) - started)),

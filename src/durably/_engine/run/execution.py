@@ -218,6 +218,10 @@ class Execution:
         if not bus.observed and type_.startswith("step."):
             bus.count_step(type_[5:], fields.get("duration_ms"))
             return
+        if type_.startswith("step."):
+            # A step this execution runs itself runs in this process; the dispatch path
+            # (a step sent to a worker) says `remote`.
+            fields.setdefault("placement", "in_process")
         bus.emit(EngineEvent(type=type_, run_id=self.run_id, workflow=self.run.workflow, **fields))
 
     def expect_name(self, seq: int, cp: StepCheckpoint | None, name: str) -> None:

@@ -320,7 +320,7 @@ async def _dispatch(
     pending = with_history(pending, history, None, now)
     pending = replace(pending, worker_group=remote.token_for(ex.run, name))
     await ex.save(pending)
-    ex.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
+    ex.emit("step.started", seq=seq, name=name, kind="remote", placement="remote", attempt=attempt)
     try:
         await remote.dispatch(ex.run, seq, name, json_input, attempt)
     except Exception as exc:
@@ -440,6 +440,7 @@ async def _fail_pending(ex: Execution, cp: StepCheckpoint, error: StepError) -> 
             seq=cp.seq,
             name=cp.name,
             kind="remote",
+            placement="remote",
             error=error,
             duration_ms=float(now - ms_from_utc(cp.started_at)),
             attempt=cp.attempts,

@@ -180,6 +180,7 @@ class ResultSettler:
                 seq=cp.seq,
                 name=cp.name,
                 kind="remote",
+                placement="remote",
                 output=cp.output if cp.status == "completed" else None,
                 error=cp.error,
                 duration_ms=float(finished - started),
