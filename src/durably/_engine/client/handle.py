@@ -111,6 +111,15 @@ class _Watch(asyncio.Event):
         self.output: JSONValue = None
 
 
+def _why(run: WorkflowRun) -> str:
+    """What a wait that timed out tells about the run: a blocked run never moves on its own
+    (no live worker offers what its next step requires), so the reason is part of the
+    error rather than something to go and read."""
+    if run.status == "blocked" and run.error is not None:
+        return f" (the run is blocked: {run.error.message})"
+    return f" (the run is {run.status})"
+
+
 class RunWatchers:
     """The `wait_for_run` calls of one process, and their wake-ups.
 
@@ -166,7 +175,9 @@ class RunWatchers:
                 if deadline is not None:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
-                        raise TimeoutError(f"wait_for_run({run_id}) timed out after {timeout}s")
+                        raise TimeoutError(
+                            f"wait_for_run({run_id}) timed out after {timeout}s{_why(run)}"
+                        )
                     interval = min(interval, remaining)
                 try:
                     await asyncio.wait_for(watch.wait(), interval)
