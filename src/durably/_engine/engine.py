@@ -408,7 +408,8 @@ class Engine:
                 raise
             return RunHandle(self, remote_id)
         rid = await worker.create_run(wf, worker.prepare_input(wf, input), request)
-        return RunHandle(self, rid, wf)
+        # The registry too: a run routed to an onError handler returns the handler's output.
+        return RunHandle(self, rid, wf, self._worker.registration)
 
     async def execute(
         self,
