@@ -132,3 +132,28 @@ async def test_a_reader_without_the_handler_gets_the_stored_json(tmp_path: Path,
         await engine.start(checkout, Order(order_id=2, amount=500), run_id=f"{uid}-r")
         got = await reader.get_handle(f"{uid}-r").result(timeout=RESULT_TIMEOUT)
     assert got == {"order_id": 2, "reason": "declined"}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a parent decodes a routed child's completion with the child workflow's type "
+    "(run/ctx.py `_unwrap`, run/fans.py): the completion does not say which handler produced it",
+)
+async def test_a_parent_awaiting_a_routed_child_gets_the_handlers_output(
+    tmp_path: Path, uid: str
+) -> None:
+    @durably.workflow(f"{uid}.refund")
+    async def refund(ctx: WorkflowCtx, failure: OnErrorInput) -> Refund:
+        return Refund(order_id=failure.input["order_id"], reason="declined")
+
+    checkout = _checkout(uid, f"{uid}.refund")
+
+    @durably.workflow(f"{uid}.parent")
+    async def parent(ctx: WorkflowCtx, order: Order) -> str:
+        out = await ctx.child(checkout, order)
+        return type(out).__name__
+
+    engine = durably.Engine(_db(tmp_path), workflows=[checkout, refund, parent], **FAST_TUNING)
+    async with engine:
+        got = await engine.execute(parent, Order(order_id=2, amount=500), timeout=RESULT_TIMEOUT)
+    assert got == "Refund"
