@@ -91,7 +91,9 @@ class RunHandle(Generic[O]):
             # a continued-as-new run completes without output
             value: O = run.output
             return value
-        handler_id = await routed_to(self._source.store, run.id)
+        # Only a workflow declared with onError routes can be routed (the router follows the
+        # routes of the run's registration), so the others never pay for the handoff read.
+        handler_id = await routed_to(self._source.store, run.id) if workflow.on_error else None
         if handler_id is not None:
             handled: O = await self._handler_output(run, handler_id)
             return handled
