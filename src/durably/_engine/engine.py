@@ -475,7 +475,8 @@ class Engine:
             remote_id = await worker.start_served_elsewhere(input, request)
             return RunHandle(self, remote_id, output=output)
         rid = await worker.create_run(wf, worker.prepare_input(wf, input), request)
-        return RunHandle(self, rid, wf, output=output)
+        # The registry too: a run routed to an onError handler returns the handler's output.
+        return RunHandle(self, rid, wf, self._worker.registration, output=output)
 
     async def execute(
         self,

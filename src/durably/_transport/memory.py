@@ -8,15 +8,27 @@ token, results on one queue every engine sharing the broker consumes, at-least-o
 rules are tested against before the real brokers (PostgreSQL tables, Redis), and it serves an
 embedded setup that wants the remote semantics — `pending` rows, retries by result, a separate
 serving pool — inside one process.
+
+It carries worker descriptors too (`features.worker_descriptors`): every step server started on
+the broker is listed, with the descriptor its engine announces (its `capabilities`), until it
+drains. That is what capability routing reads, so a step declared `requires=["gpu"]` is
+dispatched while some engine serving it on the broker declares `gpu` — and otherwise parked
+`blocked` with the reason, exactly as over Redis. A server is live for as long as it serves:
+in one process there is no heartbeat to miss, so each read stamps the entries with the time of
+the read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from durably._core.handshake import WorkerDescriptor
+from durably._core.handshake import WorkerDescriptor, descriptor_hash, descriptor_to_wire
 from durably._core.wire import RemoteTask, StepResult, vet_step_result
 from durably._transport.protocol import (
     ControlChannel,
@@ -37,14 +49,81 @@ __all__ = ["InMemoryBroker", "InMemoryTransport"]
 # Results handed to the sink at once, at most: a wide fan settles in batches of this size.
 _BATCH = 500
 
+# Names for servers started without a descriptor (they are listed, but offer nothing).
+_anonymous = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class _Beat:
+    """One live server's entry on one token (a `WorkerBeatView`)."""
+
+    token: str
+    instance_id: str
+    last_beat_at: int
+    status: Mapping[str, Any] | None
+    descriptor_hash: str | None
+
 
 class InMemoryBroker:
-    """The queues several in-process transports share (one broker, many engines)."""
+    """The queues several in-process transports share (one broker, many engines), and the
+    step servers live on them with what they announce."""
 
     def __init__(self) -> None:
         self._tasks: dict[str, asyncio.Queue[RemoteTask]] = {}
         self.results: asyncio.Queue[StepResult] = asyncio.Queue()
         self.dispatched: list[RemoteTask] = []  # every task ever queued, for inspection
+        self._servers: list[_Server] = []  # the live ones, in the order they started
+
+    def serve(
+        self,
+        tokens: Sequence[str],
+        handler: StepHandler,
+        *,
+        concurrency: int,
+        descriptor: WorkerDescriptor | None = None,
+    ) -> StepServer:
+        """Start serving the tasks queued on `tokens`, listed with `descriptor` until drained
+        (what `InMemoryTransport.step_server` does)."""
+        server = _Server(self, tokens, handler, concurrency, descriptor, leave=self._leave)
+        self._servers.append(server)
+        return server
+
+    def _leave(self, server: _Server) -> None:
+        if server in self._servers:
+            self._servers.remove(server)
+
+    # The broker's worker directory (`WorkerDirectory`): what the live servers announce.
+
+    async def list_worker_groups(self) -> set[str]:
+        return {token for server in self._servers for token in server.tokens}
+
+    async def read_worker_descriptors(self, token: str | None = None) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for server in self._servers:
+            descriptor = server.descriptor
+            if descriptor is None or (token is not None and token not in server.tokens):
+                continue
+            if descriptor.instance_id in seen:  # one per instance id, as over Redis
+                continue
+            seen.add(descriptor.instance_id)
+            found.append(descriptor_to_wire(descriptor))
+        return found
+
+    async def read_worker_heartbeats(self, token: str | None = None) -> list[_Beat]:
+        now = int(time.time() * 1000)
+        beats = [
+            _Beat(t, server.instance_id, now, server.status(), server.descriptor_hash)
+            for server in self._servers
+            for t in server.tokens
+            if token is None or t == token
+        ]
+        return sorted(beats, key=lambda b: (b.token, b.instance_id))
+
+    async def queue_depth(self, token: str) -> int:
+        queue = self._tasks.get(token)
+        waiting = queue.qsize() if queue is not None else 0
+        return waiting + sum(server.running(token) for server in self._servers)
 
     def queue(self, token: str) -> asyncio.Queue[RemoteTask]:
         queue = self._tasks.get(token)
@@ -57,18 +136,49 @@ class InMemoryBroker:
 
 
 class _Server:
-    def __init__(self, broker: InMemoryBroker, tokens: Sequence[str], handler: StepHandler, n: int):
+    def __init__(
+        self,
+        broker: InMemoryBroker,
+        tokens: Sequence[str],
+        handler: StepHandler,
+        n: int,
+        descriptor: WorkerDescriptor | None,
+        *,
+        leave: Callable[[_Server], None],
+    ):
         self._broker = broker
+        self._leave = leave
         self._handler = handler
         self._draining = False
+        self.tokens = tuple(dict.fromkeys(tokens))
+        self.descriptor = descriptor
+        # Computed once: a descriptor changes only with a new process (its `startedAt`).
+        self.descriptor_hash = descriptor_hash(descriptor) if descriptor is not None else None
+        self.instance_id = (
+            descriptor.instance_id if descriptor is not None else f"memory-{next(_anonymous)}"
+        )
+        self._limit = max(1, n)
+        self._running: dict[str, int] = {}
         self._workers = [
             asyncio.create_task(self._serve(token), name=f"durably-serve-{token}")
-            for token in tokens
-            for _ in range(max(1, n))
+            for token in self.tokens
+            for _ in range(self._limit)
         ]
         self._busy = 0
         self._idle = asyncio.Event()
         self._idle.set()
+
+    def status(self) -> dict[str, Any]:
+        """What this server reports about itself (a `WorkerStatus`, as over Redis)."""
+        return {
+            "runtime": "python",
+            "concurrency": {"mode": "fixed", "limit": self._limit},
+            "inFlight": self._busy,
+        }
+
+    def running(self, token: str) -> int:
+        """Tasks of `token` this server is running now."""
+        return self._running.get(token, 0)
 
     async def _serve(self, token: str) -> None:
         queue = self._broker.queue(token)
@@ -78,6 +188,7 @@ class _Server:
                 queue.put_nowait(task)  # not taken: the next server gets it
                 return
             self._busy += 1
+            self._running[token] = self._running.get(token, 0) + 1
             self._idle.clear()
             try:
                 result = await self._handler(task)
@@ -87,12 +198,16 @@ class _Server:
                 continue
             finally:
                 self._busy -= 1
+                self._running[token] -= 1
                 if not self._busy:
                     self._idle.set()
             self._broker.publish_result(result)
 
     async def drain(self, timeout: float) -> None:
         self._draining = True
+        # Off the directory first: a server that takes no more tasks offers nothing, so no
+        # step is dispatched on the strength of its capabilities from now on.
+        self._leave(self)
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
@@ -115,7 +230,7 @@ class InMemoryTransport:
 
     @property
     def features(self) -> TransportFeatures:
-        return TransportFeatures()
+        return TransportFeatures(worker_descriptors=True)
 
     async def start(self, sink: ResultSink) -> None:
         if self._consumer is None:
@@ -168,8 +283,10 @@ class InMemoryTransport:
         return None  # no broadcast channel on this transport
 
     @property
-    def directory(self) -> WorkerDirectory | None:
-        return None  # no heartbeats or descriptors on this transport
+    def directory(self) -> WorkerDirectory:
+        """The step servers live on the broker and their descriptors (capability routing
+        and worker health read them)."""
+        return self.broker
 
     @property
     def redis_server(self) -> tuple[str, str] | None:
@@ -189,6 +306,6 @@ class InMemoryTransport:
         handler: StepHandler,
         *,
         concurrency: int,
-        descriptor: WorkerDescriptor | None = None,  # no descriptors on this transport
+        descriptor: WorkerDescriptor | None = None,
     ) -> StepServer:
-        return _Server(self.broker, tokens, handler, concurrency)
+        return self.broker.serve(tokens, handler, concurrency=concurrency, descriptor=descriptor)

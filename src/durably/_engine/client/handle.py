@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from durably._core.errors import RunFailedError, RunNotFoundError, SerializationError
 from durably._core.models import JSONValue, RunStatus, WorkflowRun, replace
+from durably._engine.control.on_error import routed_to
 
 if TYPE_CHECKING:
     from durably._engine.defs.registry import Workflow
@@ -42,6 +43,11 @@ class RunSource(Protocol):
 
     async def get_run(self, run_id: str) -> WorkflowRun | None: ...
 
+    @property
+    def store(self) -> StateStore:
+        """Where the run's rows are (a routed run's handoff is read there)."""
+        ...
+
 
 Lookup = Callable[[str, "str | None"], "Workflow[Any, Any] | None"]
 
@@ -53,6 +59,13 @@ class RunHandle(Generic[O]):
     name), else with the workflow's return annotation when the workflow is known here
     (`workflow`, or found by `lookup` — an engine's registry); otherwise — a client without
     the workflow's code — `result()` returns the stored JSON value.
+
+    A run an onError route handed to its handler completes with the handler's output, so
+    `result()` decodes that with the HANDLER's return annotation (the handler workflow found
+    by `lookup`, at the version its run had), or returns the stored JSON when the handler is
+    not known here (or its run was deleted). It is then not an `O`: a handler that recovers a
+    failure rarely returns what the workflow would have (a refund for a receipt), and decoding
+    it as the workflow's type would refuse the one value the run actually has.
     """
 
     def __init__(
@@ -94,8 +107,25 @@ class RunHandle(Generic[O]):
             # a continued-as-new run completes without output
             value: O = run.output
             return value
+        # Only a workflow declared with onError routes can be routed (the router follows the
+        # routes of the run's registration), so the others never pay for the handoff read.
+        handler_id = await routed_to(self._source.store, run.id) if workflow.on_error else None
+        if handler_id is not None:
+            handled: O = await self._handler_output(run, handler_id)
+            return handled
         decoded: O = workflow.output_codec.from_json(run.output)
         return decoded
+
+    async def _handler_output(self, run: WorkflowRun, handler_id: str) -> Any:
+        """A routed run's output: its handler's, decoded as the handler declares it (see the
+        class docstring); the stored JSON when the handler (or its run) is not known here."""
+        handler_run = await self._source.get_run(handler_id)
+        if handler_run is None or self._lookup is None:
+            return run.output
+        handler = self._lookup(handler_run.workflow, handler_run.workflow_version or None)
+        if handler is None:
+            return run.output
+        return handler.output_codec.from_json(run.output)
 
     async def wait(self, timeout: float | None = None) -> WorkflowRun:
         """Wait until the run is settled (terminal, suspended or blocked)."""
@@ -125,6 +155,15 @@ class _Watch(asyncio.Event):
         super().__init__()
         self.completed = False
         self.output: JSONValue = None
+
+
+def _why(run: WorkflowRun) -> str:
+    """What a wait that timed out tells about the run: a blocked run never moves on its own
+    (no live worker offers what its next step requires), so the reason is part of the
+    error rather than something to go and read."""
+    if run.status == "blocked" and run.error is not None:
+        return f" (the run is blocked: {run.error.message})"
+    return f" (the run is {run.status})"
 
 
 class RunWatchers:
@@ -182,7 +221,9 @@ class RunWatchers:
                 if deadline is not None:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
-                        raise TimeoutError(f"wait_for_run({run_id}) timed out after {timeout}s")
+                        raise TimeoutError(
+                            f"wait_for_run({run_id}) timed out after {timeout}s{_why(run)}"
+                        )
                     interval = min(interval, remaining)
                 try:
                     await asyncio.wait_for(watch.wait(), interval)

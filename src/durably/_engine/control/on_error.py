@@ -21,7 +21,7 @@ from durably._core.models import (
 from durably._engine.defs.registry import OnErrorInput, OnErrorRoute, Workflow
 
 if TYPE_CHECKING:
-    pass
+    from durably._store.protocol import CheckpointStore
 
 log = logging.getLogger("durably")
 
@@ -78,6 +78,25 @@ def live_handoff(run_id: str, cps: Sequence[StepCheckpoint]) -> StepCheckpoint |
     """The highest-seq unretired handoff row, else None."""
     live = [cp for cp in handoff_checkpoints(cps) if handoff_handler_id(run_id, cp)]
     return max(live, key=lambda cp: cp.seq) if live else None
+
+
+async def routed_to(store: CheckpointStore, run_id: str) -> str | None:
+    """The handler run id of the live handoff of `run_id`, or None when the run is not
+    routed now (never routed, or retried since: a retry retires its handoffs). A completed
+    run with a live handoff completed with that handler's output.
+
+    One primary-key read answers for a run that was never routed: every routed run has a
+    handoff row at `HANDOFF_SEQ_BASE` (its first attempt's), so only a routed one pays for
+    the read of its handoff rows. (The row names the handler run only: the child wake that
+    completes it overwrites the workflow it recorded, so the handler's workflow is read off
+    the handler run.)"""
+    if await store.get_checkpoint(run_id, HANDOFF_SEQ_BASE) is None:
+        return None
+    rows = await store.list_checkpoints_by_name_prefix(
+        run_id, [f"{HANDOFF_PREFIX}{run_id}.onError."]
+    )
+    cp = live_handoff(run_id, rows)
+    return handoff_handler_id(run_id, cp) if cp is not None else None
 
 
 def on_error_input(run: WorkflowRun, error: StepError) -> dict[str, Any]:

@@ -119,6 +119,12 @@ class RunHost(Protocol):
         ...
 
     @property
+    def capabilities(self) -> tuple[str, ...]:
+        """What this engine declares it offers (`Engine(capabilities=…)`): an in-process step
+        whose `requires` they cover runs here."""
+        ...
+
+    @property
     def wakes(self) -> RunWakes: ...
 
     @property

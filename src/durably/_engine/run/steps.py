@@ -115,14 +115,18 @@ async def run_step(
             ex, remote, seq, name, json_input, policy, timeout_ms, parallel_group, requires, queue
         )
         return out_codec.from_json(output)
-    if requires:
-        # In-process steps run here, and this engine declares no capabilities: only a
-        # worker reached over a transport can honour a requirement.
+    missing = sorted(set(requires) - set(ex.host.capabilities))
+    if missing:
+        # Without a transport this engine is the only worker its steps can have, so it runs
+        # a step with requirements when it declares them all itself. Otherwise the run is
+        # parked `blocked` and re-checked, as over a transport: another engine on the same
+        # store that declares them may take the run on its re-check.
+        required = ", ".join(sorted(set(requires)))
         raise WorkflowBlocked(
-            f"blocked: no compatible worker (requires {', '.join(sorted(requires))}): this "
-            "engine runs steps in-process; a step with requirements runs on a worker that "
-            "declares them, reached over a transport",
-            requires=tuple(sorted(requires)),
+            f"blocked: no compatible worker (requires {required}): this engine runs steps "
+            f"in-process and does not declare {', '.join(missing)} (Engine(capabilities=...)); "
+            "an engine that declares them, on this store or reached over a transport, runs it",
+            requires=tuple(sorted(set(requires))),
         )
     attempt = 1
     if cp is not None and cp.status == "failed":

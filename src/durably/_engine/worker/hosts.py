@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from durably._core.errors import WorkflowNotFoundError
@@ -517,6 +517,7 @@ class ExecutionHost:
         resident: ResidentSet,
         transport: StepTransport,
         remote: RemoteDispatch | None,
+        capabilities: Sequence[str] = (),
         wakes: Wakes,
         flow: StepAdmission,
         namespace: str | None,
@@ -537,6 +538,7 @@ class ExecutionHost:
         self._resident = resident
         self._transport = transport
         self._remote = remote
+        self._capabilities = tuple(dict.fromkeys(capabilities))
         self._wakes = wakes
         self._flow = flow
         self._namespace = namespace
@@ -574,6 +576,10 @@ class ExecutionHost:
     @property
     def remote(self) -> RemoteDispatch | None:
         return self._remote
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        return self._capabilities
 
     @property
     def wakes(self) -> Wakes:

@@ -225,6 +225,7 @@ class Worker:
             resident=resident,
             transport=InProcessTransport(lambda: self.executor),
             remote=fleet.remote if fleet is not None else None,
+            capabilities=capabilities,
             wakes=wakes,
             flow=flow,
             namespace=namespace,
