@@ -141,12 +141,22 @@ async def test_worker_health_still_lists_the_good_groups(
         (worker,) = good
         assert worker.descriptor is not None and "gpu" in worker.descriptor.capabilities
         assert worker.status is not None  # the good worker's own status is read as usual
-        # Asked again: each garbled key was reported once, not once per read.
+
+        # Asked again: each garbled key was reported once per reader, not once per read. Two
+        # engines of this process read the keys (the observer, and the step worker, whose
+        # fleet beat copies what it sees on the transport), so at most two lines each.
+        def heartbeat_lines() -> list[str]:
+            reported = [
+                r.getMessage() for r in caplog.records if "deep-and-small" in r.getMessage()
+            ]
+            return [m for m in reported if f"worker-heartbeat:{tag}.render:" in m]
+
+        before = heartbeat_lines()
         await engine.worker_health()
         await engine.worker_health()
-        reported = [r.getMessage() for r in caplog.records if "deep-and-small" in r.getMessage()]
-        heartbeat = [m for m in reported if f"worker-heartbeat:{tag}.render:" in m]
-        assert len(heartbeat) == 1, reported
+        after = heartbeat_lines()
+        assert 1 <= len(before) <= 2, before
+        assert after == before
 
 
 @pytest.mark.parametrize("only", ["deep-and-small", None], ids=["deep", "every-form"])
