@@ -168,7 +168,7 @@ export function runList(root, params) {
     if (!rows.length) return clear(tbody, h("tr", {}, h("td.muted", { colspan: 7, testid: "no-runs" }, "No runs match.")));
     clear(tbody, rows.slice(0, f.limit).map((r) => h("tr", { testid: "run-row", "data-run-id": r.id, "data-status": r.status,
       onclick: (e) => { if (!e.target.closest("a,button")) location.hash = runHref(r.id); } },
-    h("td", {}, badge(r.status, "run-status"), r.waiting ? h("div.muted.small", { testid: "run-waiting" }, `waits on ${r.waiting.on}: ${r.waiting.name}`) : null,
+    h("td", {}, badge(r.status, "run-status"), r.waiting ? h("div.muted.small", { testid: "run-waiting" }, `waits on ${r.waiting.on}: ${r.waiting.name}` + (r.waiting.detail ? ` — ${r.waiting.detail}` : "")) : null,
       // a blocked run says why (no worker serves its workflow, or none offers what a step requires)
       r.blockedReason ? h("div.muted.small", { testid: "run-reason", title: r.blockedReason.code || "" }, r.blockedReason.message) : null),
     h("td", {}, runLink(r.id)),
