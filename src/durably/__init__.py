@@ -56,6 +56,7 @@ from durably._core.models import (
     WorkflowRun,
 )
 from durably._core.quota import Concurrency, ConcurrencyQuota, Singleton
+from durably._core.retention import PruneResult, RetentionPolicy
 from durably._core.triggers import Batch, Debounce, EventKeyError, EventTrigger
 from durably._engine.client.client import Client
 from durably._engine.client.handle import RunHandle, UpdateResult
@@ -160,11 +161,13 @@ __all__ = [
     "OnErrorRoute",
     "PayloadRejectedError",
     "PayloadTooLargeError",
+    "PruneResult",
     "Queue",
     "Rejected",
     "RemoteStepError",
     "RemoteWorkflow",
     "ReservedTokenError",
+    "RetentionPolicy",
     "RetryPolicy",
     "RunDetail",
     "RunFacetRow",

@@ -24,6 +24,13 @@ from durably._core.durations import Duration
 from durably._core.errors import RunNotFoundError, WorkflowNotFoundError
 from durably._core.models import RunResult, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
+from durably._core.retention import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_SWEEP_INTERVAL_MS,
+    PruneResult,
+    RetentionPolicy,
+    check_policies,
+)
 from durably._core.triggers import refuse_engine_owned_start
 from durably._engine.client.client import Client, HostedClient, output_codec
 from durably._engine.client.deprecation import deprecated
@@ -45,6 +52,7 @@ from durably._engine.flow.queues import AdmissionSpec, QueueReport
 from durably._engine.flow.quotas import OnDuplicate
 from durably._engine.flow.step_limits import step_limiter
 from durably._engine.triggers.subscribers import ensure_builtins, install
+from durably._engine.worker.retention import RetentionSweeper
 from durably._engine.worker.roles import Role, resolve_role
 from durably._engine.worker.worker import Worker
 from durably._read.list_models import (
@@ -92,7 +100,7 @@ class Engine:
     "24h". Pass keywords, an `options=EngineOptions(...)` value, or both: a keyword given
     here overrides the same field of `options`. Every value is checked here and a bad one
     raises `ValueError` naming it; an option of a feature durably does not have yet
-    (`schedules=`, `retention=`, …) raises `NotImplementedError` naming the feature, and a
+    (`schedules=`, …) raises `NotImplementedError` naming the feature, and a
     misspelt one a `TypeError` suggesting the right name. `engine.options` holds the
     result. An option left out of both is read from `DURABLY_<NAME>` when set
     (`DURABLY_LEASE_MS=5000`; see `EngineOptions`): code > environment > default.
@@ -160,8 +168,11 @@ class Engine:
         signal_buffer_ttl: Duration | Unset = UNSET,
         signal_buffer_per_token: int | Unset = UNSET,
         signal_buffer_per_namespace: int | Unset = UNSET,
+        retention: Sequence[RetentionPolicy] | RetentionPolicy | None = None,
+        retention_sweep_ms: int = DEFAULT_SWEEP_INTERVAL_MS,
+        retention_batch_size: int = DEFAULT_BATCH_SIZE,
         # Anything else is refused at run time with a message naming the planned feature
-        # (`schedules=`, `retention=`, …) or the option it was probably meant to be. Typed
+        # (`schedules=`, …) or the option it was probably meant to be. Typed
         # `Never` so that mypy rejects every such keyword before the code ever runs.
         **unsupported: Never,
     ):
@@ -278,6 +289,24 @@ class Engine:
             workflows=self.registered_workflows,
         )
         self._worker.report_health_with(self._health.worker_health)
+        # Retention: checked here (a bad policy fails at construction); swept only by a
+        # driving engine, and of those only by the one holding the store's sweep.
+        policies = check_policies(retention) if retention is not None else []
+        for name, value in (
+            ("retention_sweep_ms", retention_sweep_ms),
+            ("retention_batch_size", retention_batch_size),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"Engine({name}={value!r}): a whole number >= 0")
+        if retention_batch_size == 0:
+            raise ValueError("Engine(retention_batch_size=0): a batch deletes at least one run")
+        self._retention = RetentionSweeper(
+            self.store,
+            policies,
+            clock=self.clock,
+            interval_ms=retention_sweep_ms,
+            batch_size=retention_batch_size,
+        )
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
 
@@ -320,11 +349,14 @@ class Engine:
                 return
             await self.store.ensure_schema()
             await self._worker.open()
+            if self.drive_runs:
+                self._retention.start()
             self._opened = True
 
     async def close(self) -> None:
         """Drain in-flight turns, stop the loops and close an owned store."""
         if self._opened:
+            await self._retention.close()
             await self._worker.close(self.options.drain_timeout_ms / 1000.0)
             self._opened = False
         if self._owns_store:
@@ -814,6 +846,21 @@ class Engine:
     @documented_by(Client.delete_run)
     async def delete_run(self, run_id: str) -> int:
         return await self._client.delete_run(run_id)
+
+    @documented_by(Client.prune)
+    async def prune(
+        self,
+        policy: RetentionPolicy,
+        *,
+        dry_run: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> PruneResult:
+        return await self._client.prune(policy, dry_run=dry_run, batch_size=batch_size)
+
+    @property
+    def retention(self) -> RetentionSweeper:
+        """The retention sweep of `Engine(retention=[...])`: `sweep()` runs one now."""
+        return self._retention
 
     async def resume(self, run_id: str) -> None:
         """Explicit re-drive of a run on this instance."""

@@ -42,6 +42,7 @@ from durably._core.models import (
     now_utc,
 )
 from durably._core.quota import StartGate, StartOutcome
+from durably._core.retention import RetentionPolicy, select_prunable
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -198,6 +199,18 @@ class InMemoryStateStore(DerivedStoreMethods):
         self._tables.checkpoints.pop(run_id, None)
         for token in [t for t, w in self._tables.waiters.items() if w.run_id == run_id]:
             del self._tables.waiters[token]
+
+    async def prune_terminal_runs(
+        self, policy: RetentionPolicy, now_ms: int, limit: int, *, dry_run: bool = False
+    ) -> list[str]:
+        """The reference selection of `RetentionPolicy` (see `durably._core.retention`):
+        up to `limit` ids, oldest first, deleted like `delete_run` unless `dry_run`."""
+        self._tables.tick()
+        ids = select_prunable(self._tables.runs.values(), policy, now_ms, limit)
+        if not dry_run:
+            for run_id in ids:
+                await self.delete_run(run_id)
+        return ids
 
     # ------------------------------------------------------------------ checkpoints
 

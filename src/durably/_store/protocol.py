@@ -42,6 +42,8 @@ checkpoint), so no store carries a method for tests alone.
 - `AdmissionStore`: workflow start admission under dedup keys, singletons and quotas, each
   call one transaction: the control plane's starts, the flow-control singleton and the
   worker's first turn of a run started by name.
+- `RetentionStore`: pruning finished runs by a retention policy, in bounded batches: the
+  engine's retention sweep and `prune`.
 - `FleetStore`: the workers' heartbeat rows (`durably._core.worker_beats`): a worker's beat,
   the live rows a start by name or the read side checks, and their removal.
 
@@ -78,6 +80,7 @@ from durably._core.models import (
     WorkflowRun,
 )
 from durably._core.quota import StartGate, StartOutcome
+from durably._core.retention import RetentionPolicy
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -499,6 +502,20 @@ class FleetStore(Protocol):
     async def prune_worker_beats(self, before_ms: int) -> int: ...
 
 
+class RetentionStore(Protocol):
+    """Pruning finished runs (`durably._core.retention`).
+
+    - `prune_terminal_runs(policy, now_ms, limit, dry_run=False)`: up to `limit` runs the
+      policy prunes at `now_ms`, oldest first, deleted with every row that belongs to them
+      (checkpoints, waiters, attribute, tag and dedup rows) in ONE transaction; their ids.
+      A finished parent with a live child is kept. `dry_run`: the ids, nothing deleted.
+    """
+
+    async def prune_terminal_runs(
+        self, policy: RetentionPolicy, now_ms: int, limit: int, *, dry_run: bool = False
+    ) -> list[str]: ...
+
+
 @runtime_checkable
 class StateStore(
     StoreLifecycle,
@@ -513,6 +530,7 @@ class StateStore(
     ReadStore,
     AdmissionStore,
     FleetStore,
+    RetentionStore,
     Protocol,
 ):
     """Every role: what the engine and the read side need from a store. All methods but
@@ -533,6 +551,7 @@ STORE_ROLES: tuple[type, ...] = (
     ReadStore,
     AdmissionStore,
     FleetStore,
+    RetentionStore,
 )
 
 

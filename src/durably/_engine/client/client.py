@@ -35,6 +35,7 @@ from durably._core.errors import (
 from durably._core.ids import given_run_id
 from durably._core.models import JSONValue, RunResult, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
+from durably._core.retention import DEFAULT_BATCH_SIZE, PruneResult, RetentionPolicy
 from durably._core.triggers import refuse_engine_owned_start
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, RunWatchers, WaitUntil
@@ -43,7 +44,7 @@ from durably._engine.client.run_events import RowWatches
 from durably._engine.client.run_gateway import RunEventListener
 from durably._engine.client.session import ClientSession, HostedSession, StoreSession
 from durably._engine.client.signal_api import BufferedSignals
-from durably._engine.control import operator, signals
+from durably._engine.control import operator, retention, signals
 from durably._engine.control.fleet_check import FleetCheck
 from durably._engine.control.plane import ControlPlane
 from durably._engine.control.signals import BufferBounds, buffer_policy
@@ -569,6 +570,26 @@ class Client:
         """Delete the run and its children; the number of runs deleted."""
         await self._session.open()
         return await operator.delete_run(self._plane, run_id)
+
+    async def prune(
+        self,
+        policy: RetentionPolicy,
+        *,
+        dry_run: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> PruneResult:
+        """Delete the finished runs `policy` prunes now (with their checkpoints, waiters,
+        attribute, tag and dedup rows), in batches of `batch_size` runs, at most
+        `MAX_BATCHES_PER_POLICY` of them; `dry_run`: only count them. A finished parent
+        whose child is still live is kept. The result has the count and the first ids."""
+        await self._session.open()
+        return await retention.prune(
+            self._plane.store,
+            policy,
+            self._plane.clock(),
+            dry_run=dry_run,
+            batch_size=batch_size,
+        )
 
     # ================================================================== waiting
 

@@ -24,6 +24,7 @@ from durably._core.buffered_signals import DEFAULT_LIST_LIMIT, BufferedSignalInf
 from durably._core.durations import Duration
 from durably._core.models import RunResult, RunStatus, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
+from durably._core.retention import DEFAULT_BATCH_SIZE, PruneResult, RetentionPolicy
 from durably._engine.client.client import Client
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, WaitUntil
@@ -319,6 +320,16 @@ class SyncClient:
     @documented_by(Client.delete_run)
     def delete_run(self, run_id: str) -> int:
         return self._loop.call(self._client.delete_run(run_id))
+
+    @documented_by(Client.prune)
+    def prune(
+        self,
+        policy: RetentionPolicy,
+        *,
+        dry_run: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> PruneResult:
+        return self._loop.call(self._client.prune(policy, dry_run=dry_run, batch_size=batch_size))
 
     # ================================================================== waiting & reading
 

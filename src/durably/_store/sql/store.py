@@ -48,6 +48,7 @@ from durably._core.models import (
     now_utc,
 )
 from durably._core.quota import StartGate, StartOutcome
+from durably._core.retention import RetentionPolicy
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -73,6 +74,7 @@ from durably._store.sql.leases import release_retrying
 from durably._store.sql.migrations import apply_on
 from durably._store.sql.predicates import run_query_predicates
 from durably._store.sql.quota import SqlStartAdmission
+from durably._store.sql.retention import SqlRetention, run_side_deletes
 from durably._store.sql.runner import StatementRunner
 from durably._store.sql.schema import (
     RUN_COLUMNS,
@@ -144,6 +146,7 @@ class SqlStateStore(DerivedStoreMethods):
         )
         self._signal_buffer = SqlSignalBuffer(runner, q, dialect, clock=self._clock)
         self._beats = SqlWorkerBeats(runner, dialect)
+        self._retention = SqlRetention(runner)
 
     # ------------------------------------------------------------------ test hooks
 
@@ -348,13 +351,16 @@ class SqlStateStore(DerivedStoreMethods):
         return _rows.run_from_row(row) if row is not None else None
 
     async def delete_run(self, run_id: str) -> None:
-        """The run and its checkpoints, waiters, attribute and tag rows, in one transaction
-        (children first). Buffered signals/events are token/name keyed and kept."""
+        """The run and its checkpoints, waiters, attribute, tag and start dedup rows, in one
+        transaction (children first). Buffered signals/events are token/name keyed and kept."""
         params = {"run_id": run_id}
 
         async def work(s: Session) -> None:
             for stmt in self._q.delete_run_rows:
                 await self._runner.run(s, stmt, params)
+            # the dedup row naming the run (no index on run_id: the table holds one row per
+            # dedup key in use, and a key whose run is gone is free anyway)
+            await self._runner.run(s, run_side_deletes([run_id])[-1])
 
         await self._runner.transaction(work)
 
@@ -767,6 +773,11 @@ class SqlStateStore(DerivedStoreMethods):
 
     async def prune_worker_beats(self, before_ms: int) -> int:
         return await self._beats.prune_worker_beats(before_ms)
+
+    async def prune_terminal_runs(
+        self, policy: RetentionPolicy, now_ms: int, limit: int, *, dry_run: bool = False
+    ) -> list[str]:
+        return await self._retention.prune_terminal_runs(policy, now_ms, limit, dry_run=dry_run)
 
     # ------------------------------------------------------------------ start admission
     # Forwards to `quota.SqlStartAdmission`: each call ONE transaction.
