@@ -65,6 +65,7 @@ EXPECTED_EXPORTS = [
     "RunValueFacetOptions",
     "RunValueFacetRow",
     "RunWaiting",
+    "Schedule",
     "SchemaVersionError",
     "SerializationError",
     "Settled",

@@ -40,6 +40,7 @@ from durably._engine.defs.events import Listener, MetricsSnapshot
 from durably._engine.defs.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
 from durably._engine.defs.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
 from durably._engine.defs.stores import open_store
+from durably._engine.defs.schedules import Schedule, check_schedules
 from durably._engine.defs.unsupported import CONCURRENCY_OVER_TRANSPORT, refuse_engine_options
 from durably._engine.flow.queues import AdmissionSpec, QueueReport
 from durably._engine.flow.quotas import OnDuplicate
@@ -57,6 +58,7 @@ from durably._read.list_models import (
     RunWaiting,
     WorkflowDirectory,
 )
+from durably._engine.worker.schedules import ScheduleFirer
 from durably._read.lists import LocalWorker
 from durably._read.models import FanPage, RunDetail
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
@@ -132,6 +134,7 @@ class Engine:
         capabilities: Sequence[str] = (),
         tenant_token_secret: str | bytes | None = None,
         queues: Iterable[Queue] = (),
+        schedules: Iterable[Schedule] = (),
         admission: AdmissionSpec = "auto",
         options: EngineOptions | None = None,
         # The tuning options, each documented on `EngineOptions`. UNSET means "take it from
@@ -278,8 +281,34 @@ class Engine:
             workflows=self.registered_workflows,
         )
         self._worker.report_health_with(self._health.worker_health)
+        # Static schedules: checked here (duplicate ids, unknown workflows), fired from the
+        # timer poll of a driving engine only.
+        self._schedules = list(schedules)
+        check_schedules(
+            self._schedules, None if workflows is None else [wf.name for wf in registry.workflows.values()]
+        )
+        self._schedule_firer = ScheduleFirer(
+            self._schedules, start=self._start_window, get_run=self.store.get_run, clock=self.clock
+        )
+        if self._schedules and self.drive_runs:
+            self._worker.poller.add_pass(self._schedule_firer.tick)
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
+
+    async def _start_window(self, schedule: Schedule, run_id: str) -> None:
+        await self.start(
+            schedule.workflow_name,
+            schedule.input,
+            run_id=run_id,
+            tags=list(schedule.tags) or None,
+            search_attributes=schedule.search_attributes,
+        )
+
+    async def fire_schedules(self) -> list[str]:
+        """Fire the due windows of this engine's static schedules now (the timer poll does
+        this every `timer_poll_ms`); returns the ids of the windows' runs."""
+        await self._ensure_open()
+        return await self._schedule_firer.tick()
 
     @property
     def drive_runs(self) -> bool:
