@@ -39,14 +39,15 @@ from durably._engine.defs.concurrency import ConcurrencySpec
 from durably._engine.defs.events import Listener, MetricsSnapshot
 from durably._engine.defs.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
 from durably._engine.defs.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
-from durably._engine.defs.stores import open_store
 from durably._engine.defs.schedules import Schedule, check_schedules
+from durably._engine.defs.stores import open_store
 from durably._engine.defs.unsupported import CONCURRENCY_OVER_TRANSPORT, refuse_engine_options
 from durably._engine.flow.queues import AdmissionSpec, QueueReport
 from durably._engine.flow.quotas import OnDuplicate
 from durably._engine.flow.step_limits import step_limiter
 from durably._engine.triggers.subscribers import ensure_builtins, install
 from durably._engine.worker.roles import Role, resolve_role
+from durably._engine.worker.schedules import ScheduleFirer
 from durably._engine.worker.worker import Worker
 from durably._read.list_models import (
     GroupHealth,
@@ -58,7 +59,6 @@ from durably._read.list_models import (
     RunWaiting,
     WorkflowDirectory,
 )
-from durably._engine.worker.schedules import ScheduleFirer
 from durably._read.lists import LocalWorker
 from durably._read.models import FanPage, RunDetail
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
@@ -285,7 +285,8 @@ class Engine:
         # timer poll of a driving engine only.
         self._schedules = list(schedules)
         check_schedules(
-            self._schedules, None if workflows is None else [wf.name for wf in registry.workflows.values()]
+            self._schedules,
+            None if workflows is None else [wf.name for wf in registry.workflows.values()],
         )
         self._schedule_firer = ScheduleFirer(
             self._schedules, start=self._start_window, get_run=self.store.get_run, clock=self.clock

@@ -134,7 +134,9 @@ def check_schedules(schedules: Sequence[Schedule], workflows: Sequence[str] | No
     seen: set[str] = set()
     for schedule in schedules:
         if not isinstance(schedule, Schedule):
-            raise TypeError(f"Engine(schedules=...) takes durably.Schedule values, got {schedule!r}")
+            raise TypeError(
+                f"Engine(schedules=...) takes durably.Schedule values, got {schedule!r}"
+            )
         if schedule.id in seen:
             raise ValueError(f'duplicate schedule id "{schedule.id}"')
         seen.add(schedule.id)
