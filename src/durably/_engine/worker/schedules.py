@@ -94,7 +94,10 @@ class ScheduleFirer:
     async def _live_before(self, schedule: Schedule, window: int) -> bool:
         """Whether a run this schedule started before `window` is still live: the run it last
         started here, and the previous window's run (started by any engine)."""
-        candidates = {window_run_id(schedule.id, window - schedule.every_ms)}
+        candidates: set[str] = set()
+        previous = schedule.previous_window(window)
+        if previous is not None:
+            candidates.add(window_run_id(schedule.id, previous))
         last = self._last.get(schedule.id)
         if last is not None and last != window_run_id(schedule.id, window):
             candidates.add(last)
