@@ -94,7 +94,7 @@ class Engine:
     "24h". Pass keywords, an `options=EngineOptions(...)` value, or both: a keyword given
     here overrides the same field of `options`. Every value is checked here and a bad one
     raises `ValueError` naming it; an option of a feature durably does not have yet
-    (`schedules=`, `retention=`, …) raises `NotImplementedError` naming the feature, and a
+    (`retention=`, …) raises `NotImplementedError` naming the feature, and a
     misspelt one a `TypeError` suggesting the right name. `engine.options` holds the
     result. An option left out of both is read from `DURABLY_<NAME>` when set
     (`DURABLY_LEASE_MS=5000`; see `EngineOptions`): code > environment > default.
@@ -116,6 +116,10 @@ class Engine:
     "local" (per engine), "store" (the PostgreSQL store; an error elsewhere), "redis" (the
     server and key prefix of the engine's Redis transport; an error without one), a
     "redis://…" URL (that server, prefix "durable") or a backend object.
+
+    Schedules: `schedules=[durably.Schedule(...)]` starts a workflow once per window of an
+    interval or a cron timetable, from the timer poll of every driving engine (one run per
+    window, `sched:<id>:<window start ms>`, however many engines share the store).
     """
 
     def __init__(
@@ -164,7 +168,7 @@ class Engine:
         signal_buffer_per_token: int | Unset = UNSET,
         signal_buffer_per_namespace: int | Unset = UNSET,
         # Anything else is refused at run time with a message naming the planned feature
-        # (`schedules=`, `retention=`, …) or the option it was probably meant to be. Typed
+        # (`retention=`, …) or the option it was probably meant to be. Typed
         # `Never` so that mypy rejects every such keyword before the code ever runs.
         **unsupported: Never,
     ):
