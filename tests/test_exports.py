@@ -67,6 +67,7 @@ EXPECTED_EXPORTS = [
     "RunValueFacetOptions",
     "RunValueFacetRow",
     "RunWaiting",
+    "Schedule",
     "SchemaVersionError",
     "SerializationError",
     "Settled",

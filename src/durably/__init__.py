@@ -75,6 +75,7 @@ from durably._engine.defs.registry import (
     workflow,
 )
 from durably._engine.defs.remote_workflows import RemoteWorkflow, remote_workflow
+from durably._engine.defs.schedules import Schedule
 from durably._engine.defs.typed_io import Args
 from durably._read.list_models import (
     GroupHealth,
@@ -183,6 +184,7 @@ __all__ = [
     "RunValueFacetOptions",
     "RunValueFacetRow",
     "RunWaiting",
+    "Schedule",
     "SchemaVersionError",
     "SerializationError",
     "Settled",

@@ -27,7 +27,6 @@ def accepted() -> None:
 
 
 def refused(options: EngineOptions) -> None:
-    Engine("memory", schedules=["0 * * * *"])  # mypy-error: "schedules"
     Engine("memory", retention="30d")  # mypy-error: "retention" to "Engine"
     Engine("memory", lease_mss=1)  # mypy-error: "lease_mss"
     Engine("memory", lease_ms="5s")  # mypy-error: "lease_ms"

@@ -46,6 +46,7 @@ from durably._engine.defs.concurrency import ConcurrencySpec
 from durably._engine.defs.events import Listener, MetricsSnapshot
 from durably._engine.defs.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
 from durably._engine.defs.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
+from durably._engine.defs.schedules import Schedule, check_schedules
 from durably._engine.defs.stores import open_store
 from durably._engine.defs.unsupported import CONCURRENCY_OVER_TRANSPORT, refuse_engine_options
 from durably._engine.flow.queues import AdmissionSpec, QueueReport
@@ -54,6 +55,7 @@ from durably._engine.flow.step_limits import step_limiter
 from durably._engine.triggers.subscribers import ensure_builtins, install
 from durably._engine.worker.retention import RetentionSweeper
 from durably._engine.worker.roles import Role, resolve_role
+from durably._engine.worker.schedules import ScheduleFirer
 from durably._engine.worker.worker import Worker
 from durably._read.list_models import (
     GroupHealth,
@@ -100,7 +102,7 @@ class Engine:
     "24h". Pass keywords, an `options=EngineOptions(...)` value, or both: a keyword given
     here overrides the same field of `options`. Every value is checked here and a bad one
     raises `ValueError` naming it; an option of a feature durably does not have yet
-    (`schedules=`, …) raises `NotImplementedError` naming the feature, and a
+    (`partition=`, …) raises `NotImplementedError` naming the feature, and a
     misspelt one a `TypeError` suggesting the right name. `engine.options` holds the
     result. An option left out of both is read from `DURABLY_<NAME>` when set
     (`DURABLY_LEASE_MS=5000`; see `EngineOptions`): code > environment > default.
@@ -122,6 +124,10 @@ class Engine:
     "local" (per engine), "store" (the PostgreSQL store; an error elsewhere), "redis" (the
     server and key prefix of the engine's Redis transport; an error without one), a
     "redis://…" URL (that server, prefix "durable") or a backend object.
+
+    Schedules: `schedules=[durably.Schedule(...)]` starts a workflow once per window of an
+    interval or a cron timetable, from the timer poll of every driving engine (one run per
+    window, `sched:<id>:<window start ms>`, however many engines share the store).
     """
 
     def __init__(
@@ -140,6 +146,7 @@ class Engine:
         capabilities: Sequence[str] = (),
         tenant_token_secret: str | bytes | None = None,
         queues: Iterable[Queue] = (),
+        schedules: Iterable[Schedule] = (),
         admission: AdmissionSpec = "auto",
         options: EngineOptions | None = None,
         # The tuning options, each documented on `EngineOptions`. UNSET means "take it from
@@ -172,7 +179,7 @@ class Engine:
         retention_sweep_ms: int = DEFAULT_SWEEP_INTERVAL_MS,
         retention_batch_size: int = DEFAULT_BATCH_SIZE,
         # Anything else is refused at run time with a message naming the planned feature
-        # (`schedules=`, …) or the option it was probably meant to be. Typed
+        # (`partition=`, …) or the option it was probably meant to be. Typed
         # `Never` so that mypy rejects every such keyword before the code ever runs.
         **unsupported: Never,
     ):
@@ -307,8 +314,35 @@ class Engine:
             interval_ms=retention_sweep_ms,
             batch_size=retention_batch_size,
         )
+        # Static schedules: checked here (duplicate ids, unknown workflows), fired from the
+        # timer poll of a driving engine only.
+        self._schedules = list(schedules)
+        check_schedules(
+            self._schedules,
+            None if workflows is None else [wf.name for wf in registry.workflows.values()],
+        )
+        self._schedule_firer = ScheduleFirer(
+            self._schedules, start=self._start_window, get_run=self.store.get_run, clock=self.clock
+        )
+        if self._schedules and self.drive_runs:
+            self._worker.poller.add_pass(self._schedule_firer.tick)
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
+
+    async def _start_window(self, schedule: Schedule, run_id: str) -> None:
+        await self.start(
+            schedule.workflow_name,
+            schedule.input,
+            run_id=run_id,
+            tags=list(schedule.tags) or None,
+            search_attributes=schedule.search_attributes,
+        )
+
+    async def fire_schedules(self) -> list[str]:
+        """Fire the due windows of this engine's static schedules now (the timer poll does
+        this every `timer_poll_ms`); returns the ids of the windows' runs."""
+        await self._ensure_open()
+        return await self._schedule_firer.tick()
 
     @property
     def drive_runs(self) -> bool:

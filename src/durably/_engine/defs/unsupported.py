@@ -40,12 +40,6 @@ TOPOLOGY = (
 # with a message naming the feature (never silently ignored). Any other keyword the engine
 # does not declare is a typo and gets a plain TypeError with a suggestion.
 _ENGINE_OPTIONS: dict[str, str] = {
-    "schedules": (
-        "schedules are not supported yet: nothing starts runs on a timetable; start them "
-        "from your own timer with engine.start(..., run_id=<one id per window>), which is "
-        "idempotent, so a window fires once even when several timers race. Recurring "
-        "schedules are planned"
-    ),
     "dead_letter_workflow": (
         "dead-letter workflows are not supported yet: a run that exceeds "
         "max_recovery_attempts is marked dead and reported to engine.on_dead(listener), "

@@ -125,6 +125,12 @@ class Poller:
         self._recheck_queue: deque[str] = deque()
         self._rechecking: set[str] = set()
         self._recheck_task: asyncio.Task[None] | None = None
+        # Passes other parts of the engine add to every poll (the static schedules).
+        self._passes: list[Callable[[], Awaitable[object]]] = []
+
+    def add_pass(self, run: Callable[[], Awaitable[object]]) -> None:
+        """Run `run` at the end of every poll pass (after timers and the timeout sweep)."""
+        self._passes.append(run)
 
     def serve_by_convention(self, serves: Callable[[str, str | None], Awaitable[bool]]) -> None:
         """Connected by the worker when it routes workflows to remote workers by convention:
@@ -170,6 +176,8 @@ class Poller:
         await self.resume_due_timers()
         await self.rescue_unserved()
         await self.sweep_timeouts()
+        for run in self._passes:
+            await run()
         # at most once a minute
         await signals.sweep_expired_signals(self._store, self._signal_buffer, self._clock)
 
