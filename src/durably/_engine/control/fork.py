@@ -77,7 +77,6 @@ def rows_to_copy(cps: list[StepCheckpoint], from_seq: int, new_id: str) -> list[
 
 
 async def copy_checkpoints(store: StateStore, rows: list[StepCheckpoint]) -> None:
-    """Write the copied rows (upserts: a fork interrupted after some rows and asked again
-    writes the same rows again)."""
-    for cp in rows:
-        await store.save_checkpoint(cp)
+    """Write the copied rows in one bulk upsert (one transaction, a statement per chunk;
+    a fork asked again after a crash writes the same rows again)."""
+    await store.save_checkpoints(rows)
