@@ -95,6 +95,11 @@ async def save_checkpoints_if_pending(s: Any) -> None:
     assert await s.save_checkpoints_if_pending([cp]) == [True]
 
 
+@writes
+async def save_checkpoints(s: Any) -> None:
+    await s.save_checkpoints([make_cp("r1", 30, output=secret("save_checkpoints"))])
+
+
 def _child_wait(child: str, seq: int) -> ChildWait:
     placeholder = make_cp(
         "r1",
@@ -285,9 +290,10 @@ async def test_every_payload_is_ciphertext_at_rest(
     assert leaked == [], f"cleartext at rest from {leaked}"
     # runs: r1 input+output, r2 input, r3 input, r4 input; checkpoints: 0 input+output, 1,
     # 2, 3 (the delivery), 4 (the fold), 5 input (c2's placeholder), 6 and 7 (the buffered
-    # signals taken into rows), 8 and 9 (the buffered events taken into rows); two signals
-    # still buffered; two events (one buffered plainly, one within the bounds).
-    assert raw.count(ENVELOPE) == 5 + 11 + 2 + 2
+    # signals taken into rows), 8 and 9 (the buffered events taken into rows), 30 (the bulk
+    # upsert); two signals still buffered; two events (one buffered plainly, one within the
+    # bounds).
+    assert raw.count(ENVELOPE) == 5 + 12 + 2 + 2
     assert "signal:child:c1" in raw and "fan:g" in raw and "paid" in raw  # metadata readable
 
     # Read back through the wrapper: every payload comes back as written.

@@ -75,6 +75,7 @@ HAND_WRITTEN_ENCODED = {
     "save_checkpoint": ["cp"],
     "save_checkpoint_if_pending": ["cp"],
     "save_checkpoints_if_pending": ["cps"],
+    "save_checkpoints": ["cps"],
     "fold_checkpoints": ["cp"],
     "register_child_waits": ["waits"],
     "deliver_signals": ["payloads"],
@@ -102,7 +103,7 @@ HAND_WRITTEN_DECODED = {
 HAND_WRITTEN_METHODS = (
     "ensure_schema close create_run create_runs update_run update_run_if_status get_run "
     "delete_run get_checkpoint save_checkpoint save_checkpoint_if_pending "
-    "save_checkpoints_if_pending list_checkpoints get_latest_checkpoint_by_name "
+    "save_checkpoints_if_pending save_checkpoints list_checkpoints get_latest_checkpoint_by_name "
     "list_checkpoints_by_name_prefix count_checkpoints fold_checkpoints checkpoint_stats "
     "query_checkpoints list_incomplete_runs list_due_timers "
     "list_orphaned_suspended release_run_lock renew_run_locks "

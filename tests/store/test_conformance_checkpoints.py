@@ -290,3 +290,30 @@ async def test_the_attempt_history_round_trips_through_every_write(
     await store.save_checkpoint(make_cp(seq=5))
     plain = await store.get_checkpoint("r1", 5)
     assert plain is not None and plain.attempt_errors is None and plain.attempt_errors_omitted == 0
+
+
+async def test_save_checkpoints_upserts_every_row_in_a_few_statements(
+    store: ConformantStore,
+) -> None:
+    await store.save_checkpoint(make_cp(seq=0, status="pending", output=None))
+    before = store.statement_count
+    await store.save_checkpoints(
+        [make_cp("r9", seq, output={"v": seq}) for seq in range(50)]
+        + [make_cp(seq=0, output={"replaced": True})]
+    )
+    # one executemany (per chunk) inside one transaction, not one write per row
+    assert store.statement_count - before < 5
+    rows = await store.list_checkpoints("r9")
+    assert [(c.seq, c.output) for c in rows] == [(s, {"v": s}) for s in range(50)]
+    (first,) = await store.list_checkpoints("r1")
+    assert first.status == "completed" and first.output == {"replaced": True}
+    await store.save_checkpoints([])
+
+
+@pytest.mark.parametrize("bad", [math.nan, object()])
+async def test_save_checkpoints_is_atomic(store: ConformantStore, bad: Any) -> None:
+    with pytest.raises(SerializationError):
+        await store.save_checkpoints(
+            [make_cp("r8", 1, output={"ok": 1}), make_cp("r8", 2, output={"bad": bad})]
+        )
+    assert await store.list_checkpoints("r8") == []

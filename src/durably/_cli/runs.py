@@ -14,7 +14,7 @@ from typing import Annotated, Any, get_args
 
 import typer
 
-from durably._cli import delete, health, prune
+from durably._cli import delete, fork, health, prune
 from durably._cli.common import (
     EXIT_OK,
     AppOpt,
@@ -217,6 +217,7 @@ def register(app: typer.Typer) -> typer.Typer:
 
     delete.register(runs)
     prune.register(runs)
+    fork.register(runs)
     health.register(runs)
     return runs
 

@@ -844,7 +844,7 @@ class Engine:
 
     # ================================================================== operator actions
 
-    # cancel, retry, retry_with_input, continue_run, redispatch_pending, delete_run: the
+    # cancel, retry, retry_with_input, fork, continue_run, redispatch_pending, delete_run: the
     # engine's client.
 
     @documented_by(Client.cancel)
@@ -868,6 +868,20 @@ class Engine:
         self, run_id: str, input: Any, *, new_run_id: str | None = None
     ) -> str | None:
         return await self._client.retry_with_input(run_id, input, new_run_id=new_run_id)
+
+    @documented_by(Client.fork)
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        from_seq: int,
+        new_run_id: str | None = None,
+        input: Any = UNSET,
+        version: str | None = None,
+    ) -> RunHandle[Any]:
+        return await self._client.fork(
+            run_id, from_seq=from_seq, new_run_id=new_run_id, input=input, version=version
+        )
 
     @documented_by(Client.continue_run)
     async def continue_run(self, run_id: str) -> RunResult | None:

@@ -228,6 +228,13 @@ class InMemoryStateStore(DerivedStoreMethods):
         stored = norm_checkpoint(cp)
         self._tables.checkpoints.setdefault(cp.run_id, {})[cp.seq] = stored
 
+    async def save_checkpoints(self, cps: Sequence[StepCheckpoint]) -> None:
+        """Upsert every row; all or nothing (every row is checked before any is stored)."""
+        self._tables.tick()
+        staged = [norm_checkpoint(cp) for cp in cps]
+        for row in staged:
+            self._tables.checkpoints.setdefault(row.run_id, {})[row.seq] = row
+
     async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
         """Batched CAS: per-entry results in order, all-or-nothing on failure."""
         self._tables.tick()

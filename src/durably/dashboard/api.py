@@ -31,10 +31,13 @@ from durably._core.bounds import PayloadRejectedError, PayloadTooLargeError, loa
 from durably._core.errors import (
     InputValidationError,
     ReservedTokenError,
+    RunIdConflictError,
+    RunNotFoundError,
     SignalBufferFullError,
 )
 from durably._core.models import WorkflowRun
 from durably._engine.client.client import Client
+from durably._engine.defs.options import UNSET
 from durably._engine.engine import Engine
 from durably._read import lists, rows
 from durably._read.list_models import RunListItem
@@ -146,6 +149,7 @@ class DashboardApi:
             r("/runs/{run_id}/events/{key:path}", self.get_event),
             w("/runs/{run_id}/retry", self.retry, "retry"),
             w("/runs/{run_id}/retry-with-input", self.retry_with_input, "retry with input"),
+            w("/runs/{run_id}/fork", self.fork, "fork"),
             w("/runs/{run_id}/cancel", self.cancel, "cancel"),
             w("/runs/{run_id}/continue", self.continue_run, "continue"),
             w("/runs/{run_id}/redispatch", self.redispatch, "redispatch"),
@@ -364,6 +368,38 @@ class DashboardApi:
         if new_id is None:
             return error_response(404, f"run {run_id} not found")
         return json_response({"runId": new_id})
+
+    async def fork(self, request: Request) -> Response:
+        """`{fromSeq, newRunId?, input?}` → `{runId}`: a new run reusing the run's steps
+        before `fromSeq` (an absent `input` keeps the original's)."""
+        _params(request, _NONE)
+        run_id = path_param(request, "run_id")
+        body = await _json_body(request, {}, max_bytes=self._max_bytes)
+        if not isinstance(body, dict) or set(body) - {"fromSeq", "newRunId", "input"}:
+            raise BadRequest("Body must be a JSON object `{fromSeq, newRunId?, input?}`.")
+        from_seq = body.get("fromSeq")
+        if isinstance(from_seq, bool) or not isinstance(from_seq, int):
+            raise BadRequest(f"fromSeq must be an integer, not {from_seq!r}.")
+        new_run_id = body.get("newRunId")
+        if new_run_id is not None and not isinstance(new_run_id, str):
+            raise BadRequest(f"newRunId must be a string, not {new_run_id!r}.")
+        try:
+            handle = await self.engine.fork(
+                run_id,
+                from_seq=from_seq,
+                new_run_id=new_run_id,
+                input=body["input"] if "input" in body else UNSET,
+            )
+        except RunNotFoundError as exc:
+            return error_response(404, str(exc))
+        except RunIdConflictError as exc:
+            return error_response(409, str(exc))
+        except InputValidationError:
+            raise  # answered as every refused input is (422)
+        except ValueError as exc:
+            # A run that has not settled, or a step out of its range.
+            return error_response(409, str(exc))
+        return json_response({"runId": handle.run_id, "forkedFrom": run_id, "fromSeq": from_seq})
 
     async def cancel(self, request: Request) -> Response:
         run_id = path_param(request, "run_id")

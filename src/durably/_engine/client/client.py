@@ -29,6 +29,8 @@ from durably._core.buffered_signals import DEFAULT_LIST_LIMIT, BufferedSignalInf
 from durably._core.durations import Duration
 from durably._core.errors import (
     InputValidationError,
+    RunIdConflictError,
+    RunNotFoundError,
     SerializationError,
     WorkflowNotFoundError,
 )
@@ -44,6 +46,7 @@ from durably._engine.client.run_events import RowWatches
 from durably._engine.client.run_gateway import RunEventListener
 from durably._engine.client.session import ClientSession, HostedSession, StoreSession
 from durably._engine.client.signal_api import BufferedSignals
+from durably._engine.control import fork as forking
 from durably._engine.control import operator, retention, signals
 from durably._engine.control.fleet_check import FleetCheck
 from durably._engine.control.plane import ControlPlane
@@ -375,6 +378,7 @@ class Client:
         *,
         output: ValueCodec | None = None,
         check_fleet: bool = True,
+        fresh: bool = True,
     ) -> RunHandle[Any]:
         """Create the run `request` asks for (its workflow given as an object or by name).
         A name typed by the caller is checked against the fleet (`check_fleet`); a name read
@@ -392,14 +396,16 @@ class Client:
         else:
             wf = self._plane.registration(workflow, version)
         if wf is not None:
-            rid = await self._plane.create_run(request, prepare_input(wf, input), registered=wf)
+            rid = await self._plane.create_run(
+                request, prepare_input(wf, input), registered=wf, fresh=fresh
+            )
             return RunHandle(self, rid, wf, self._plane.registration)
         json_input = plain_input(request.workflow, input)
         if check_fleet:
             await self._fleet.check(
                 request.workflow, version, request.namespace or self.namespace, request.run_id
             )
-        rid = await self._plane.create_run(request, json_input)
+        rid = await self._plane.create_run(request, json_input, fresh=fresh)
         return RunHandle(self, rid, None, self._plane.registration, output=output)
 
     async def execute(
@@ -554,6 +560,67 @@ class Client:
         )
         await self._start(registered or run.workflow, input, request, check_fleet=False)
         return new_id
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        from_seq: int,
+        new_run_id: str | None = None,
+        input: Any = UNSET,
+        version: str | None = None,
+    ) -> RunHandle[Any]:
+        """Start a NEW run that reuses the settled run's checkpoints before `from_seq` and
+        executes from there with the code deployed now (`version`: a registered version of
+        the workflow, else the newest); the original is not changed.
+
+        The rows copied are those with `seq < from_seq` that are settled (`completed` or
+        `failed`); a waiting row is not copied (the fork waits again), a completed child's
+        result row is (the child is not run again). `input` defaults to the original's. The
+        fork is tagged `forked-from:<run_id>@<from_seq>`. Its id is `new_run_id`, else
+        `<run_id>~fork~<from_seq>`; forking again to an existing fork of the same run and
+        step returns it. Raises `RunNotFoundError` for an unknown run, `ValueError` for a
+        run that is not settled (completed, failed, cancelled, dead) or a `from_seq` outside
+        `0..last seq + 1`, `InputValidationError` for an input the workflow refuses,
+        `RunIdConflictError` when `new_run_id` belongs to another run. Nothing is written
+        before every check passed.
+        """
+        given_run_id(new_run_id, what="new run id")
+        await self._session.open()
+        run = await self._store.get_run(run_id)
+        if run is None:
+            raise RunNotFoundError(f"run {run_id!r} not found: nothing to fork")
+        cps = await self._store.list_checkpoints(run_id)
+        forking.check_forkable(run, cps, from_seq)
+        new_id = new_run_id or forking.default_fork_id(run_id, from_seq)
+        tag = forking.fork_tag(run_id, from_seq)
+        existing = await self._store.get_run(new_id)
+        if existing is not None:
+            if tag in (existing.tags or ()):
+                return self.get_handle(new_id)
+            raise RunIdConflictError(new_id, existing.workflow, f"a fork of {run_id!r}")
+        registered = self._plane.registration(run.workflow, version)
+        fork_input = run.input if isinstance(input, Unset) else input
+        # Checked before any row is copied: a refused input leaves nothing behind.
+        if registered is not None:
+            prepare_input(registered, fork_input)
+        else:
+            plain_input(run.workflow, fork_input)
+        static = registered.tags if registered is not None else ()
+        request = StartRequest(
+            workflow=run.workflow,
+            run_id=new_id,
+            tags=(*operator.retry_tags(run, static), tag),
+            priority=run.priority,
+            version=version,
+            namespace=run.namespace,
+        )
+        # The rows go first, the run second: a worker may pick the run up the moment it
+        # exists, and must find the reused steps already there (else it runs them again).
+        await forking.copy_checkpoints(self._store, forking.rows_to_copy(cps, from_seq, new_id))
+        return await self._start(
+            registered or run.workflow, fork_input, request, check_fleet=False, fresh=False
+        )
 
     async def continue_run(self, run_id: str) -> RunResult | None:
         """Release the run's first pending breakpoint; None when it has none."""

@@ -309,6 +309,23 @@ class SyncClient:
     ) -> str | None:
         return self._loop.call(self._client.retry_with_input(run_id, input, new_run_id=new_run_id))
 
+    @documented_by(Client.fork)
+    def fork(
+        self,
+        run_id: str,
+        *,
+        from_seq: int,
+        new_run_id: str | None = None,
+        input: Any = UNSET,
+        version: str | None = None,
+    ) -> SyncRunHandle[Any]:
+        handle = self._loop.call(
+            self._client.fork(
+                run_id, from_seq=from_seq, new_run_id=new_run_id, input=input, version=version
+            )
+        )
+        return SyncRunHandle(handle, self._loop)
+
     @documented_by(Client.continue_run)
     def continue_run(self, run_id: str) -> RunResult | None:
         return self._loop.call(self._client.continue_run(run_id))

@@ -116,6 +116,7 @@ class ControlPlane:
         json_input: JSONValue,
         *,
         registered: Workflow[Any, Any] | None = None,
+        fresh: bool = True,
     ) -> str:
         """Insert the `pending` run `request` asks for (idempotent by its run id: a run of
         the same workflow in the same namespace is returned as it is; another workflow, or a
@@ -125,7 +126,8 @@ class ControlPlane:
         `request.version` (or unpinned). The workflow's quota and singleton options
         (`registered`, else the registration here) and the start's own
         `concurrency`/`dedup_id` are checked with the insert (`quotas.py`); a refused start
-        creates nothing."""
+        creates nothing. `fresh=False`: the run already has checkpoints (a fork's copied
+        rows), so its first turn must read them rather than take it as a new run's."""
         workflow = request.workflow
         if registered is not None:
             version = registered.version
@@ -171,7 +173,7 @@ class ControlPlane:
                 await self._check_existing(rid, workflow, ns)
             if outcome.verdict != "created":
                 return given  # the existing run (by id), or the live holder of the dedup id
-            await self._created(rid)
+            await self._created(rid, fresh)
             return rid
         try:
             # Insert first and read only on conflict: one round trip for a new run.
@@ -184,7 +186,7 @@ class ControlPlane:
                 raise
             check_existing_run(existing, name=workflow, namespace=ns)
             return rid
-        await self._created(rid)
+        await self._created(rid, fresh)
         return rid
 
     async def _check_existing(self, rid: str, workflow: str, namespace: str) -> None:
@@ -193,8 +195,10 @@ class ControlPlane:
         if existing is not None:
             check_existing_run(existing, name=workflow, namespace=namespace)
 
-    async def _created(self, rid: str) -> None:
-        if self.local is not None:
+    async def _created(self, rid: str, fresh: bool = True) -> None:
+        if not fresh:
+            await self.run_ready(rid)
+        elif self.local is not None:
             await self.local.run_created(rid)
         else:
             await self.announce("ready", rid)

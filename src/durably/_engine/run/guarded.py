@@ -106,6 +106,9 @@ class GuardedStore:
     async def save_checkpoint_if_pending(self, cp: StepCheckpoint) -> bool:
         return await _guarded(self._store.save_checkpoint_if_pending, cp)
 
+    async def save_checkpoints(self, cps: Sequence[StepCheckpoint]) -> None:
+        await _guarded(self._store.save_checkpoints, cps)
+
     async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
         return await _guarded(self._store.save_checkpoints_if_pending, cps)
 

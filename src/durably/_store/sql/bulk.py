@@ -120,6 +120,17 @@ class BulkOps:
 
         return await self._runner.transaction(work)
 
+    async def save_checkpoints(self, cps: Sequence[StepCheckpoint]) -> None:
+        if not cps:
+            return
+        rows = [_rows.checkpoint_to_sql(cp) for cp in cps]  # validate all before writing
+
+        async def work(s: Session) -> None:
+            for chunk in _chunks(rows):
+                await self._runner.many(s, self._q.save_cp, list(chunk))
+
+        await self._runner.transaction(work)
+
     async def fold_checkpoints(
         self, run_id: str, first_seq: int, last_seq: int, cp: StepCheckpoint
     ) -> None:

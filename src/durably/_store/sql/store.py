@@ -376,6 +376,9 @@ class SqlStateStore(DerivedStoreMethods):
         concurrent ones share a round trip and a commit on PostgreSQL.)"""
         await self._runner.write_idempotent(self._q.save_cp, _rows.checkpoint_to_sql(cp))
 
+    async def save_checkpoints(self, cps: Sequence[StepCheckpoint]) -> None:
+        await self._bulk.save_checkpoints(cps)
+
     async def save_checkpoints_if_pending(self, cps: Sequence[StepCheckpoint]) -> list[bool]:
         """Batched compare-and-set: per-entry results in input order, each entry compared
         against what the earlier entries wrote; one transaction (all or nothing).

@@ -232,6 +232,7 @@ export function runDetail(root, runId) {
         meta("Finished", when(cp.finishedAt)), cp.row && cp.row.dueAt ? meta("Due", when(cp.row.dueAt)) : null,
         cp.row && cp.row.timeoutMs != null ? meta("Timeout", millis(cp.row.timeoutMs)) : null,
         meta("Duration", rowDuration(cp))),
+      forkButton(cp),
       errorBlock(cp.error, "step-error"),
       attemptList(cp),
       cp.output && cp.output.ok === false ? errorBlock({ message: cp.output.error, code: cp.output.code, details: cp.output.details }, "child-error") : null,
@@ -242,6 +243,21 @@ export function runDetail(root, runId) {
           e.attempt ? ` (attempt ${e.attempt})` : "", e.durationMs != null ? ` ${Math.round(e.durationMs)} ms` : "",
           e.error ? h("span.err", {}, " " + e.error.message) : "")))
         : h("p.muted.small", { testid: "step-events" }, "No live events for this step since the page opened.")));
+  }
+
+  // "Fork from here": a new run reusing the steps before this one (a settled run only; the
+  // original is not changed). The server refuses what it cannot fork; the button only hides.
+  function forkButton(cp) {
+    const run = view.detail && view.detail.run;
+    if (!run || !TERMINAL.includes(run.status) || cp.seq == null) return null;
+    return h("button.ctl", { testid: "step-fork", "data-mutates": "", disabled: state.readOnly,
+      title: state.readOnly ? "read-only console" : `steps before #${cp.seq} are reused, not run again`,
+      onclick: () => confirmAction({ title: "Fork from here",
+        text: `Start a new run that reuses the results of steps #0–#${cp.seq - 1} and executes from #${cp.seq} with the code deployed now. Its input:`,
+        json: run.input,
+        run: ({ json: input }) => post(path + "/fork", null, { fromSeq: cp.seq, input }),
+        done: (res) => { flash(`Forked from #${cp.seq} → new run ${res.runId}`); location.hash = "#/runs/" + enc(res.runId); } }) },
+      "Fork from here");
   }
 
   // every failed attempt, oldest first; a long history keeps the first 5 and the last ones
