@@ -105,7 +105,6 @@ def test_step_decorators_take_no_queue() -> None:
     [
         ("schedules", "schedules are not supported yet"),
         ("retention", "retention is not supported yet"),
-        ("dead_letter_workflow", "dead-letter workflows are not supported yet"),
         ("topology", "topology roles are given as role="),
         ("partition", "serving partitions are not supported yet"),
     ],

@@ -38,7 +38,13 @@ from durably._engine.control.start import StartRequest
 from durably._engine.defs.concurrency import ConcurrencySpec
 from durably._engine.defs.events import Listener, MetricsSnapshot
 from durably._engine.defs.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
-from durably._engine.defs.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
+from durably._engine.defs.registry import (
+    DEFAULT_REGISTRY,
+    Registry,
+    Step,
+    Workflow,
+    dead_letter_ref,
+)
 from durably._engine.defs.stores import open_store
 from durably._engine.defs.unsupported import CONCURRENCY_OVER_TRANSPORT, refuse_engine_options
 from durably._engine.flow.queues import AdmissionSpec, QueueReport
@@ -114,6 +120,11 @@ class Engine:
     "local" (per engine), "store" (the PostgreSQL store; an error elsewhere), "redis" (the
     server and key prefix of the engine's Redis transport; an error without one), a
     "redis://…" URL (that server, prefix "durable") or a backend object.
+
+    Dead letters: a run that crash recovery took back more than `max_recovery_attempts`
+    times (default: no limit) is marked `dead`. `dead_letter_workflow=` (a workflow or its
+    name) is then started once for it, as run `dlq:<runId>` with the input `{deadRunId,
+    workflow, input, error}`; a workflow's own `dead_letter=` beats it.
     """
 
     def __init__(
@@ -134,6 +145,7 @@ class Engine:
         queues: Iterable[Queue] = (),
         admission: AdmissionSpec = "auto",
         options: EngineOptions | None = None,
+        dead_letter_workflow: Workflow[Any, Any] | str | None = None,
         # The tuning options, each documented on `EngineOptions`. UNSET means "take it from
         # `options` (or the default)", so an explicit keyword always wins over `options`.
         lease_ms: int | Unset = UNSET,
@@ -256,6 +268,9 @@ class Engine:
             tenant_token_secret=tenant_token_secret,
             queues=queues,
             admission=admission,
+            dead_letter_workflow=dead_letter_ref(
+                "Engine(dead_letter_workflow=...)", dead_letter_workflow
+            ),
         )
         install(self._worker)  # the event accumulators behind debounce=/batch=
         # Worker concurrency: a permit per in-process step handler (None: no limit).

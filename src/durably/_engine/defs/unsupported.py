@@ -50,11 +50,6 @@ _ENGINE_OPTIONS: dict[str, str] = {
         "retention is not supported yet: finished runs are kept until deleted "
         "(engine.delete_run); pruning finished runs by age or count is planned"
     ),
-    "dead_letter_workflow": (
-        "dead-letter workflows are not supported yet: a run that exceeds "
-        "max_recovery_attempts is marked dead and reported to engine.on_dead(listener), "
-        "but no workflow is started for it; dead-letter workflows are planned"
-    ),
     "control_plane": TOPOLOGY,
     "topology": TOPOLOGY,
     "partition": (
