@@ -8,6 +8,7 @@ The test restarts the worker process each time it dies. Crash recovery takes the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -23,6 +24,22 @@ APP = Path(__file__).with_name("dead_letter_app.py")
 CAP = 2
 
 
+def _life(url: str, log: Path) -> tuple[int, str, str]:
+    """One life of the worker process: until it dies or gives up on the run."""
+    proc = subprocess.Popen(
+        [sys.executable, str(APP), url, str(log)],
+        env={**os.environ, "DL_CAP": str(CAP)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill(proc)
+    return proc.returncode, out, err
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 async def test_a_run_that_kills_its_process_every_time_ends_dead_and_dead_lettered(
@@ -33,21 +50,11 @@ async def test_a_run_that_kills_its_process_every_time_ends_dead_and_dead_letter
         kills = 0
         result = None
         for _life in range(CAP + 3):  # CAP+1 deaths, then the life that gives up
-            proc = subprocess.Popen(
-                [sys.executable, str(APP), url, str(log)],
-                env={**os.environ, "DL_CAP": str(CAP)},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            try:
-                out, err = proc.communicate(timeout=120)
-            finally:
-                kill(proc)
-            if proc.returncode == -signal.SIGKILL:
+            returncode, out, err = await asyncio.to_thread(_life, url, log)
+            if returncode == -signal.SIGKILL:
                 kills += 1
                 continue
-            assert proc.returncode == 0, err
+            assert returncode == 0, err
             result = json.loads(out.strip().splitlines()[-1])
             break
         assert result is not None, f"the worker never gave up after {kills} kills"
