@@ -49,7 +49,7 @@ async def test_a_run_that_kills_its_process_every_time_ends_dead_and_dead_letter
     async with store_url(kind, tmp_path, "dead-letter") as url:
         kills = 0
         result = None
-        for _life in range(CAP + 3):  # CAP+1 deaths, then the life that gives up
+        for _attempt in range(CAP + 3):  # CAP+1 deaths, then the life that gives up
             returncode, out, err = await asyncio.to_thread(_life, url, log)
             if returncode == -signal.SIGKILL:
                 kills += 1
