@@ -25,7 +25,12 @@ from durably._core.errors import RunNotFoundError, WorkflowNotFoundError
 from durably._core.models import RunResult, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
 from durably._core.triggers import refuse_engine_owned_start
-from durably._engine.client.client import Client, HostedClient, output_codec
+from durably._engine.client.client import (
+    CANCEL_WHERE_LIMIT,
+    Client,
+    HostedClient,
+    output_codec,
+)
 from durably._engine.client.deprecation import deprecated
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, UpdateResult, WaitUntil
@@ -798,6 +803,12 @@ class Engine:
     @documented_by(Client.cancel)
     async def cancel(self, run_id: str, *, compensate: bool = False) -> RunResult | None:
         return await self._client.cancel(run_id, compensate=compensate)
+
+    @documented_by(Client.cancel_where)
+    async def cancel_where(
+        self, *, compensate: bool = False, limit: int = CANCEL_WHERE_LIMIT, **query: Any
+    ) -> list[str]:
+        return await self._client.cancel_where(compensate=compensate, limit=limit, **query)
 
     @documented_by(Client.retry)
     async def retry(self, run_id: str) -> RunResult | None:
