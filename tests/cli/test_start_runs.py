@@ -164,6 +164,24 @@ def test_failed_run_exits_non_zero(tmp_path: Path) -> None:
     assert "error: broken until ./fixed exists" in human
 
 
+def test_retry_with_a_new_input_starts_a_fresh_run(tmp_path: Path) -> None:
+    store = write_app(tmp_path)
+    failed = durably(
+        "start", "app:engine", "flaky", "--input", "3", "--run-id", "r1", "--wait", cwd=tmp_path
+    )
+    assert failed.returncode == 1
+    retried = json_of(
+        durably("runs", "retry", "r1", "--input", "5", "--store", store, "--json", cwd=tmp_path)
+    )
+    assert retried["retriedRunId"] == "r1" and retried["runId"] != "r1"
+    fresh = json_of(
+        durably("runs", "show", retried["runId"], "--store", store, "--json", cwd=tmp_path)
+    )
+    assert (fresh["run"]["workflow"], fresh["run"]["input"]) == ("flaky", 5)
+    bad = durably("runs", "retry", "r1", "--input", "{nope", "--store", store, cwd=tmp_path)
+    assert bad.returncode == 2 and "--input" in bad.stderr
+
+
 def test_cancel_a_waiting_run(tmp_path: Path) -> None:
     store = write_app(tmp_path)
     ok(durably("start", "app:engine", "gated", "--input", '"c"', "--run-id", "c1", cwd=tmp_path))
@@ -187,5 +205,9 @@ def test_no_command_prints_usage(tmp_path: Path) -> None:
     assert "usage: durably" in result.stdout.lower()
     for command in ("demo", "worker", "start", "runs", "db"):
         assert command in result.stdout
+    # An unknown command is a failed call (1); a malformed one stays a usage error (2).
     unknown = durably("frobnicate", cwd=tmp_path)
-    assert unknown.returncode == 2
+    assert unknown.returncode == 1 and "No such command 'frobnicate'" in unknown.stderr
+    sub = durably("runs", "frobnicate", cwd=tmp_path)
+    assert sub.returncode == 1 and "No such command 'frobnicate'" in sub.stderr
+    assert durably("runs", "list", "--no-such-option", cwd=tmp_path).returncode == 2

@@ -47,7 +47,9 @@ TESTIDS = set(
     "workers worker-group worker-row "
     # the buffered-signals panel
     "nav-signals signals signals-count signals-prefix signals-filter signal-row signal-purge "
-    "signals-purge-expired signals-purge-all no-signals".split()
+    "signals-purge-expired signals-purge-all no-signals "
+    # the dead-letter links between a dead run and its dlq: run
+    "rel-dead-run rel-dead-letter".split()
 )
 CONTROLS = set(
     "cancel cancel-compensate retry retry-input continue redispatch signal delete".split()

@@ -103,7 +103,6 @@ def test_step_decorators_take_no_queue() -> None:
 @pytest.mark.parametrize(
     ("option", "feature"),
     [
-        ("dead_letter_workflow", "dead-letter workflows are not supported yet"),
         ("topology", "topology roles are given as role="),
         ("partition", "serving partitions are not supported yet"),
     ],

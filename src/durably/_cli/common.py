@@ -16,14 +16,32 @@ from types import SimpleNamespace
 from typing import Annotated, Any, TextIO
 
 import typer
+from typer.core import TyperGroup
 
 from durably._engine.engine import Engine
+
+# typer carries its own copy of click: its usage error is the base of `typer.BadParameter`.
+_UsageError: type[Exception] = typer.BadParameter.__mro__[1]
 
 DEFAULT_STORE = "sqlite:///durably.db"
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+
+
+class CommandGroup(TyperGroup):
+    """The `durably` application and its groups: an unknown command name exits 1 (a failed
+    call, like a run that does not exist); a malformed call (a bad option or number) stays
+    a usage error, exit 2."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except _UsageError as exc:
+            if args and self.get_command(ctx, args[0]) is None:
+                exc.exit_code = EXIT_FAILED  # type: ignore[attr-defined]
+            raise
 
 
 class CliError(Exception):
@@ -299,7 +317,9 @@ def usage_group(
     app: typer.Typer, name: str, help: str, description: str | None = None
 ) -> typer.Typer:
     """A command group (`durably runs …`) that prints its usage when given no action."""
-    group = typer.Typer(help=description or help, short_help=help, add_completion=False)
+    group = typer.Typer(
+        help=description or help, short_help=help, add_completion=False, cls=CommandGroup
+    )
 
     @group.callback(invoke_without_command=True)
     def _usage(ctx: typer.Context) -> None:

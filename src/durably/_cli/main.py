@@ -2,7 +2,8 @@
 
 Each command module declares its commands on the application (`register`) and keeps its
 handler apart from the parsing (a handler takes an `Args` namespace and returns the exit
-code). Usage errors (an unknown option, a bad number) are typer's own, exit 2.
+code). Usage errors (an unknown option, a bad number) are typer's own, exit 2; an
+unknown command exits 1 (`CommandGroup`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Annotated
 import typer
 
 from durably._cli import dashboard, db, demo, runs, signals, start, watch, worker
-from durably._cli.common import CAPTURE, EXIT_OK, EXIT_USAGE, Args
+from durably._cli.common import CAPTURE, EXIT_OK, EXIT_USAGE, Args, CommandGroup
 
 EPILOG = (
     "Store URLs: sqlite:///path.db (default: $DURABLY_STORE, else sqlite:///durably.db) or "
@@ -40,6 +41,7 @@ def build_app() -> typer.Typer:
         context_settings={"help_option_names": ["-h", "--help"]},
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
+        cls=CommandGroup,
     )
 
     @app.callback(invoke_without_command=True)

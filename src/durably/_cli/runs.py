@@ -162,7 +162,39 @@ def register(app: typer.Typer) -> typer.Typer:
             dispatch(on_control_engine(action), run_id=run_id, store=store, app=app, json=json)
 
     control_verb("cancel", "cancel a run (and its children)", _cancel)
-    control_verb("retry", "re-enqueue a failed/dead run from where it failed (requeue)", _retry)
+
+    @runs.command(
+        "retry",
+        short_help="re-enqueue a failed/dead run from where it failed (requeue)",
+        help=(
+            "Re-enqueue a failed, dead or cancelled run from where it failed. With --input, "
+            "start a fresh run of the same workflow with that input instead "
+            "(engine.retry_with_input) and print its id."
+        ),
+    )
+    def _retry_cmd(
+        run_id: RunIdArg,
+        store: StoreOpt = None,
+        app: AppOpt = None,
+        json: JsonOpt = False,
+        input: Annotated[
+            str | None,
+            typer.Option(
+                "--input",
+                metavar="JSON",
+                help="run again from the start with this input (`@file` reads a file, `-` stdin)",
+            ),
+        ] = None,
+    ) -> None:
+        dispatch(
+            on_control_engine(_retry),
+            run_id=run_id,
+            store=store,
+            app=app,
+            json=json,
+            input=input,
+        )
+
     control_verb("continue", "release the run's pending ctx.breakpoint()", _continue)
     control_verb(
         "redispatch",
@@ -409,6 +441,16 @@ async def _cancel(engine: Engine, args: Args) -> int:
 
 async def _retry(engine: Engine, args: Args) -> int:
     run = await _require_run(engine, args.run_id)
+    if getattr(args, "input", None) is not None:
+        value = parse_json_arg(args.input, "--input")
+        new_id = await engine.retry_with_input(run.id, value)
+        if new_id is None:
+            raise CliError(f"Run {run.id} not found.")
+        if args.json:
+            print_json({"runId": new_id, "retriedRunId": run.id, "status": "pending"})
+        else:
+            echo(f"Run {new_id} started with the new input (a retry of {run.id}).")
+        return EXIT_OK
     if run.status == "completed":
         raise CliError(f"Run {run.id} is completed; there is nothing to retry.")
     if run.status in ("pending", "running"):

@@ -32,7 +32,12 @@ from durably._core.retention import (
     check_policies,
 )
 from durably._core.triggers import refuse_engine_owned_start
-from durably._engine.client.client import Client, HostedClient, output_codec
+from durably._engine.client.client import (
+    CANCEL_WHERE_LIMIT,
+    Client,
+    HostedClient,
+    output_codec,
+)
 from durably._engine.client.deprecation import deprecated
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, UpdateResult, WaitUntil
@@ -45,7 +50,13 @@ from durably._engine.control.start import StartRequest
 from durably._engine.defs.concurrency import ConcurrencySpec
 from durably._engine.defs.events import Listener, MetricsSnapshot
 from durably._engine.defs.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
-from durably._engine.defs.registry import DEFAULT_REGISTRY, Registry, Step, Workflow
+from durably._engine.defs.registry import (
+    DEFAULT_REGISTRY,
+    Registry,
+    Step,
+    Workflow,
+    dead_letter_ref,
+)
 from durably._engine.defs.schedules import Schedule, check_schedules
 from durably._engine.defs.stores import open_store
 from durably._engine.defs.unsupported import CONCURRENCY_OVER_TRANSPORT, refuse_engine_options
@@ -128,6 +139,10 @@ class Engine:
     Schedules: `schedules=[durably.Schedule(...)]` starts a workflow once per window of an
     interval or a cron timetable, from the timer poll of every driving engine (one run per
     window, `sched:<id>:<window start ms>`, however many engines share the store).
+    Dead letters: a run that crash recovery took back more than `max_recovery_attempts`
+    times (default: no limit) is marked `dead`. `dead_letter_workflow=` (a workflow or its
+    name) is then started once for it, as run `dlq:<runId>` with the input `{deadRunId,
+    workflow, input, error}`; a workflow's own `dead_letter=` beats it.
     """
 
     def __init__(
@@ -149,6 +164,7 @@ class Engine:
         schedules: Iterable[Schedule] = (),
         admission: AdmissionSpec = "auto",
         options: EngineOptions | None = None,
+        dead_letter_workflow: Workflow[Any, Any] | str | None = None,
         # The tuning options, each documented on `EngineOptions`. UNSET means "take it from
         # `options` (or the default)", so an explicit keyword always wins over `options`.
         lease_ms: int | Unset = UNSET,
@@ -274,6 +290,9 @@ class Engine:
             tenant_token_secret=tenant_token_secret,
             queues=queues,
             admission=admission,
+            dead_letter_workflow=dead_letter_ref(
+                "Engine(dead_letter_workflow=...)", dead_letter_workflow
+            ),
         )
         install(self._worker)  # the event accumulators behind debounce=/batch=
         # Worker concurrency: a permit per in-process step handler (None: no limit).
@@ -850,6 +869,12 @@ class Engine:
     @documented_by(Client.cancel)
     async def cancel(self, run_id: str, *, compensate: bool = False) -> RunResult | None:
         return await self._client.cancel(run_id, compensate=compensate)
+
+    @documented_by(Client.cancel_where)
+    async def cancel_where(
+        self, *, compensate: bool = False, limit: int = CANCEL_WHERE_LIMIT, **query: Any
+    ) -> list[str]:
+        return await self._client.cancel_where(compensate=compensate, limit=limit, **query)
 
     @documented_by(Client.retry)
     async def retry(self, run_id: str) -> RunResult | None:

@@ -455,6 +455,15 @@ class DashboardApi:
             )
         # Through `as_run_query`, as the list does, so `attr` filters (mappings) are read the
         # same way and a bulk action hits exactly the set the list shows.
+        if action == "cancel" and query:
+            # The engine's own bulk verb, bounded the same way; it skips settled runs.
+            matched = await self.engine.store.list_runs(
+                lists.as_run_query(**query, limit=BULK_LIMIT)
+            )
+            cancelled = await self.engine.cancel_where(
+                compensate=compensate, limit=BULK_LIMIT, **query
+            )
+            return json_response({"matched": len(matched), "applied": len(cancelled)})
         runs = await self.engine.store.list_runs(lists.as_run_query(**query, limit=BULK_LIMIT))
         applied = 0
         for run in runs:

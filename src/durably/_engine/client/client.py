@@ -35,7 +35,13 @@ from durably._core.errors import (
     WorkflowNotFoundError,
 )
 from durably._core.ids import given_run_id
-from durably._core.models import JSONValue, RunResult, StepCheckpoint, WorkflowRun
+from durably._core.models import (
+    LIVE_RUN_STATUSES,
+    JSONValue,
+    RunResult,
+    StepCheckpoint,
+    WorkflowRun,
+)
 from durably._core.quota import ConcurrencyQuota
 from durably._core.retention import DEFAULT_BATCH_SIZE, PruneResult, RetentionPolicy
 from durably._core.triggers import refuse_engine_owned_start
@@ -138,6 +144,10 @@ def plain_input(name: str, input: Any) -> JSONValue:
     except SerializationError as exc:
         raise InputValidationError(name, str(exc)) from None
     return json_input
+
+
+# The most runs one `cancel_where` call cancels: one call is one bounded batch.
+CANCEL_WHERE_LIMIT = 1_000
 
 
 class Client:
@@ -530,6 +540,41 @@ class Client:
         None when the run is unknown; a settled run is returned untouched."""
         await self._session.open()
         return await operator.cancel(self._plane, run_id, compensate=compensate)
+
+    async def cancel_where(
+        self, *, compensate: bool = False, limit: int = CANCEL_WHERE_LIMIT, **query: Any
+    ) -> list[str]:
+        """Cancel the runs a `list_runs` query matches (`status=`, `workflow=`, `tags=`,
+        ...), at most `limit` of them (default and ceiling 1 000: run it again for more),
+        each as `cancel` would. Only live runs are matched (a `statuses=` filter is narrowed
+        to them): returns the ids of the runs it cancelled. A query with no filter would
+        cancel every run, so it is refused (`ValueError`): say `workflow=` at least."""
+        if not query:
+            raise ValueError(
+                "cancel_where() without a filter would cancel every run: give list_runs "
+                "filters (status=, workflow=, tags=, namespace=, ...)"
+            )
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit:
+            raise ValueError(f"cancel_where(limit=...) must be a whole number >= 1, not {limit!r}")
+        if "limit" in query or "offset" in query:
+            raise ValueError("cancel_where() takes limit= as its own bound and no offset=")
+        # Only live runs count against the bound: settled ones have nothing to cancel.
+        live = [st for st in query.get("statuses") or LIVE_RUN_STATUSES if st in LIVE_RUN_STATUSES]
+        if not live:
+            return []
+        query = {**query, "statuses": live}
+        # As the console's list reads it (attribute filters may be mappings), so the runs
+        # cancelled are the runs that list shows.
+        await self._session.open()
+        runs = await self.store.list_runs(
+            lists.as_run_query(**query, limit=min(limit, CANCEL_WHERE_LIMIT))
+        )
+        cancelled: list[str] = []
+        for run in runs:
+            result = await self.cancel(run.id, compensate=compensate)
+            if result is not None:
+                cancelled.append(run.id)
+        return cancelled
 
     async def retry(self, run_id: str) -> RunResult | None:
         """Retry a failed or dead run in place (the console's "retry"): its failed steps

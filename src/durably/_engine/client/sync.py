@@ -25,7 +25,7 @@ from durably._core.durations import Duration
 from durably._core.models import RunResult, RunStatus, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
 from durably._core.retention import DEFAULT_BATCH_SIZE, PruneResult, RetentionPolicy
-from durably._engine.client.client import Client
+from durably._engine.client.client import CANCEL_WHERE_LIMIT, Client
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, WaitUntil
 from durably._engine.client.run_gateway import RunEventListener
@@ -298,6 +298,14 @@ class SyncClient:
     @documented_by(Client.cancel)
     def cancel(self, run_id: str, *, compensate: bool = False) -> RunResult | None:
         return self._loop.call(self._client.cancel(run_id, compensate=compensate))
+
+    @documented_by(Client.cancel_where)
+    def cancel_where(
+        self, *, compensate: bool = False, limit: int = CANCEL_WHERE_LIMIT, **query: Any
+    ) -> list[str]:
+        return self._loop.call(
+            self._client.cancel_where(compensate=compensate, limit=limit, **query)
+        )
 
     @documented_by(Client.retry)
     def retry(self, run_id: str) -> RunResult | None:

@@ -646,6 +646,16 @@ def _step_error(value: Any) -> StepError:
     return StepError.from_json(value)
 
 
+def dead_letter_ref(where: str, ref: Any) -> Workflow[Any, Any] | str | None:
+    """A dead-letter handler is a workflow or a workflow's name; anything else is a mistake
+    that would only show when a run dies, so it is refused where it is declared."""
+    if ref is None or isinstance(ref, Workflow):
+        return ref
+    if isinstance(ref, str) and ref.strip():
+        return ref
+    raise TypeError(f"{where}: dead_letter takes a workflow or a workflow's name, not {ref!r}")
+
+
 def assert_routes(workflow: str, routes: Sequence[OnErrorRoute]) -> tuple[OnErrorRoute, ...]:
     """Two routes for one code, or two catch-alls, are rejected."""
     seen: set[str | None] = set()
@@ -680,6 +690,7 @@ class Workflow(Generic[I, O]):
         accumulate: Accumulation | None = None,
         singleton: Singleton | None = None,
         concurrency: Concurrency | None = None,
+        dead_letter: Workflow[Any, Any] | str | None = None,
     ):
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"workflow {name!r} must be an `async def` function")
@@ -698,6 +709,9 @@ class Workflow(Generic[I, O]):
         self.validate_input = validate_input
         self.singleton = singleton  # runs of one key take turns (durably._engine.flow.singleton)
         self.concurrency = concurrency  # starts beyond a key's limit are refused (quotas.py)
+        # The workflow started (`dlq:<runId>`) when a run of this one is dead-lettered; it
+        # beats the engine's `dead_letter_workflow=` (worker/dead_letters.py).
+        self.dead_letter = dead_letter_ref(f"workflow {name!r}", dead_letter)
         self.input_codec, self.output_codec, self.arity = codecs_for(fn, skip_first=True)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -750,6 +764,7 @@ def workflow(
     validate_input: Callable[[Any], Any] | None = None,
     debounce: Duration | Debounce | None = None,
     batch: Batch | None = None,
+    dead_letter: Workflow[Any, Any] | str | None = None,
 ) -> _WorkflowDecorator:
     """Declare a workflow: `@durably.workflow("checkout", version="2")`.
 
@@ -765,6 +780,9 @@ def workflow(
     `singleton=durably.Singleton(key=..., limit=1, max_queue_depth=None)`: runs of one key
     run their bodies `limit` at a time, in creation order. `concurrency=durably.Concurrency(
     key=..., limit=...)`: a start beyond a key's limit raises `ConcurrencyLimitError`.
+    `dead_letter=` (a workflow or its name) is started once, as run `dlq:<runId>`, for a run
+    of this workflow that crash recovery gave up on (`max_recovery_attempts`); it beats the
+    engine's `dead_letter_workflow=`.
     """
     for option, value, kind in (
         ("singleton", singleton, Singleton),
@@ -795,6 +813,7 @@ def workflow(
             "accumulate": accumulate,
             "singleton": singleton,
             "concurrency": concurrency,
+            "dead_letter": dead_letter_ref(where, dead_letter),
         },
     )
 

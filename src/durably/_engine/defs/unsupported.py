@@ -40,11 +40,6 @@ TOPOLOGY = (
 # with a message naming the feature (never silently ignored). Any other keyword the engine
 # does not declare is a typo and gets a plain TypeError with a suggestion.
 _ENGINE_OPTIONS: dict[str, str] = {
-    "dead_letter_workflow": (
-        "dead-letter workflows are not supported yet: a run that exceeds "
-        "max_recovery_attempts is marked dead and reported to engine.on_dead(listener), "
-        "but no workflow is started for it; dead-letter workflows are planned"
-    ),
     "control_plane": TOPOLOGY,
     "topology": TOPOLOGY,
     "partition": (

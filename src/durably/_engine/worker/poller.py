@@ -92,6 +92,7 @@ class Poller:
         signal_buffer: SignalBufferPolicy,
         workflows: Callable[[], list[Workflow[Any, Any]]],
         on_dead: Callable[[WorkflowRun], None],
+        dead_letter: Callable[[WorkflowRun, StepError], Awaitable[str | None]] | None = None,
     ):
         self._store = store
         self._runs = runs
@@ -104,6 +105,7 @@ class Poller:
         self._signal_buffer = signal_buffer
         self._workflows = workflows
         self._on_dead = on_dead
+        self._dead_letter = dead_letter
         # run_pending stopped for lack of room: the end of a turn starts the next pick-up.
         self._backlogged = False
         # Runs created here (a wide fan's children) to claim by id.
@@ -353,6 +355,12 @@ class Poller:
                 message=f"run exceeded maxRecoveryAttempts ({cap}) — moved to dead-letter",
                 code="max_recovery_attempts",
             )
+            # Its dead-letter run first (idempotent by id): a crash between the two writes
+            # leaves the run to be given up on again, and never a dead run without its
+            # handler. The handler's id goes in the error's details (the console links it).
+            handler = await self._dead_letter(run, error) if self._dead_letter else None
+            if handler is not None:
+                error = replace(error, details={"deadLetterRun": handler})
             dead = await settle_terminal(
                 self._settle,
                 run,

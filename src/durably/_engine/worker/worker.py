@@ -46,6 +46,7 @@ from durably._engine.remote.turns import RemoteTurns
 from durably._engine.run.in_process import InProcessTransport
 from durably._engine.run.resident import ResidentSet
 from durably._engine.worker.beats import WorkerBeats
+from durably._engine.worker.dead_letters import DeadLetters
 from durably._engine.worker.deliveries import Deliveries
 from durably._engine.worker.dispatcher import Dispatcher
 from durably._engine.worker.fleet import FleetLink
@@ -101,6 +102,7 @@ class Worker:
         capabilities: Sequence[str] = (),
         queues: Iterable[Queue] = (),
         admission: AdmissionSpec = "auto",
+        dead_letter_workflow: Workflow[Any, Any] | str | None = None,
     ):
         self._store = store
         self._options = options
@@ -195,6 +197,7 @@ class Worker:
             signal_buffer=signal_buffer,
             workflows=registrations.registered_workflows,
             on_dead=self._dead.fire,
+            dead_letter=DeadLetters(registrations, starts, dead_letter_workflow).start,
         )
         flow = self._flow = FlowControl(
             admission_backend(admission, store, owner=instance_id, clock=clock),

@@ -136,6 +136,10 @@ export function runDetail(root, runId) {
     const kids = children.filter((c) => !handlers.includes(c));
     const parts = [];
     if (handlerOf && !parents.includes(handlerOf[1])) parts.push(rel("onError handler of", [handlerOf[1]], "rel-handled"));
+    // Dead letters: the handler's id is `dlq:<deadRunId>`; the dead run's error names it.
+    if (run.id.startsWith("dlq:")) parts.push(rel("Dead-letter handler of", [run.id.slice(4)], "rel-dead-run"));
+    const dlq = run.error && run.error.details && run.error.details.deadLetterRun;
+    if (typeof dlq === "string") parts.push(rel("Dead-letter run", [dlq], "rel-dead-letter"));
     if (parents.length) parts.push(rel("Parent", parents, "rel-parent"));
     if (handlers.length) parts.push(rel("onError handlers", handlers, "rel-handler"));
     if (kids.length) {
