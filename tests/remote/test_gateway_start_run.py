@@ -48,7 +48,11 @@ async def main():
     await acme.start_run(
         tag + ".greet", {"name": "ada"}, run_id=tag + "-acme", tags=["sdk", "durable:parent:x"]
     )
-    await acme.start_run(tag + ".greet", {"name": "ada"}, run_id=tag + "-acme")  # again
+    # Again, the same message: the gateway takes start jobs concurrently, so either copy may
+    # be the one that creates the run; the other finds it.
+    await acme.start_run(
+        tag + ".greet", {"name": "ada"}, run_id=tag + "-acme", tags=["sdk", "durable:parent:x"]
+    )
     await acme.start_run(tag + ".greet", {"name": "cy"})  # the control plane mints the id
     plain = Worker(redis=url, prefix=prefix, auto_register=False)
     await plain.start_run(tag + ".greet", {"name": "bob"}, run_id=tag + "-plain")
