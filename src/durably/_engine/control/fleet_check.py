@@ -23,20 +23,15 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from durably._core.errors import WorkflowNotFoundError
-from durably._core.worker_beats import LIVE_WINDOW_MS, MAX_BEAT_ROWS, FleetView, wall_ms
+from durably._core.worker_beats import FleetView
 from durably._engine.defs.registry import close_matches
+from durably._read.beats import live_fleet
 from durably._store.protocol import FleetStore, RunStore
 
-__all__ = ["FleetCheck", "FleetReads", "live_fleet", "unserved_message"]
+__all__ = ["FleetCheck", "FleetReads", "unserved_message"]
 
 # How long a view in which the name was served is reused.
 _CACHE_S = 1.0
-
-
-async def live_fleet(store: FleetStore, namespace: str | None) -> FleetView:
-    """The live heartbeat rows of `namespace` (and of workers serving every namespace)."""
-    since = wall_ms() - LIVE_WINDOW_MS
-    return FleetView.of(await store.list_worker_beats(namespace, since, MAX_BEAT_ROWS))
 
 
 def unserved_message(
