@@ -60,6 +60,9 @@ class NonDeterminismError(DurablyError):
         self.seq = seq
         self.expected = expected
         self.recorded = recorded
+        # Recorded with the failed run's error, so a reader (the testing kit's Replayer, the
+        # console) gets the position and both names without parsing the message.
+        self.details = {"seq": seq, "expected": expected, "recorded": recorded}
 
 
 class StepFailedError(FatalError):

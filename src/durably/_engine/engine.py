@@ -733,6 +733,10 @@ class Engine:
     async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
         return await self._client.list_checkpoints(run_id)
 
+    @documented_by(RunReads.export_history)
+    async def export_history(self, run_id: str) -> dict[str, Any]:
+        return await self._client.export_history(run_id)
+
     @documented_by(RunReads.get_run_children)
     async def get_run_children(self, run_id: str) -> list[str]:
         return await self._client.get_run_children(run_id)

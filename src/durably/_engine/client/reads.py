@@ -23,6 +23,7 @@ from durably._engine.control.operator import get_run_children
 from durably._engine.defs.remote_workflows import RemoteWorkflow
 from durably._read import fleet, lists
 from durably._read.gateway import store_fan_members, store_run_detail
+from durably._read.history import read_history
 from durably._read.list_models import (
     GroupHealth,
     RunFacetRow,
@@ -75,6 +76,13 @@ class RunReads:
     async def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
         """The run's checkpoint rows in seq order."""
         return await self.store.list_checkpoints(run_id)
+
+    async def export_history(self, run_id: str) -> dict[str, Any]:
+        """The run's history as a versioned JSON document (`{"format": "durably.history",
+        "version": 1, "run": {...}, "checkpoints": [...]}`): the run row and every
+        checkpoint row in seq order, payloads as stored JSON. A file of it replays the run
+        against new code (`durably.testing.Replayer`). `RunNotFoundError` when unknown."""
+        return await read_history(self.store, run_id)
 
     async def get_run_children(self, run_id: str) -> list[str]:
         """The ids of the runs this run started (children, fan members, handlers)."""

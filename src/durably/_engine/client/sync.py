@@ -380,6 +380,10 @@ class SyncClient:
     def list_checkpoints(self, run_id: str) -> list[StepCheckpoint]:
         return self._loop.call(self._client.list_checkpoints(run_id))
 
+    @documented_by(Client.export_history)
+    def export_history(self, run_id: str) -> dict[str, Any]:
+        return self._loop.call(self._client.export_history(run_id))
+
     @documented_by(Client.get_run_children)
     def get_run_children(self, run_id: str) -> list[str]:
         return self._loop.call(self._client.get_run_children(run_id))

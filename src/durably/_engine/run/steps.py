@@ -34,6 +34,7 @@ from durably._engine.control.operator import redispatch_requested
 from durably._engine.defs.registry import RetryPolicy, Step, step_input_json
 from durably._engine.defs.typed_io import PLAIN, ValueCodec
 from durably._engine.run.execution import SETTLED, STEP_SCOPE, Execution
+from durably._engine.run.replay_guard import before_new_work
 
 if TYPE_CHECKING:
     from durably._engine.run.host import RemoteDispatch
@@ -107,6 +108,7 @@ async def run_step(
     ex.expect_name(seq, cp, name)
     if cp is not None and cp.status == "completed":
         return out_codec.from_json(cp.output)
+    await before_new_work(ex.run_id, seq, name)  # a replay stops here (replay_guard.py)
     json_input = step_input_json(step, name, input)  # one input, or several as `Args`
     requires = step.requires if step is not None else ()
     remote = ex.host.remote
@@ -493,6 +495,7 @@ async def run_local(
         # Replay of a recorded failure: raise what the live path raised (a requeue
         # resets `attempts` to 0, and then the step runs again).
         raise StepFailedError(cp.error or StepError(message=f"step {name} failed"))
+    await before_new_work(ex.run_id, seq, name)  # a replay stops here (replay_guard.py)
     ex.step_began()  # ended once the result row is written: see `Execution.step_began`
     try:
         started = ex.now()
