@@ -1,5 +1,5 @@
 """`durably runs list|show|cancel|retry|continue|redispatch|signal` — on a `drive=False` engine
-(`delete`, `prune`, `watch` and `workers` come from their own modules).
+(`delete`, `prune`, `fork`, `export`, `watch` and `workers` come from their own modules).
 
 These commands never execute a run: they read the store, or change it and let the workers
 sharing the store do the work (a signal nudges the run's wakeAt so its holder's timer poll
@@ -14,7 +14,7 @@ from typing import Annotated, Any, get_args
 
 import typer
 
-from durably._cli import delete, fork, health, prune
+from durably._cli import delete, export, fork, health, prune
 from durably._cli.common import (
     EXIT_OK,
     AppOpt,
@@ -250,6 +250,7 @@ def register(app: typer.Typer) -> typer.Typer:
     delete.register(runs)
     prune.register(runs)
     fork.register(runs)
+    export.register(runs)
     health.register(runs)
     return runs
 

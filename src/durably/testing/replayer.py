@@ -1,7 +1,7 @@
 """`Replayer`: replay a recorded run against the code deployed now, without executing a step.
 
 The history (`load_history`) is loaded into a fresh in-memory store — the run as
-`suspended` with no lease, and every recorded checkpoint — and an ordinary engine over that
+`pending` with no lease, and every recorded checkpoint — and an ordinary engine over that
 store, given the workflows and steps, re-drives the run. The engine's own replay serves
 every recorded position from the history, so no recorded step runs again; the engine is
 built inside a replay guard (`_engine/run/replay_guard.py`) that holds any step or local
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,7 +130,7 @@ class Replayer:
         await store.create_run(
             replace(
                 recorded,
-                status="suspended",
+                status="pending",  # picked up by the replay's engine like a new run
                 output=None,
                 error=None,
                 wake_at=None,
@@ -159,38 +159,27 @@ class Replayer:
         return _judge(loaded, replayed.status, replayed.output, replayed.error, guard.held)
 
     async def _until_done(self, engine: Engine, guard: _Guard, run_id: str) -> None:
-        """Drive the run's turn here, then any turn it hands on to, until the engine is
-        idle or the guard holds the run at new work; a `TimeoutError` after `timeout`."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._timeout
+        """Let the engine pick the run up and drive it until it is settled (suspended,
+        blocked or ended) or the guard holds it at new work; `TimeoutError` after
+        `timeout`. The run's status is what ends the wait, not the engine's turns: a
+        suspended run may stay resident (parked in memory) with its turn still open."""
+        settled = asyncio.ensure_future(engine.wait_for_run(run_id))
         held = asyncio.ensure_future(guard.reached.wait())
         try:
-            # The turn of the run first; then the turns it hands on to (a re-dispatch).
-            turns: tuple[Callable[[], Awaitable[None]], ...] = (
-                lambda: engine.resume(run_id),
-                engine.wait_idle,
+            await engine.run_pending()
+            done, _ = await asyncio.wait(
+                {settled, held}, timeout=self._timeout, return_when=asyncio.FIRST_COMPLETED
             )
-            for work in turns:
-                step = asyncio.ensure_future(work())
-                done, _ = await asyncio.wait(
-                    {step, held},
-                    timeout=max(0.0, deadline - loop.time()),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if step not in done:
-                    step.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await step
-                if held in done:
-                    return
-                if not done:
-                    raise TimeoutError(
-                        f"the replay of run {run_id!r} did not end within {self._timeout}s: "
-                        "its body waits on something the history does not hold"
-                    )
-                step.result()  # a turn that raised out of the engine is the replay's error
         finally:
-            held.cancel()
+            for task in (settled, held):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if not done:
+            raise TimeoutError(
+                f"the replay of run {run_id!r} did not end within {self._timeout}s: "
+                "its body waits on something the history does not hold"
+            )
 
     def replay_sync(self, history: RunHistory | Mapping[str, Any] | str | Path) -> ReplayResult:
         """`replay` from synchronous code (runs its own event loop)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Protocol
 
-__all__ = ["REPLAY_GUARD", "ReplayGuard", "before_new_work"]
+__all__ = ["REPLAY_GUARD", "ReplayGuard"]
 
 
 class ReplayGuard(Protocol):
@@ -28,10 +28,3 @@ class ReplayGuard(Protocol):
 
 
 REPLAY_GUARD: ContextVar[ReplayGuard | None] = ContextVar("durably_replay_guard", default=None)
-
-
-async def before_new_work(run_id: str, seq: int, name: str) -> None:
-    """Hold the turn at `seq` when it runs inside a replay; return at once otherwise."""
-    guard = REPLAY_GUARD.get()
-    if guard is not None:
-        await guard.new_work(run_id, seq, name)

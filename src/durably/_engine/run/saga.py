@@ -21,7 +21,7 @@ from durably._engine.defs.events import EngineEvent
 from durably._engine.defs.registry import RetryPolicy, Step
 from durably._engine.defs.typed_io import PLAIN
 from durably._engine.defs.vocab import CANCELLED, CANCELLED_COMPLETION
-from durably._engine.run.replay_guard import before_new_work
+from durably._engine.run.replay_guard import REPLAY_GUARD
 from durably._engine.run.steps import with_history
 
 if TYPE_CHECKING:
@@ -123,7 +123,9 @@ async def _undo(ex: Execution, seq: int, entry: Compensation) -> None:
         tries = policy.max_attempts
         kind = "remote"
         json_input = entry.args
-    await before_new_work(ex.run_id, seq, name)  # a replay stops here (replay_guard.py)
+    guard = REPLAY_GUARD.get()  # a replay stops here (replay_guard.py)
+    if guard is not None:
+        await guard.new_work(ex.run_id, seq, name)
     attempt = 1
     history: StepCheckpoint | None = None  # the failed attempts, written with the result
     while True:

@@ -34,7 +34,7 @@ from durably._engine.control.operator import redispatch_requested
 from durably._engine.defs.registry import RetryPolicy, Step, step_input_json
 from durably._engine.defs.typed_io import PLAIN, ValueCodec
 from durably._engine.run.execution import SETTLED, STEP_SCOPE, Execution
-from durably._engine.run.replay_guard import before_new_work
+from durably._engine.run.replay_guard import REPLAY_GUARD
 
 if TYPE_CHECKING:
     from durably._engine.run.host import RemoteDispatch
@@ -108,7 +108,6 @@ async def run_step(
     ex.expect_name(seq, cp, name)
     if cp is not None and cp.status == "completed":
         return out_codec.from_json(cp.output)
-    await before_new_work(ex.run_id, seq, name)  # a replay stops here (replay_guard.py)
     json_input = step_input_json(step, name, input)  # one input, or several as `Args`
     requires = step.requires if step is not None else ()
     remote = ex.host.remote
@@ -135,6 +134,12 @@ async def run_step(
         attempt = await _after_failed_attempt(ex, cp, policy)
     elif cp is not None:
         attempt = max(1, cp.attempts)  # a dispatch that never settled: run it again
+    # Here the step's body is about to run (a recorded last failure raised above): a
+    # replay stops (replay_guard.py). The replay's engine has no transport, so the remote
+    # path above never runs in a replay.
+    guard = REPLAY_GUARD.get()
+    if guard is not None:
+        await guard.new_work(ex.run_id, seq, name)
     while True:
         async with ex.host.flow.slot(ex, seq, queue):  # (waits to be admitted)
             ex.step_began()
@@ -495,7 +500,9 @@ async def run_local(
         # Replay of a recorded failure: raise what the live path raised (a requeue
         # resets `attempts` to 0, and then the step runs again).
         raise StepFailedError(cp.error or StepError(message=f"step {name} failed"))
-    await before_new_work(ex.run_id, seq, name)  # a replay stops here (replay_guard.py)
+    guard = REPLAY_GUARD.get()  # a replay stops here (replay_guard.py)
+    if guard is not None:
+        await guard.new_work(ex.run_id, seq, name)
     ex.step_began()  # ended once the result row is written: see `Execution.step_began`
     try:
         started = ex.now()
