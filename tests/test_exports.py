@@ -157,3 +157,31 @@ def test_read_side_models_are_what_the_public_read_methods_answer() -> None:
         assert waiting == dict[str, durably.RunWaiting]
     health = typing.get_type_hints(durably.Engine.worker_health)["return"]
     assert health == list[durably.GroupHealth]
+
+
+# `durably.testing`'s histories, replay, faults and assertions (a subset check: the testing
+# kit's harness adds its own names to the same package).
+TESTING_HISTORY_EXPORTS = [
+    "HistoryFormatError",
+    "ReplayResult",
+    "Replayer",
+    "RunHistory",
+    "assert_output",
+    "assert_run_status",
+    "assert_step_attempts",
+    "assert_steps_ran",
+    "fail_once",
+    "fail_times",
+    "history_files",
+    "load_history",
+    "recorded_steps",
+    "replay_histories",
+]
+
+
+def test_testing_history_names_are_exported() -> None:
+    import durably.testing
+
+    assert set(TESTING_HISTORY_EXPORTS) <= set(durably.testing.__all__)
+    assert all(hasattr(durably.testing, name) for name in durably.testing.__all__)
+    assert list(durably.testing.__all__) == sorted(set(durably.testing.__all__))

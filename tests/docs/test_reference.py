@@ -15,3 +15,13 @@ def test_every_public_name_has_a_reference_entry() -> None:
     public = {name for name in durably.__all__ if not name.startswith("__")}
     assert not public - documented, f"missing from docs/reference: {sorted(public - documented)}"
     assert not documented - public, f"not public: {sorted(documented - public)}"
+
+
+def test_every_testing_name_has_a_reference_entry() -> None:
+    import durably.testing
+
+    text = "\n".join(p.read_text() for p in (DOCS / "reference").glob("*.md"))
+    documented = set(re.findall(r"^::: durably\.testing\.(\w+)\s*$", text, flags=re.M))
+    public = set(durably.testing.__all__)
+    assert not public - documented, f"missing from docs/reference: {sorted(public - documented)}"
+    assert not documented - public, f"not in durably.testing: {sorted(documented - public)}"
