@@ -174,3 +174,25 @@ async def test_a_failed_history_replays_to_the_same_failure(tmp_path: Path) -> N
     calls.clear()
     result = await Replayer(workflows=[declare("replay-failed")]).replay(history)
     assert result.status == "failed" and calls == []
+
+
+async def test_a_cancelled_history_is_checked_up_to_where_it_was_cancelled(
+    tmp_path: Path,
+) -> None:
+    recorded = orders(wait_signal=True)
+    async with durably.Engine(
+        f"sqlite:///{tmp_path / 'c.db'}", workflows=[recorded.workflow]
+    ) as engine:
+        await engine.start(recorded.workflow, STEPS, run_id="cancelled")
+        await wait_status(engine, "cancelled", "suspended")
+        await engine.cancel("cancelled")
+        await wait_status(engine, "cancelled", "cancelled")
+        history = await engine.export_history("cancelled")
+    result = await Replayer(workflows=[orders(recorded.name, wait_signal=True).workflow]).replay(
+        history
+    )
+    assert result.recorded_status == "cancelled" and result.status == "suspended"
+    with pytest.raises(durably.NonDeterminismError):
+        await Replayer(
+            workflows=[orders(recorded.name, insert_at=1, wait_signal=True).workflow]
+        ).replay(history)

@@ -10,7 +10,7 @@ step the history does not have before its body could run. What counts as diverge
 1. The code asks, at a recorded position, for another checkpoint than the one recorded (a
    step inserted, removed or renamed before the end of the history, not guarded by
    `ctx.patched`): the engine's own `NonDeterminismError`, raised again here.
-2. The recorded run ended (completed, failed, cancelled or dead) and the code wants to do
+2. The recorded run ended by its own code (completed or failed) and the code wants to do
    work the history does not have (a step appended after the last recorded one, or a
    recorded failure the code now retries): `NonDeterminismError` naming that step.
 3. The recorded run ended and the replay ends otherwise (another status, or a completed
@@ -18,7 +18,10 @@ step the history does not have before its body could run. What counts as diverge
 
 A history of a live run (suspended, running, pending, blocked) ends where it was recorded:
 work past its last checkpoint is the run's future, not a divergence, and the replay stops
-there. A replay that neither ends nor stops within `timeout` seconds is a `TimeoutError`.
+there. A cancelled or dead run was ended from outside its code (an operator, the recovery
+limit), so its history is read the same way: where the code would have gone next is not
+recorded, and the replay checks only the positions it holds. A replay that neither ends
+nor stops within `timeout` seconds is a `TimeoutError`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from durably._core.errors import NonDeterminismError
-from durably._core.models import TERMINAL_RUN_STATUSES, JSONValue, RunStatus, replace
+from durably._core.models import JSONValue, RunStatus, replace
 from durably._engine.defs.registry import Step, Workflow
 from durably._engine.engine import Engine
 from durably._engine.run.replay_guard import REPLAY_GUARD
@@ -46,11 +49,17 @@ __all__ = ["ReplayResult", "Replayer", "history_files", "replay_histories"]
 DEFAULT_TIMEOUT = 30.0
 
 
+# The endings a run's own code decides: a replay must reach the same one. Cancelled and dead
+# runs were ended from outside, so their histories stop where they were recorded.
+_ENDED_BY_CODE: tuple[RunStatus, ...] = ("completed", "failed")
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayResult:
     """What a green replay did: the run's status where the replay ended (`completed`,
-    `failed`, … for an ended history; `suspended` or `stopped` for a live one — `stopped`
-    means the code reached work past the history, `next_step` names it)."""
+    `failed` for a history that ended so; `suspended` or `stopped` for a live, cancelled
+    or dead one — `stopped` means the code reached work past the history, `next_step`
+    names it)."""
 
     run_id: str
     workflow: str
@@ -202,7 +211,7 @@ def _judge(
             str(details.get("expected", "?")),
             str(details.get("recorded", "?")),
         )
-    ended = recorded.status in TERMINAL_RUN_STATUSES
+    ended = recorded.status in _ENDED_BY_CODE
     last = max((cp.seq for cp in history.checkpoints), default=-1)
     if held is not None and ended:
         raise NonDeterminismError(
