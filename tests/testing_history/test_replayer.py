@@ -196,3 +196,29 @@ async def test_a_cancelled_history_is_checked_up_to_where_it_was_cancelled(
         await Replayer(
             workflows=[orders(recorded.name, insert_at=1, wait_signal=True).workflow]
         ).replay(history)
+
+
+async def test_a_local_step_past_the_end_is_held_before_it_runs(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    def declare(extra: bool) -> durably.Workflow[Any, Any]:
+        @durably.workflow("replay-local")
+        async def wf(ctx: durably.WorkflowCtx, _: None) -> str:
+            first = await ctx.local_step("first", lambda log: ran.append("first") or "a")
+            if extra:
+                await ctx.local_step("second", lambda log: ran.append("second") or "b")
+            return str(first)
+
+        return wf
+
+    async with durably.Engine(
+        f"sqlite:///{tmp_path / 'l.db'}", workflows=[wf := declare(False)]
+    ) as engine:
+        await (await engine.start(wf, None, run_id="local")).wait(timeout=30)
+        history = await engine.export_history("local")
+    ran.clear()
+    assert (await Replayer(workflows=[declare(False)]).replay(history)).output == "a"
+    with pytest.raises(durably.NonDeterminismError) as err:
+        await Replayer(workflows=[declare(True)]).replay(history)
+    assert (err.value.seq, err.value.expected) == (1, "second")
+    assert ran == []
