@@ -33,7 +33,8 @@ def test_runs_export_prints_and_writes_the_history(tmp_path: Path) -> None:
 
     async def record() -> dict[str, Any]:
         async with durably.Engine(url, workflows=[wf]) as engine:
-            await (await engine.start(wf, 3, run_id="exp-1")).wait(timeout=20)
+            await engine.start(wf, 3, run_id="exp-1")
+            await engine.wait_for_run("exp-1", timeout=20, until="terminal")
             return await engine.export_history("exp-1")
 
     expected = asyncio.run(record())

@@ -50,8 +50,10 @@ async def engine(tmp_path: Path) -> Any:
     async with durably.Engine(
         f"sqlite:///{tmp_path / 'a.db'}", workflows=[wf := declare(), fails]
     ) as engine:
-        await (await engine.start(wf, 1, run_id="ok")).wait(timeout=30)
-        await (await engine.start(fails, None, run_id="bad")).wait(timeout=30)
+        await engine.start(wf, 1, run_id="ok")
+        await engine.wait_for_run("ok", timeout=30, until="terminal")
+        await engine.start(fails, None, run_id="bad")
+        await engine.wait_for_run("bad", timeout=30, until="terminal")
         yield engine
 
 

@@ -24,7 +24,8 @@ async def _run(tmp_path: Path, step: durably.Step[Any, Any], name: str) -> durab
         return await ctx.step(step)
 
     async with durably.Engine(f"sqlite:///{tmp_path / 'f.db'}", workflows=[wf]) as engine:
-        run = await (await engine.start(wf, None, run_id=name)).wait(timeout=30)
+        await engine.start(wf, None, run_id=name)
+        run = await engine.wait_for_run(name, timeout=30, until="terminal")
         if run.status == "completed":
             await assert_step_attempts(engine, name, {step.name: 3})
         return run

@@ -20,7 +20,8 @@ async def recorded(tmp_path: Path) -> tuple[str, dict[str, Any]]:
     code = orders()
     url = f"sqlite:///{tmp_path / 'h.db'}"
     async with durably.Engine(url, workflows=[code.workflow]) as engine:
-        await (await engine.start(code.workflow, STEPS, run_id="h-1")).wait(timeout=30)
+        await engine.start(code.workflow, STEPS, run_id="h-1")
+        await engine.wait_for_run("h-1", timeout=30, until="terminal")
         return url, await engine.export_history("h-1")
 
 

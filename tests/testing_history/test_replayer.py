@@ -20,7 +20,8 @@ from tests.testing_history.orders import STEPS, Orders, orders
 async def record(tmp_path: Path, code: Orders, run_id: str = "order-1") -> dict[str, Any]:
     """Run `code` to completion on an SQLite file and export its history."""
     async with durably.Engine(f"sqlite:///{tmp_path / 'rec.db'}", workflows=[code.workflow]) as e:
-        run = await (await e.start(code.workflow, STEPS, run_id=run_id)).wait(timeout=30)
+        await e.start(code.workflow, STEPS, run_id=run_id)
+        run = await e.wait_for_run(run_id, timeout=30, until="terminal")
         assert run.status == "completed"
         return await e.export_history(run_id)
 
@@ -167,7 +168,8 @@ async def test_a_failed_history_replays_to_the_same_failure(tmp_path: Path) -> N
 
     wf = declare("replay-failed")
     async with durably.Engine(f"sqlite:///{tmp_path / 'f.db'}", workflows=[wf]) as engine:
-        run = await (await engine.start(wf, 1, run_id="declined")).wait(timeout=30)
+        await engine.start(wf, 1, run_id="declined")
+        run = await engine.wait_for_run("declined", timeout=30, until="terminal")
         assert run.status == "failed"
         history = await engine.export_history("declined")
     assert history["checkpoints"][0]["attempts"] == 2
@@ -214,7 +216,8 @@ async def test_a_local_step_past_the_end_is_held_before_it_runs(tmp_path: Path) 
     async with durably.Engine(
         f"sqlite:///{tmp_path / 'l.db'}", workflows=[wf := declare(False)]
     ) as engine:
-        await (await engine.start(wf, None, run_id="local")).wait(timeout=30)
+        await engine.start(wf, None, run_id="local")
+        await engine.wait_for_run("local", timeout=30, until="terminal")
         history = await engine.export_history("local")
     ran.clear()
     assert (await Replayer(workflows=[declare(False)]).replay(history)).output == "a"

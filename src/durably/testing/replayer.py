@@ -13,8 +13,8 @@ step the history does not have before its body could run. What counts as diverge
 2. The recorded run ended by its own code (completed or failed) and the code wants to do
    work the history does not have (a step appended after the last recorded one, or a
    recorded failure the code now retries): `NonDeterminismError` naming that step.
-3. The recorded run completed or failed and the replay ends otherwise (another status, or a completed
-   run with another output): `NonDeterminismError` naming both endings.
+3. The recorded run completed or failed and the replay ends otherwise (another status, or
+   a completed run with another output): `NonDeterminismError` naming both endings.
 
 A history of a live run (suspended, running, pending, blocked) ends where it was recorded:
 work past its last checkpoint is the run's future, not a divergence, and the replay stops
