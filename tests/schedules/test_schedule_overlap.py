@@ -45,6 +45,16 @@ def engines(store: Store, clock: Clock, overlap: Any) -> tuple[Engine, Engine]:
     return a, b
 
 
+class KnownOverlapBug(Exception):
+    """A check that fails today because of a known bug (the tests below are strict xfails on
+    exactly this exception, so a wait that times out or a broken set-up still fails)."""
+
+
+def known_bug_unless(holds: bool, message: str) -> None:
+    if not holds:
+        raise KnownOverlapBug(message)
+
+
 async def release(eng: Engine, run_id: str) -> None:
     await eng.signal(f"release:{run_id}", "done")
     await wait_until(lambda: finished(eng, run_id))
@@ -104,7 +114,7 @@ async def test_nothing_starts_while_live_then_skip_or_exactly_one(
 # on every run it starts, or by its run id prefix), not only for the previous window's run.
 @pytest.mark.xfail(
     strict=True,
-    raises=AssertionError,
+    raises=KnownOverlapBug,
     reason="known bug: an engine restarted while a scheduled run is live starts an overlapping "
     "run once the window just before is not that run's",
 )
@@ -125,7 +135,8 @@ async def test_a_restarted_engine_does_not_overlap_a_live_run(
     async with restarted:
         try:
             await restarted.fire_schedules()
-            assert await run_ids(restarted, "sched_ov_hold") == [window(200)]
+            started = await run_ids(restarted, "sched_ov_hold")
+            known_bug_unless(started == [window(200)], f"started beside the live run: {started}")
         finally:
             for run_id in await run_ids(restarted, "sched_ov_hold"):
                 await restarted.signal(f"release:{run_id}", "done")
@@ -139,7 +150,7 @@ async def test_a_restarted_engine_does_not_overlap_a_live_run(
 # keep it on the schedule's stored state.
 @pytest.mark.xfail(
     strict=True,
-    raises=AssertionError,
+    raises=KnownOverlapBug,
     reason="known bug: a window one engine skipped is started late by an engine that first "
     "ticks in it after the live run ended",
 )
@@ -159,7 +170,8 @@ async def test_a_skipped_window_is_not_started_late_by_another_engine(
         async with b:  # joins while the clock is still inside the skipped window
             await b.fire_schedules()
             try:
-                assert await run_ids(b, "sched_ov_hold") == [window(200)]
+                started = await run_ids(b, "sched_ov_hold")
+                known_bug_unless(started == [window(200)], f"skipped window started: {started}")
             finally:
                 for run_id in await run_ids(b, "sched_ov_hold"):
                     await b.signal(f"release:{run_id}", "done")
@@ -177,7 +189,7 @@ async def test_a_skipped_window_is_not_started_late_by_another_engine(
 # first started in a tick then sees that run as live.
 @pytest.mark.xfail(
     strict=True,
-    raises=AssertionError,
+    raises=KnownOverlapBug,
     reason="known bug: missed windows of a catch-up are started late, or beside a live run, "
     "under overlap skip and buffer_one",
 )
@@ -201,6 +213,6 @@ async def test_catchup_windows_respect_the_overlap_policy(sched_store: Store, ov
                 await release(eng, run_id)
         started = await run_ids(eng, "sched_ov_hold")
         await wait_until(lambda: all_finished(eng, "sched_ov_hold"))
-    assert all(len(live_now) <= 1 for live_now in at_once), f"overlapping runs: {at_once}"
-    expected = [97] if overlap == "skip" else [97, 100]
-    assert started == [window(m) for m in expected]
+    known_bug_unless(all(len(now) <= 1 for now in at_once), f"overlapping runs: {at_once}")
+    expected = [window(m) for m in ([97] if overlap == "skip" else [97, 100])]
+    known_bug_unless(started == expected, f"started {started}, expected {expected}")
