@@ -116,7 +116,7 @@ def read_effects(path: Path) -> collections.Counter[str]:
     return collections.Counter(line.split()[0] for line in text.splitlines())
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize(("kind", "engines"), [("postgres", 3), ("sqlite", 2)])
 async def test_racing_engines_fire_every_window_exactly_once(
     kind: str, engines: int, tmp_path: Path
