@@ -124,6 +124,7 @@ class TimeSkipper:
         self._poke = asyncio.Event()
         self._moved = False
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.jumps = 0
         writes.listen(self._poke.set)
         clock.on_move(self._clock_moved)
@@ -135,12 +136,16 @@ class TimeSkipper:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        # A flag rather than only a cancel: on Python 3.11 `wait_for` can swallow a cancel
+        # that arrives as its wait ends, and the loop would go on.
+        self._stopping = True
+        self._poke.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 5.0)
+        except TimeoutError:
             task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
 
     @contextlib.asynccontextmanager
     async def awaiting(self) -> AsyncIterator[None]:
@@ -159,12 +164,14 @@ class TimeSkipper:
     # ------------------------------------------------------------------ the loop
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await asyncio.wait_for(self._poke.wait(), _LOOK_EVERY)
             except TimeoutError:
                 pass
             self._poke.clear()
+            if self._stopping:
+                return
             try:
                 if self._moved:
                     self._moved = False
