@@ -11,6 +11,8 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 
@@ -160,3 +162,11 @@ def test_a_plain_install_registers_the_plugin(tmp_path: Path) -> None:
     done = _pytest(python, project, store="memory", pythonpath=None)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout
+
+
+@pytest.mark.durably(time_skipping=False)
+async def test_this_suite_loads_the_plugin_from_its_conftest(durably_env, durably_store) -> None:
+    env = await durably_env()
+    assert not env.time_skipping  # the marker's default
+    assert durably_store == "memory"
+    assert type(env.store).__name__ == "InMemoryStateStore"

@@ -27,6 +27,7 @@ from durably._engine.client.handle import RunHandle
 from durably._engine.defs.registry import Step, Workflow
 from durably._engine.defs.stores import open_store
 from durably._engine.engine import Engine
+from durably._store.memory import InMemoryStateStore
 from durably._store.protocol import StateStore
 from durably.testing.clock import Instant, TestClock
 from durably.testing.crash import CrashableStore, CrashKind, WriteLog
@@ -154,6 +155,10 @@ class WorkflowEnvironment:
         if not isinstance(spec, str):
             self._owns_inner = False
             return spec
+        if spec == "memory":
+            # Buffered signals expire by the store's clock: the test's, here.
+            self._owns_inner = True
+            return InMemoryStateStore(clock=self.clock.datetime)
         if spec == "sqlite":
             self._tmp = Path(tempfile.mkdtemp(prefix="durably-test-"))
             spec = f"sqlite:///{self._tmp / 'durably.db'}"
