@@ -194,3 +194,67 @@ async def test_a_sqlite_environment_removes_its_file_at_exit() -> None:
         assert folder is not None and folder.is_dir()
         assert await env.run(nap, None) == "rested"
     assert not folder.exists()
+
+
+@durably.workflow("testkit.sleepy-child")
+async def sleepy_child(ctx: WorkflowCtx, days: int) -> int:
+    await ctx.sleep(days * 86_400)
+    return days
+
+
+@durably.workflow("testkit.parent")
+async def parent(ctx: WorkflowCtx, _: None) -> int:
+    return await ctx.child(sleepy_child, 10) + await ctx.child(sleepy_child, 5)
+
+
+async def test_child_runs_timers_are_skipped_too() -> None:
+    async with WorkflowEnvironment(workflows=[parent, sleepy_child], store="sqlite") as env:
+        began = env.clock.now()
+        assert await env.run(parent, None) == 15
+        assert env.clock.now() - began == 15 * DAY_MS
+
+
+async def test_no_jump_passes_a_signal_timeout_while_the_test_may_still_signal() -> None:
+    async with WorkflowEnvironment(workflows=[day_then_signal, nap]) as env:
+        began = env.clock.now()
+        waiting = await env.start(day_then_signal, "k3")
+
+        async def at_the_wait() -> bool:
+            return bool(await env.store.list_signal_waiters("testkit-go:k3"))
+
+        await wait_until(at_the_wait)
+        deadline = env.clock.now() + HOUR_MS
+        napping = await env.start(nap, None)  # its hour ends with the signal's: after it
+
+        async def napping_suspended() -> bool:
+            run = await env.store.get_run(napping.run_id)
+            return run is not None and run.status == "suspended"
+
+        await wait_until(napping_suspended)
+        await asyncio.sleep(0.1)
+        assert env.clock.now() < deadline  # the nap's later deadline waits for the signal's
+        assert await env.result(napping) == "rested"  # awaiting: both deadlines expire
+        with pytest.raises(durably.RunFailedError, match="timed out"):
+            await env.result(waiting)
+        assert env.clock.now() - began >= DAY_MS + HOUR_MS
+
+
+@durably.workflow("testkit.tick")
+async def tick(ctx: WorkflowCtx, _: None) -> str:
+    return "tick"
+
+
+async def test_schedule_windows_are_deadlines() -> None:
+    hourly = durably.Schedule("testkit-hourly", tick, every="1h")
+    async with WorkflowEnvironment(workflows=[tick], schedules=[hourly], start=HOUR_MS) as env:
+
+        async def three_windows() -> bool:
+            done = await env.engine.list_runs(workflow="testkit.tick", status="completed")
+            return len(done) >= 3
+
+        await wait_until(three_windows)
+        windows = sorted(
+            int(run.id.rsplit(":", 1)[1])
+            for run in await env.engine.list_runs(workflow="testkit.tick")
+        )
+        assert windows[:3] == [HOUR_MS, 2 * HOUR_MS, 3 * HOUR_MS]

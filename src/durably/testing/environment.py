@@ -88,6 +88,8 @@ class WorkflowEnvironment:
         self._steps = list(steps) if steps is not None else None
         self._store_spec = store
         self._options: dict[str, Any] = {"drain_timeout_ms": _DEFAULT_DRAIN_MS, **engine_options}
+        if "schedules" in engine_options:  # read by each engine and by the skipper
+            self._options["schedules"] = list(engine_options["schedules"])
         self.clock = TestClock(start)
         self._time_skipping = time_skipping
         self._instance_id = f"durably-test-{uuid.uuid4().hex[:8]}"
@@ -127,6 +129,7 @@ class WorkflowEnvironment:
                 lambda: self._engine,
                 namespace=self.namespace,
                 skipping=self._time_skipping,
+                schedules=self._options.get("schedules", ()),
             )
             self._skipper.start()
         except BaseException:

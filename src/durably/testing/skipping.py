@@ -11,16 +11,18 @@ after every write and every few milliseconds of real time:
    once). A write landing while the skipper looks (a signal being delivered, a turn
    starting) makes it look again: the jump happens only when two looks with no write between
    them agree, after the event loop had the chance to run everything that was ready.
-2. Otherwise the clock moves to the EARLIEST deadline a suspended run has recorded, never
-   further, so no live wait is ever carried past a deadline it had not reached. A deadline is
-   one that the run's history backs: a durable sleep, the timeout of a wait, the back-off of
-   a failed step before its next attempt (each a checkpoint row with that wake time). A wake
-   time no row backs is the engine's own safety-net re-check of a run waiting for a signal or
-   a child; it is not a deadline, so the clock never jumps to it.
+2. Otherwise the clock moves to the EARLIEST deadline, never further, so no live wait is
+   ever carried past a deadline it had not reached. A deadline is one that a suspended run's
+   history backs — a durable sleep, the timeout of a wait, the back-off of a failed step
+   before its next attempt (each a checkpoint row with that wake time) — or the opening of
+   the next window of one of the engine's schedules. A wake time no row backs is the engine's
+   own safety-net re-check of a run waiting for a signal or a child; it is not a deadline,
+   so the clock never jumps to it.
 3. The timeout of a wait that something outside the runs can end — a signal, an event, an
    update (a `timeout:` row whose token is not a child's) — is a deadline only while the test
    awaits an outcome through the environment (`WorkflowEnvironment.run` / `result`): until
-   then the test may still be about to send what the run waits for, in real time. Timeouts
+   then the test may still be about to send what the run waits for, in real time, so the
+   clock neither jumps to that timeout nor past it (a jump to a later deadline waits too). Timeouts
    of waits for child runs count at once, like sleeps: the children are the environment's own
    runs, judged by this same rule.
 4. After a jump the engine is asked to poll at once (due timers, execution timeouts,
@@ -34,11 +36,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from durably._core.models import RunQuery, RunStatus, StepCheckpoint, WorkflowRun
+from durably._engine.defs.schedules import Schedule, next_cron_fire_ms
 from durably.testing.clock import TestClock
 from durably.testing.crash import WriteLog
 
@@ -113,12 +116,14 @@ class TimeSkipper:
         *,
         namespace: str | None,
         skipping: bool,
+        schedules: Sequence[Schedule] = (),
     ):
         self._store = store
         self._clock = clock
         self._writes = writes
         self._engine = engine
         self._namespace = namespace
+        self._schedules = list(schedules)
         self.skipping = skipping
         self._awaiting = 0
         self._poke = asyncio.Event()
@@ -214,7 +219,8 @@ class TimeSkipper:
         )
         if busy:
             return Plan(busy=True, pending=busy[0].status == "pending")
-        jump_to: int | None = None
+        timers = [self._next_window(schedule, now) for schedule in self._schedules]
+        barrier: int | None = None  # an outside wait's timeout nobody awaits: never passed
         for run in await store.list_runs(
             RunQuery(statuses=["suspended"], namespace=self._namespace)
         ):
@@ -223,12 +229,25 @@ class TimeSkipper:
                 continue
             if wake_at <= now:
                 return Plan(due=True)
-            if jump_to is not None and wake_at >= jump_to:
-                continue
             kind = deadline_kind(wake_at, await store.list_checkpoints(run.id))
             if kind == "timer" or (kind == "outside" and self._awaiting > 0):
-                jump_to = wake_at
+                timers.append(wake_at)
+            elif kind == "outside":
+                barrier = wake_at if barrier is None else min(barrier, wake_at)
+        jump_to = min((t for t in timers if t is not None), default=None)
+        if jump_to is not None and barrier is not None and jump_to >= barrier:
+            jump_to = None  # rule 3: the test may still send what that run waits for
         return Plan(jump_to=jump_to)
+
+    @staticmethod
+    def _next_window(schedule: Schedule, now: int) -> int | None:
+        """When the schedule's next window opens (its run starts then), after `now`."""
+        if schedule.paused:
+            return None
+        if schedule.cron is not None:
+            return next_cron_fire_ms(schedule.cron, now, schedule.timezone)
+        every = schedule.every_ms
+        return now - now % every + every
 
     async def _nudge(self) -> None:
         engine = self._engine()
