@@ -258,3 +258,29 @@ async def test_schedule_windows_are_deadlines() -> None:
             for run in await env.engine.list_runs(workflow="testkit.tick")
         )
         assert windows[:3] == [HOUR_MS, 2 * HOUR_MS, 3 * HOUR_MS]
+
+
+@pytest.mark.parametrize(("kind", "n"), [("run_update", 1), ("write", 6)])
+async def test_crashes_after_other_kinds_of_writes_recover_too(kind: str, n: int) -> None:
+    key = f"crash-{kind}"
+    async with WorkflowEnvironment(workflows=[five_steps], steps=[effect]) as env:
+        env.crash_after(n, kind=kind)  # type: ignore[arg-type]
+        handle = await env.start(five_steps, key)
+
+        async def crashed() -> bool:
+            return env.crashed
+
+        await wait_until(crashed)
+        landed = {  # a one-argument step's input is the argument itself
+            cp.input
+            for cp in await env.store.list_checkpoints(handle.run_id)
+            if cp.status == "completed"
+        }
+        await env.restart()
+        assert await env.result(handle) == [f"{key}:{i}" for i in range(5)]
+        for i in range(5):
+            name = f"{key}:{i}"
+            # A step whose checkpoint landed never runs again; one cut off by the crash
+            # runs again (its result was never recorded).
+            assert side_effects[name] == 1 or (side_effects[name] == 2 and name not in landed)
+        assert env.writes("write") > 0  # the new engine's own count
