@@ -49,7 +49,7 @@ class TestClock:
         """The current time, epoch milliseconds."""
         return self._now
 
-    def datetime(self) -> datetime:
+    def now_utc(self) -> datetime:
         """The current time as an aware UTC `datetime`."""
         return datetime.fromtimestamp(self._now / 1000.0, tz=UTC)
 

@@ -30,7 +30,7 @@ from durably._engine.engine import Engine
 from durably._store.memory import InMemoryStateStore
 from durably._store.protocol import StateStore
 from durably.testing.clock import Instant, TestClock
-from durably.testing.crash import CrashableStore, CrashKind, WriteLog
+from durably.testing.crash import CrashableStore, CrashKind, StoreCrashed, WriteLog
 from durably.testing.skipping import TimeSkipper
 
 __all__ = ["STORE_KINDS", "WorkflowEnvironment"]
@@ -161,7 +161,7 @@ class WorkflowEnvironment:
         if spec == "memory":
             # Buffered signals expire by the store's clock: the test's, here.
             self._owns_inner = True
-            return InMemoryStateStore(clock=self.clock.datetime)
+            return InMemoryStateStore(clock=self.clock.now_utc)
         if spec == "sqlite":
             self._tmp = Path(tempfile.mkdtemp(prefix="durably-test-"))
             spec = f"sqlite:///{self._tmp / 'durably.db'}"
@@ -186,8 +186,8 @@ class WorkflowEnvironment:
             return
         try:
             await engine.close()
-        except Exception as exc:  # a crashed store fails the drain's last writes
-            log.debug("closing the environment's engine: %s", exc)
+        except StoreCrashed as exc:  # a dead process's last writes fail: expected
+            log.debug("closing the crashed engine: %s", exc)
 
     # ------------------------------------------------------------------ parts
 
@@ -257,13 +257,19 @@ class WorkflowEnvironment:
         handle = await self.start(workflow, input, run_id=run_id)
         return await self.result(handle)
 
-    async def result(self, handle: RunHandle[O] | str, *, timeout: float | None = None) -> O:
+    @overload
+    async def result(self, handle: RunHandle[O], *, timeout: float | None = None) -> O: ...
+
+    @overload
+    async def result(self, handle: str, *, timeout: float | None = None) -> Any: ...
+
+    async def result(self, handle: RunHandle[Any] | str, *, timeout: float | None = None) -> Any:
         """The output of a run (a handle or a run id), waiting for it with time skipping at
         full strength (the module doc): a run that failed raises its failure."""
         run_id = handle if isinstance(handle, str) else handle.run_id
         # Through the engine serving now: a handle from before a restart would read the store
         # through the dead engine.
-        fresh: RunHandle[O] = self.engine.get_handle(run_id)
+        fresh = self.engine.get_handle(run_id)
         if self._skipper is None:
             return await fresh.result(timeout=timeout)
         async with self._skipper.awaiting():
