@@ -284,3 +284,17 @@ async def test_crashes_after_other_kinds_of_writes_recover_too(kind: str, n: int
             # runs again (its result was never recorded).
             assert side_effects[name] == 1 or (side_effects[name] == 2 and name not in landed)
         assert env.writes("write") > 0  # the new engine's own count
+
+
+@durably.workflow("testkit.forever", execution_timeout="2d")
+async def forever(ctx: WorkflowCtx, _: None) -> str:
+    answer: str = await ctx.wait_for_signal("testkit-never")  # no timeout of its own
+    return answer
+
+
+async def test_an_execution_timeout_is_a_deadline() -> None:
+    async with WorkflowEnvironment(workflows=[forever]) as env:
+        began = env.clock.now()
+        with pytest.raises(durably.RunFailedError):
+            await env.run(forever, None)
+        assert 2 * DAY_MS <= env.clock.now() - began < 2 * DAY_MS + 60_000

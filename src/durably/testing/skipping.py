@@ -14,8 +14,9 @@ after every write and every few milliseconds of real time:
 2. Otherwise the clock moves to the EARLIEST deadline, never further, so no live wait is
    ever carried past a deadline it had not reached. A deadline is one that a suspended run's
    history backs — a durable sleep, the timeout of a wait, the back-off of a failed step
-   before its next attempt (each a checkpoint row with that wake time) — or the opening of
-   the next window of one of the engine's schedules. A wake time no row backs is the engine's
+   before its next attempt (each a checkpoint row with that wake time) — the moment a
+   workflow's `execution_timeout` cancels a run, or the opening of the next window of one of
+   the engine's schedules. A wake time no row backs is the engine's
    own safety-net re-check of a run waiting for a signal or a child; it is not a deadline,
    so the clock never jumps to it.
 3. The timeout of a wait that something outside the runs can end — a signal, an event, an
@@ -38,9 +39,10 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from durably._core.models import RunQuery, RunStatus, StepCheckpoint, WorkflowRun
+from durably._engine.defs.registry import Workflow
 from durably._engine.defs.schedules import Schedule, next_cron_fire_ms
 from durably.testing.clock import TestClock
 from durably.testing.crash import WriteLog
@@ -70,6 +72,7 @@ class PolledEngine(Protocol):
     async def sweep_timeouts(self) -> int: ...
     async def run_pending(self) -> int: ...
     async def fire_schedules(self) -> list[str]: ...
+    def registration(self, name: str, version: str | None = None) -> Workflow[Any, Any] | None: ...
 
 
 DeadlineKind = Literal["timer", "outside"]
@@ -224,6 +227,11 @@ class TimeSkipper:
         for run in await store.list_runs(
             RunQuery(statuses=["suspended"], namespace=self._namespace)
         ):
+            timeout_at = self._execution_deadline(run)
+            if timeout_at is not None:
+                if timeout_at <= now:
+                    return Plan(due=True)  # the timeout sweep is about to cancel it
+                timers.append(timeout_at)
             wake_at = run.wake_at
             if wake_at is None:
                 continue
@@ -238,6 +246,16 @@ class TimeSkipper:
         if jump_to is not None and barrier is not None and jump_to >= barrier:
             jump_to = None  # rule 3: the test may still send what that run waits for
         return Plan(jump_to=jump_to)
+
+    def _execution_deadline(self, run: WorkflowRun) -> int | None:
+        """When the run's `execution_timeout` cancels it, if its workflow has one."""
+        engine = self._engine()
+        workflow = (
+            None if engine is None else engine.registration(run.workflow, run.workflow_version)
+        )
+        if workflow is None or workflow.execution_timeout_ms is None:
+            return None
+        return int(run.created_at.timestamp() * 1000) + workflow.execution_timeout_ms
 
     @staticmethod
     def _next_window(schedule: Schedule, now: int) -> int | None:
