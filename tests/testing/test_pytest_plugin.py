@@ -5,6 +5,7 @@ plain `pip install` of durably into a fresh virtualenv."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -131,6 +132,12 @@ def test_a_plain_install_registers_the_plugin(tmp_path: Path) -> None:
     # This environment's packages (pytest, pytest-asyncio, sqlalchemy, …) as a plain path
     # entry: its own .pth files (this checkout's editable install among them) are not run.
     Path(site, "host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # Built from a copy of what a source distribution holds: a build in the checkout itself
+    # would leave its build/ and egg-info folders there.
+    source = tmp_path / "durably-src"
+    shutil.copytree(SRC, source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
     build = subprocess.run(
         [
             sys.executable,  # this environment's pip, installing into the new one
@@ -143,7 +150,7 @@ def test_a_plain_install_registers_the_plugin(tmp_path: Path) -> None:
             # The build backend comes from pip's cache (or the index, once); every
             # dependency is already there, through the path file.
             "--disable-pip-version-check",
-            str(ROOT),
+            str(source),
         ],
         capture_output=True,
         text=True,
