@@ -16,16 +16,16 @@ after every write and every few milliseconds of real time:
    history backs — a durable sleep, the timeout of a wait, the back-off of a failed step
    before its next attempt (each a checkpoint row with that wake time) — the moment a
    workflow's `execution_timeout` cancels a run, or the opening of the next window of one of
-   the engine's schedules. A wake time no row backs is the engine's
-   own safety-net re-check of a run waiting for a signal or a child; it is not a deadline,
-   so the clock never jumps to it.
+   the engine's schedules. A wake time no row backs is the engine's own safety-net re-check
+   of a run waiting for a signal or a child; it is not a deadline, so the clock never jumps
+   to it.
 3. The timeout of a wait that something outside the runs can end — a signal, an event, an
    update (a `timeout:` row whose token is not a child's) — is a deadline only while the test
    awaits an outcome through the environment (`WorkflowEnvironment.run` / `result`): until
    then the test may still be about to send what the run waits for, in real time, so the
-   clock neither jumps to that timeout nor past it (a jump to a later deadline waits too). Timeouts
-   of waits for child runs count at once, like sleeps: the children are the environment's own
-   runs, judged by this same rule.
+   clock neither jumps to that timeout nor past it (a jump to a later deadline waits too).
+   Timeouts of waits for child runs count at once, like sleeps: the children are the
+   environment's own runs, judged by this same rule.
 4. After a jump the engine is asked to poll at once (due timers, execution timeouts,
    schedules, pending runs) instead of after `timer_poll_ms` of real time.
 
