@@ -3,13 +3,15 @@ writes by kind; dying like a killed process."""
 
 from __future__ import annotations
 
+import inspect
 from datetime import UTC, datetime
 
 import pytest
 
 from durably import InMemoryStateStore
 from durably._core.models import CheckpointKind, CheckpointStatus, RunQuery, StepCheckpoint
-from durably._store.protocol import STORE_METHODS, require_store
+from durably._store.codec import contract_methods
+from durably._store.protocol import STORE_METHODS, StateStore, require_store
 from durably.testing import StoreCrashed
 from durably.testing.crash import CrashableStore, WriteLog
 from durably.testing.skipping import deadline_kind
@@ -18,10 +20,15 @@ from durably.testing.skipping import deadline_kind
 def test_every_contract_method_is_written_out_on_the_class() -> None:
     store = CrashableStore(InMemoryStateStore(), WriteLog())
     assert require_store(store) is store
+    contract = contract_methods(StateStore)
     for name in STORE_METHODS:
         # Defined on the class itself (no forwarding by name lookup), with the same
         # parameters as the contract.
         assert name in vars(CrashableStore), name
+        ours = inspect.signature(vars(CrashableStore)[name]).parameters
+        theirs = inspect.signature(contract[name]).parameters
+        assert list(ours) == list(theirs), name
+        assert [p.default for p in ours.values()] == [p.default for p in theirs.values()], name
     assert "__getattr__" not in vars(CrashableStore)
 
 
