@@ -121,7 +121,11 @@ class WorkflowEnvironment:
             self._engine = self._new_engine()
             await self._engine.open()
             # The client stands for another process (a web tier): its wrapper never dies.
-            self._client = Client(CrashableStore(inner, self._writes), namespace=self.namespace)
+            self._client = Client(
+                CrashableStore(inner, self._writes),
+                namespace=self.namespace,
+                codec=self._options.get("codec"),  # the engine's payload codec, if any
+            )
             self._skipper = TimeSkipper(
                 inner,
                 self.clock,
