@@ -103,6 +103,14 @@ def test_all_is_pinned() -> None:
     assert sorted(durably.__all__) == EXPECTED_EXPORTS
 
 
+def test_the_testing_kit_is_pinned() -> None:
+    import durably.testing
+
+    exported = sorted(durably.testing.__all__)
+    assert exported == ["StoreCrashed", "TestClock", "WorkflowEnvironment"]
+    assert all(hasattr(durably.testing, name) for name in exported)
+
+
 def test_all_is_sorted_and_unique() -> None:
     assert list(durably.__all__) == sorted(set(durably.__all__))
 
