@@ -1,0 +1,1 @@
+"""Testing aids for programs built on durably."""
