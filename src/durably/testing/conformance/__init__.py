@@ -7,9 +7,9 @@ fixture saying how to open a fresh instance:
 - `StateStoreSuite`: define `open_store()` (an async context manager yielding a fresh,
   empty store) or override the `store` fixture;
 - `TransportSuite`: define `open_transport()` or override the `transport` fixture;
-- `AdmissionBackendSuite`: define `make_backend(clock, owner)` or override the `world`
-  fixture, an `AdmissionWorld` handing out backends that share one admission state and one
-  `ManualClock`.
+- `AdmissionBackendSuite`: define `open_world()` (usually a `BackendWorld` over a factory
+  of backends) or override the `world` fixture: an `AdmissionWorld` hands out backends that
+  share one admission state and one `ManualClock`.
 
 The suites need pytest and pytest-asyncio; `import durably` never imports them.
 """

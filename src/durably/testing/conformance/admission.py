@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from types import TracebackType
 from typing import ClassVar, Protocol
 
@@ -53,8 +53,8 @@ BackendFactory = Callable[[ManualClock, str], Awaitable[AdmissionBackend]]
 
 
 class BackendWorld:
-    """An `AdmissionWorld` over a factory `(clock, owner) -> backend`: one backend per owner,
-    all closed when the world's context exits."""
+    """An `AdmissionWorld` over an async factory `(clock, owner) -> backend`: one backend per
+    owner, made on first ask, all closed when the world's context exits."""
 
     def __init__(self, factory: BackendFactory, clock: ManualClock | None = None) -> None:
         self._factory = factory
@@ -140,25 +140,27 @@ async def _drain_order(
 class AdmissionBackendSuite:
     """The admission-backend contract as pytest cases; each takes the `world` fixture.
 
-    Subclass it (the class name starts with `Test`) and define `make_backend(clock, owner)`:
-    a backend acting for process `owner`, reading `clock`, sharing its state with every
-    other backend the same test makes. Or override the `world` fixture, e.g. to give each
-    test a fresh schema or key prefix, or to parametrize over several backends.
+    Subclass it (the class name starts with `Test`) and define `open_world()`: an async
+    context manager yielding a fresh `AdmissionWorld`, usually a `BackendWorld` over a
+    factory `(clock, owner) -> backend` whose backends share one admission state of this
+    test's own (a fresh key prefix, a fresh schema), cleaned up when the context exits. Or
+    override the `world` fixture, e.g. to parametrize over several backends.
     """
 
     # Every case is a coroutine: marked, so the suite runs under pytest-asyncio's strict
     # mode as well as its auto mode.
     pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.asyncio]
 
-    async def make_backend(self, clock: ManualClock, owner: str) -> AdmissionBackend:
-        """A backend acting for `owner` on this test's shared admission state."""
+    def open_world(self) -> AbstractAsyncContextManager[AdmissionWorld]:
+        """A fresh world of backends sharing one admission state; override it (or the
+        `world` fixture)."""
         raise NotImplementedError(
-            f"{type(self).__name__} must define make_backend() or override the world fixture"
+            f"{type(self).__name__} must define open_world() or override the world fixture"
         )
 
     @pytest_asyncio.fixture
     async def world(self) -> AsyncIterator[AdmissionWorld]:
-        async with BackendWorld(self.make_backend) as world:
+        async with self.open_world() as world:
             yield world
 
     async def test_concurrency_is_never_exceeded_under_concurrent_acquirers(
