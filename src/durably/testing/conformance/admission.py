@@ -160,6 +160,7 @@ class AdmissionBackendSuite:
 
     @pytest_asyncio.fixture
     async def world(self) -> AsyncIterator[AdmissionWorld]:
+        """The world of one case, from `open_world`."""
         async with self.open_world() as world:
             yield world
 

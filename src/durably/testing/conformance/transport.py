@@ -45,6 +45,7 @@ class TransportSuite:
 
     @pytest_asyncio.fixture
     async def transport(self) -> AsyncIterator[Transport]:
+        """The transport of one case, from `open_transport` (skipped when unavailable)."""
         async with AsyncExitStack() as stack:
             try:
                 transport = await stack.enter_async_context(self.open_transport())

@@ -45,7 +45,11 @@ class StateStoreSuite(
     FleetCases,
     AggregateCases,
 ):
-    """The state-store contract as pytest cases; each takes the `store` fixture."""
+    """The state-store contract as pytest cases; each takes the `store` fixture.
+
+    Subclass it (the class name starts with `Test`) and define `open_store()`, or override
+    the `store` fixture. Answer `round_trips` if the store counts its round trips.
+    """
 
     # Every case is a coroutine: marked, so the suite runs under pytest-asyncio's strict
     # mode as well as its auto mode.
@@ -60,6 +64,7 @@ class StateStoreSuite(
 
     @pytest_asyncio.fixture
     async def store(self) -> AsyncIterator[StateStore]:
+        """The store of one case, from `open_store` (skipped when it is unavailable)."""
         async with AsyncExitStack() as stack:
             try:
                 store = await stack.enter_async_context(self.open_store())

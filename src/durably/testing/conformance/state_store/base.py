@@ -12,4 +12,6 @@ class StoreCases:
     that keeps no such count answers None, and those cases check the results only."""
 
     def round_trips(self, store: StateStore) -> int | None:
+        """How many round trips `store` has served so far; None (the default) when it keeps
+        no count, and the round-trip bounds are not checked."""
         return None

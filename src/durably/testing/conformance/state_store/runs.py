@@ -19,8 +19,8 @@ class RunCases(StoreCases):
     """The runs cases of the state-store suite."""
 
     async def test_store_satisfies_protocols(self, store: StateStore) -> None:
+        assert missing_store_methods(store) == []  # first: the failure names what is missing
         assert isinstance(store, StateStore)
-        assert missing_store_methods(store) == []
         assert require_store(store) is store
 
     async def test_create_then_get_returns_workflow_and_json_input(self, store: StateStore) -> None:
