@@ -169,6 +169,7 @@ CONFORMANCE_EXPORTS = [
     "QueueStats",
     "StateStoreSuite",
     "StateStoreUnavailable",
+    "StoreClock",
     "TransportSuite",
 ]
 

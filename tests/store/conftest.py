@@ -1,6 +1,6 @@
 """The first-party stores the store tests run on, and the `store` fixture over them.
 
-`open_first_party(kind, tmp_path)` opens a fresh, empty store of one kind: `memory`
+`open_first_party(kind, tmp_path, clock)` opens a fresh, empty store of one kind: `memory`
 (InMemoryStateStore), `sqlite` (SqlStateStore on a temporary file) or `postgres`
 (SqlStateStore on a fresh PostgreSQL schema per test; skipped when PostgreSQL is unreachable
 unless `DURABLY_REQUIRE_SERVICES=1`, see tests/pg_support.py). The `store` fixture is
@@ -15,8 +15,9 @@ plans (`test_sql_specifics.py`), the codec and AES-GCM at rest.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +30,17 @@ FIRST_PARTY = ["memory", "sqlite", "postgres"]
 
 
 @asynccontextmanager
-async def open_first_party(kind: str, tmp_path: Path) -> AsyncIterator[Any]:
+async def open_first_party(
+    kind: str, tmp_path: Path, clock: Callable[[], datetime] | None = None
+) -> AsyncIterator[Any]:
+    """`clock`: the time the store reads (the wall clock when None)."""
     if kind == "memory":
-        yield InMemoryStateStore()
+        yield InMemoryStateStore(clock=clock)
         return
     from durably._store.sql import SqlStateStore
 
     if kind == "sqlite":
-        sql = SqlStateStore.from_url(f"sqlite:///{tmp_path}/conf.db")
+        sql = SqlStateStore.from_url(f"sqlite:///{tmp_path}/conf.db", clock=clock)
         await sql.ensure_schema()
         try:
             yield sql
@@ -44,7 +48,7 @@ async def open_first_party(kind: str, tmp_path: Path) -> AsyncIterator[Any]:
             await sql.close()
         return
     async with fresh_schema(create=False) as schema:
-        sql = SqlStateStore.from_url(schema_url(schema))
+        sql = SqlStateStore.from_url(schema_url(schema), clock=clock)
         await sql.ensure_schema()  # creates the schema, then migrates it
         try:
             yield sql

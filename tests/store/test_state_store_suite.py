@@ -15,15 +15,17 @@ from typing import Any, cast
 import pytest
 
 from durably import StateStore
-from durably.testing.conformance import StateStoreSuite
+from durably.testing.conformance import StateStoreSuite, StoreClock
 from tests.store.conftest import FIRST_PARTY, open_first_party
 from tests.store.support import ConformantStore
 
 
 class TestStateStore(StateStoreSuite):
     @pytest.fixture(params=FIRST_PARTY)
-    async def store(self, request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
-        async with open_first_party(request.param, tmp_path) as opened:
+    async def store(
+        self, request: pytest.FixtureRequest, tmp_path: Path, store_clock: StoreClock
+    ) -> AsyncIterator[Any]:
+        async with open_first_party(request.param, tmp_path, store_clock) as opened:
             yield opened
 
     def round_trips(self, store: StateStore) -> int | None:

@@ -8,7 +8,7 @@ The test class is all a store author adds to their own test suite.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 
@@ -34,14 +34,14 @@ from durably._core.quota import StartGate, StartOutcome
 from durably._core.run_facets import LeaseOwnerRow
 from durably._core.worker_beats import WorkerBeat
 from durably._store.protocol import InstanceHold, Payload, WakeBus, missing_store_methods
-from durably.testing.conformance import StateStoreSuite
+from durably.testing.conformance import StateStoreSuite, StoreClock
 
 
 class DelegatingStore:
     """A store of its own: every contract method, each delegated to the in-memory store."""
 
-    def __init__(self) -> None:
-        self._inner = InMemoryStateStore()
+    def __init__(self, clock: Callable[[], datetime]) -> None:
+        self._inner = InMemoryStateStore(clock=clock)
 
     async def ensure_schema(self) -> None:
         return await self._inner.ensure_schema()
@@ -291,8 +291,8 @@ class DelegatingStore:
 
 class TestDelegatingStore(StateStoreSuite):
     @asynccontextmanager
-    async def open_store(self) -> AsyncIterator[StateStore]:
-        store = DelegatingStore()
+    async def open_store(self, clock: StoreClock) -> AsyncIterator[StateStore]:
+        store = DelegatingStore(clock)
         await store.ensure_schema()
         try:
             yield store

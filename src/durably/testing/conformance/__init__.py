@@ -4,8 +4,9 @@ backend as pytest cases, for any implementation of them.
 Each suite is a class to subclass in a test module (name the subclass `Test...`) with a
 fixture saying how to open a fresh instance:
 
-- `StateStoreSuite`: define `open_store()` (an async context manager yielding a fresh,
-  empty store) or override the `store` fixture;
+- `StateStoreSuite`: define `open_store(clock)` (an async context manager yielding a fresh,
+  empty store that reads the time from the `StoreClock` it is given) or override the `store`
+  fixture;
 - `TransportSuite`: define `open_transport()` or override the `transport` fixture;
 - `AdmissionBackendSuite`: define `open_world()` (usually a `BackendWorld` over a factory
   of backends) or override the `world` fixture: an `AdmissionWorld` hands out backends that
@@ -30,6 +31,7 @@ from durably._store.protocol import StateStoreUnavailable
 
 from .admission import AdmissionBackendSuite, AdmissionWorld, BackendWorld, ManualClock
 from .state_store import StateStoreSuite
+from .state_store.support import StoreClock
 from .transport import TransportSuite
 
 __all__ = [
@@ -42,5 +44,6 @@ __all__ = [
     "QueueStats",
     "StateStoreSuite",
     "StateStoreUnavailable",
+    "StoreClock",
     "TransportSuite",
 ]

@@ -11,6 +11,24 @@ from durably import AttributeFilter, RunQuery, SignalWaiter, StateStore, StepChe
 from durably._core.models import BufferedSignal
 from durably._store.protocol import LeaseStore, SignalStore
 
+# ------------------------------------------------------------------ the store's clock
+
+
+class StoreClock:
+    """The time a store reads: the wall clock (UTC) plus an offset the cases move forward,
+    so expiry is checked without waiting. Call it for the time."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, **delta: float) -> None:
+        """Move the time on by `timedelta(**delta)` (`hours=1`, `seconds=2`, …)."""
+        self.offset += timedelta(**delta)
+
+
 # ------------------------------------------------------------------ models
 
 T0 = datetime(2026, 6, 11, tzinfo=UTC)
