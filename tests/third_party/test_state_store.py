@@ -32,6 +32,7 @@ from durably._core.buffered_signals import BufferScope
 from durably._core.models import BufferedEvent, BufferedSignal, ChildWait, RunPatch
 from durably._core.quota import StartGate, StartOutcome
 from durably._core.run_facets import LeaseOwnerRow
+from durably._core.schedules import ScheduleQuery, ScheduleRecord
 from durably._core.worker_beats import WorkerBeat
 from durably._store.protocol import InstanceHold, Payload, WakeBus, missing_store_methods
 from durably.testing.conformance import StateStoreSuite, StoreClock
@@ -287,6 +288,26 @@ class DelegatingStore:
         self, policy: RetentionPolicy, now_ms: int, limit: int, *, dry_run: bool = False
     ) -> list[str]:
         return await self._inner.prune_terminal_runs(policy, now_ms, limit, dry_run=dry_run)
+
+    async def put_schedule(
+        self,
+        record: ScheduleRecord,
+        *,
+        if_absent: bool = False,
+        expected_updated_at: int | None = None,
+    ) -> bool:
+        return await self._inner.put_schedule(
+            record, if_absent=if_absent, expected_updated_at=expected_updated_at
+        )
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        return await self._inner.get_schedule(schedule_id)
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return await self._inner.delete_schedule(schedule_id)
+
+    async def list_schedules(self, query: ScheduleQuery) -> list[ScheduleRecord]:
+        return await self._inner.list_schedules(query)
 
 
 class TestDelegatingStore(StateStoreSuite):

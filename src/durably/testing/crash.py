@@ -53,6 +53,7 @@ from durably._core.run_facets import (
     RunValueFacetOptions,
     RunValueFacetRow,
 )
+from durably._core.schedules import ScheduleQuery, ScheduleRecord
 from durably._core.worker_beats import WorkerBeat
 from durably._store.protocol import InstanceHold, Payload, StateStore, WakeBus
 
@@ -617,3 +618,31 @@ class CrashableStore:
         result = await self._inner.prune_terminal_runs(policy, now_ms, limit, dry_run=dry_run)
         await self._wrote("other")
         return result
+
+    async def put_schedule(
+        self,
+        record: ScheduleRecord,
+        *,
+        if_absent: bool = False,
+        expected_updated_at: int | None = None,
+    ) -> bool:
+        self._alive()
+        result = await self._inner.put_schedule(
+            record, if_absent=if_absent, expected_updated_at=expected_updated_at
+        )
+        await self._wrote("other")
+        return result
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        self._alive()
+        return await self._inner.get_schedule(schedule_id)
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        self._alive()
+        result = await self._inner.delete_schedule(schedule_id)
+        await self._wrote("other")
+        return result
+
+    async def list_schedules(self, query: ScheduleQuery) -> list[ScheduleRecord]:
+        self._alive()
+        return await self._inner.list_schedules(query)
