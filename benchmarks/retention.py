@@ -10,7 +10,7 @@ default, 1000) until a batch comes back short.
 Prints one JSON line: ``runs_deleted``, ``runs_per_s``, ``batches``, ``longest_batch_ms`` (the
 longest batch: one transaction of one SELECT and one DELETE per table),
 ``longest_statement_ms`` and ``longest_statement`` (the longest single SQL statement of the
-prune, timed at the database driver, and its first words), ``median_batch_ms``, ``seed_s``,
+prune, timed around its driver call, and its first words), ``median_batch_ms``, ``seed_s``,
 ``dry_run_count``, the checks (``deleted_exactly_the_policy``: the ids deleted are exactly the
 seeded old completed runs, each once, and the dry run counted that many;
 ``controls_untouched``: every control run is still there with its checkpoint;
@@ -48,6 +48,7 @@ import bench_common
 import durably
 from durably import RetentionPolicy, StepCheckpoint, WorkflowRun
 from durably._core.models import ms_from_utc
+from durably._store.sql.runner import StatementRunner
 from durably._store.sql.store import SqlStateStore
 
 SEED_CHUNK = 1000
@@ -112,25 +113,32 @@ async def seed(store: SqlStateStore, n: int, when: datetime) -> list[str]:
 
 
 @contextmanager
-def statement_timer(store: SqlStateStore) -> Iterator[list[tuple[float, str]]]:
-    """Every SQL statement run meanwhile, timed at the driver: (ms, its first words)."""
+def statement_timer() -> Iterator[list[tuple[float, str]]]:
+    """Every SQL statement a store runs inside a transaction meanwhile (a prune batch's SELECT
+    and DELETEs), timed around the driver call on both backends: (ms, its first words)."""
     timed: list[tuple[float, str]] = []
-    engine = store.engine.sync_engine
+    originals = {name: getattr(StatementRunner, name) for name in ("fetch", "run")}
 
-    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        conn.info.setdefault("bench_t0", []).append(time.perf_counter())
+    def timing(name: str) -> Any:
+        inner = originals[name]
 
-    def after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        t0 = conn.info["bench_t0"].pop()
-        timed.append(((time.perf_counter() - t0) * 1000, " ".join(statement.split()[:4])))
+        async def timed_call(self: StatementRunner, s: Any, stmt: Any, params: Any = None) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return await inner(self, s, stmt, params)
+            finally:
+                words = " ".join(str(stmt).split()[:4])
+                timed.append(((time.perf_counter() - t0) * 1000, words))
 
-    sa.event.listen(engine, "before_cursor_execute", before)
-    sa.event.listen(engine, "after_cursor_execute", after)
+        return timed_call
+
+    for name in originals:
+        setattr(StatementRunner, name, timing(name))
     try:
         yield timed
     finally:
-        sa.event.remove(engine, "before_cursor_execute", before)
-        sa.event.remove(engine, "after_cursor_execute", after)
+        for name, original in originals.items():
+            setattr(StatementRunner, name, original)
 
 
 async def _count(store: SqlStateStore, table: str) -> int:
@@ -151,7 +159,7 @@ async def bench(url: str, n: int, batch: int, report: dict[str, Any]) -> None:
         would = await store.prune_terminal_runs(policy, now, n + 1000, dry_run=True)
         timings: list[float] = []
         gone_ids: list[str] = []
-        with statement_timer(store) as statements:
+        with statement_timer() as statements:
             t0 = time.perf_counter()
             while True:
                 b0 = time.perf_counter()
