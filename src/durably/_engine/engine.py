@@ -43,7 +43,9 @@ from durably._engine.client.handle import RunHandle, UpdateResult, WaitUntil
 from durably._engine.client.reads import RunReads, WorkerHealth
 from durably._engine.client.run_events import RunEventFilter
 from durably._engine.client.run_gateway import RunEventListener
+from durably._engine.client.schedules import ScheduleClient, StartsBy
 from durably._engine.client.signal_api import BufferedSignals, Updates
+from durably._engine.control.fleet_check import FleetCheck
 from durably._engine.control.signals import buffer_policy
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.concurrency import ConcurrencySpec
@@ -63,9 +65,10 @@ from durably._engine.flow.queues import AdmissionSpec, QueueReport
 from durably._engine.flow.quotas import OnDuplicate
 from durably._engine.flow.step_limits import step_limiter
 from durably._engine.triggers.subscribers import ensure_builtins, install
+from durably._engine.worker.persisted_schedules import PersistedScheduleFirer
 from durably._engine.worker.retention import RetentionSweeper
 from durably._engine.worker.roles import Role, resolve_role
-from durably._engine.worker.schedules import ScheduleFirer
+from durably._engine.worker.schedules import ScheduleFirer, WindowFiring
 from durably._engine.worker.worker import Worker
 from durably._read.list_models import (
     GroupHealth,
@@ -336,28 +339,68 @@ class Engine:
             self._schedules,
             None if workflows is None else [wf.name for wf in registry.workflows.values()],
         )
-        self._schedule_firer = ScheduleFirer(
-            self._schedules, start=self._start_window, get_run=self.store.get_run, clock=self.clock
+        firing = WindowFiring(start=self._start_window, get_run=self.store.get_run)
+        self._schedule_firer = ScheduleFirer(self._schedules, firing=firing, clock=self.clock)
+        # Persisted schedules (`engine.schedules`): every driving engine of the namespace
+        # fires the due ones from the same poll, with the same window ids.
+        self._persisted_firer = PersistedScheduleFirer(
+            self.store, firing=firing, clock=self.clock, namespace=namespace
         )
-        if self._schedules and self.drive_runs:
-            self._worker.poller.add_pass(self._schedule_firer.tick)
+        if self.drive_runs:
+            if self._schedules:
+                self._worker.poller.add_pass(self._schedule_firer.tick)
+            self._worker.poller.add_pass(self._persisted_firer.tick)
+        self._fleet = FleetCheck(self.store)
+        self._explicit_workflows = workflows is not None
+        self.schedules = ScheduleClient(
+            self.store,
+            starts=StartsBy(start=self._start_schedule_run, check=self._check_schedule_workflow),
+            clock=self.clock,
+            namespace=namespace,
+            opener=self._ensure_open,
+            static=self._schedules,
+        )
+        """Schedules at run time, beside this engine's static ones
+        (`durably._engine.client.schedules.ScheduleClient`)."""
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
 
-    async def _start_window(self, schedule: Schedule, run_id: str) -> None:
-        await self.start(
+    async def _start_window(
+        self, schedule: Schedule, run_id: str, namespace: str | None
+    ) -> RunHandle[Any]:
+        return await self.start(
             schedule.workflow_name,
             schedule.input,
             run_id=run_id,
             tags=list(schedule.tags) or None,
             search_attributes=schedule.search_attributes,
+            namespace=namespace,
         )
 
+    async def _start_schedule_run(
+        self, schedule: Schedule, run_id: str, namespace: str
+    ) -> RunHandle[Any]:
+        return await self._start_window(schedule, run_id, namespace)
+
+    async def _check_schedule_workflow(self, name: str, namespace: str) -> None:
+        registered = [wf.name for wf in self.registered_workflows()]
+        if name in registered:
+            return
+        if self._explicit_workflows:
+            # The engine was told what it runs (as static schedules are checked).
+            raise WorkflowNotFoundError(
+                f"schedule of unknown workflow {name!r} (registered: "
+                f"{', '.join(sorted(registered)) or 'none'})"
+            )
+        await self._fleet.check(name, None, namespace)
+
     async def fire_schedules(self) -> list[str]:
-        """Fire the due windows of this engine's static schedules now (the timer poll does
-        this every `timer_poll_ms`); returns the ids of the windows' runs."""
+        """Fire the due windows of this engine's schedules now — its static ones and the
+        persisted ones of its namespace (the timer poll does this every `timer_poll_ms`);
+        returns the ids of the windows' runs."""
         await self._ensure_open()
-        return await self._schedule_firer.tick()
+        fired = await self._schedule_firer.tick()
+        return fired + await self._persisted_firer.tick()
 
     @property
     def drive_runs(self) -> bool:

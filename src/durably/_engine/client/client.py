@@ -50,6 +50,7 @@ from durably._engine.client.handle import RunHandle, RunWatchers, WaitUntil
 from durably._engine.client.reads import RunReads
 from durably._engine.client.run_events import RowWatches
 from durably._engine.client.run_gateway import RunEventListener
+from durably._engine.client.schedules import ScheduleClient, StartsBy
 from durably._engine.client.session import ClientSession, HostedSession, StoreSession
 from durably._engine.client.signal_api import BufferedSignals
 from durably._engine.control import fork as forking
@@ -60,6 +61,7 @@ from durably._engine.control.signals import BufferBounds, buffer_policy
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.options import UNSET, EngineOptions, Unset, merge_options
 from durably._engine.defs.registry import Workflow
+from durably._engine.defs.schedules import Schedule
 from durably._engine.defs.stores import open_store
 from durably._engine.defs.typed_io import (
     PLAIN,
@@ -227,6 +229,34 @@ class Client:
         self._fleet = FleetCheck(self.store)
         self._buffered = BufferedSignals(self.store, opener=session.open)
         self._watches = RowWatches(self.store)
+        self.schedules = ScheduleClient(
+            self.store,
+            starts=StartsBy(start=self._start_schedule_run, check=self._check_schedule_workflow),
+            clock=self._plane.clock,
+            namespace=self._plane.namespace,
+            opener=session.open,
+        )
+        """Persisted schedules: create, change, pause, trigger, backfill and delete them
+        (`durably._engine.client.schedules.ScheduleClient`)."""
+
+    async def _start_schedule_run(
+        self, schedule: Schedule, run_id: str, namespace: str
+    ) -> RunHandle[Any]:
+        return await self.start(
+            schedule.workflow_name,
+            schedule.input,
+            run_id=run_id,
+            tags=list(schedule.tags) or None,
+            search_attributes=schedule.search_attributes,
+            namespace=namespace,
+        )
+
+    async def _check_schedule_workflow(self, name: str, namespace: str) -> None:
+        # Known here (an engine's registry): served. Else the live fleet decides; with no
+        # worker beating the schedule is accepted (workers may start later).
+        if self._plane.registration(name, None) is not None:
+            return
+        await self._fleet.check(name, None, namespace)
 
     @property
     def namespace(self) -> str | None:

@@ -1,0 +1,233 @@
+"""Persisted schedules (`engine.schedules`, `client.schedules`) on real stores — memory,
+SQLite files, PostgreSQL: create and its errors, firing once per window across engines on a
+shared test clock, pause/unpause, trigger, backfill, update, jitter, static coexistence."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import durably
+from durably import Engine, RunQuery
+from tests.engine_support import wait_until
+from tests.pg_support import fresh_schema, schema_url
+
+from .test_static_schedules import FAST, MIN, Clock, hold, tick
+
+START = 1_000 * MIN
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def store_of(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Callable[[], Any]]:
+    """A function giving what each engine of one test is built on: the same memory store,
+    the same SQLite file, or the same PostgreSQL schema."""
+    if request.param == "memory":
+        shared = durably.InMemoryStateStore()
+        yield lambda: shared
+        return
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'persisted.db'}"
+        yield lambda: url
+        return
+    async with fresh_schema() as schema:
+        pg = schema_url(schema)
+        yield lambda: pg
+
+
+def engine_on(store: Any, clock: Clock, **kw: Any) -> Engine:
+    return Engine(store, workflows=[tick, hold], clock=clock, **{**FAST, **kw})
+
+
+async def run_ids(engine: Engine, workflow: str = "sched_tick") -> list[str]:
+    return sorted(r.id for r in await engine.store.list_runs(RunQuery(workflow=workflow)))
+
+
+async def test_create_describe_and_the_errors(store_of: Callable[[], Any]) -> None:
+    clock = Clock(START + 7)
+    static = durably.Schedule("declared", tick, every="1h")
+    async with engine_on(store_of(), clock, schedules=[static]) as engine:
+        made = await engine.schedules.create(
+            durably.Schedule("rep", tick, {"n": 1}, every="1m", tags=("nightly",))
+        )
+        assert made.source == "persisted"
+        assert made.schedule.every_ms == MIN and made.schedule.input == {"n": 1}
+        assert made.next_fires == [START + i * MIN for i in range(1, 6)]
+        assert made.created_at == START + 7 and made.fired_count == 0
+        with pytest.raises(durably.ScheduleAlreadyExistsError, match='"rep" already exists'):
+            await engine.schedules.create(durably.Schedule("rep", tick, every="5m"))
+        with pytest.raises(durably.ScheduleAlreadyExistsError, match="declared in code"):
+            await engine.schedules.create(durably.Schedule("declared", tick, every="5m"))
+        with pytest.raises(durably.WorkflowNotFoundError, match="unknown workflow 'nope'"):
+            await engine.schedules.create(durably.Schedule("bad", "nope", every="5m"))
+        for verb in ("describe", "pause", "unpause", "trigger", "delete"):
+            with pytest.raises(durably.ScheduleNotFoundError, match='no schedule "ghost"'):
+                await getattr(engine.schedules, verb)("ghost")
+        with pytest.raises(durably.ScheduleNotFoundError):
+            await engine.schedules.update("ghost", every="5m")
+        for verb in ("pause", "unpause", "delete"):
+            with pytest.raises(ValueError, match="declared in code"):
+                await getattr(engine.schedules, verb)("declared")
+        listed = await engine.schedules.list()
+        assert [(d.schedule.id, d.source) for d in listed] == [
+            ("declared", "static"),
+            ("rep", "persisted"),
+        ]
+        assert [d.schedule.id for d in await engine.schedules.list(workflow="nope")] == []
+        await engine.schedules.delete("rep")
+        with pytest.raises(durably.ScheduleNotFoundError):
+            await engine.schedules.describe("rep")
+        assert await engine.store.get_schedule("bad") is None
+
+
+async def test_two_engines_fire_each_persisted_window_once(store_of: Callable[[], Any]) -> None:
+    clock = Clock(START + 7)
+    async with engine_on(store_of(), clock) as a, engine_on(store_of(), clock) as b:
+        await a.schedules.create(durably.Schedule("rep", tick, {"n": 1}, every="1m"))
+        for i in range(6):
+            if i:
+                clock.now += MIN
+            await a.fire_schedules()
+            await b.fire_schedules()
+            await b.fire_schedules()
+        expected = [f"sched:rep:{START + i * MIN}" for i in range(6)]
+        assert await run_ids(a) == expected
+        described = await b.schedules.describe("rep")
+        assert described.fired_count == 6
+        assert described.last_run_id == expected[-1]
+        assert [r.run_id for r in described.recent_runs] == expected[::-1]
+        assert all(
+            r.window_ms == START + i * MIN for i, r in enumerate(described.recent_runs[::-1])
+        )
+        await wait_until(lambda: _all_completed(a, expected))
+
+
+async def _all_completed(engine: Engine, ids: list[str]) -> bool:
+    runs = [await engine.store.get_run(i) for i in ids]
+    return all(r is not None and r.status == "completed" for r in runs)
+
+
+async def test_pause_unpause_and_trigger(store_of: Callable[[], Any]) -> None:
+    clock = Clock(START + 7)
+    async with engine_on(store_of(), clock) as engine:
+        await engine.schedules.create(durably.Schedule("rep", tick, every="1m"))
+        await engine.fire_schedules()
+        paused = await engine.schedules.pause("rep", note="maintenance")
+        assert paused.schedule.paused and paused.note == "maintenance" and paused.next_fires == []
+        clock.now += 3 * MIN
+        assert await engine.fire_schedules() == []
+        handle = await engine.schedules.trigger("rep")  # a paused schedule too
+        assert handle.run_id == f"sched:rep:manual:{START + 3 * MIN + 7}"
+        resumed = await engine.schedules.unpause("rep")
+        assert not resumed.schedule.paused and resumed.note is None
+        assert await engine.fire_schedules() == [f"sched:rep:{START + 3 * MIN}"]
+        # The windows it was paused in are not started.
+        assert await run_ids(engine) == sorted(
+            [f"sched:rep:{START}", f"sched:rep:{START + 3 * MIN}", handle.run_id]
+        )
+        described = await engine.schedules.describe("rep")
+        assert described.recent_runs[0].run_id == f"sched:rep:{START + 3 * MIN}"
+        assert described.recent_runs[1].run_id == handle.run_id
+        assert described.recent_runs[1].window_ms is None
+
+
+async def test_backfill_starts_each_window_once(store_of: Callable[[], Any]) -> None:
+    clock = Clock(START + 7)
+    async with engine_on(store_of(), clock) as engine:
+        await engine.schedules.create(durably.Schedule("rep", tick, every="1m", paused=True))
+        since = datetime.fromtimestamp((START - 3 * MIN) / 1000, UTC)
+        started = await engine.schedules.backfill("rep", since, START)
+        assert started == [f"sched:rep:{START - i * MIN}" for i in (3, 2, 1)]
+        again = await engine.schedules.backfill("rep", START - 3 * MIN - 1, START + 1)
+        assert again == [f"sched:rep:{START - i * MIN}" for i in (3, 2, 1, 0)]
+        assert await run_ids(engine) == sorted(again)
+        with pytest.raises(ValueError, match="more than 10000 windows"):
+            await engine.schedules.backfill("rep", START, START + 10_001 * MIN)
+        with pytest.raises(ValueError, match="timezone-aware"):
+            await engine.schedules.backfill("rep", datetime(2026, 1, 1), START)
+        with pytest.raises(ValueError, match="end must be after start"):
+            await engine.schedules.backfill("rep", START, START)
+
+
+async def test_update_changes_the_cadence(store_of: Callable[[], Any]) -> None:
+    clock = Clock(START + 7)
+    async with engine_on(store_of(), clock) as engine:
+        await engine.schedules.create(durably.Schedule("rep", tick, every="1m"))
+        await engine.fire_schedules()
+        updated = await engine.schedules.update("rep", every="10m", input={"v": 2})
+        assert updated.schedule.every_ms == 10 * MIN
+        assert updated.next_fires[0] == START + 10 * MIN
+        clock.now += 5 * MIN
+        assert await engine.fire_schedules() == []  # no 1-minute windows any more
+        clock.now = START + 10 * MIN
+        assert await engine.fire_schedules() == [f"sched:rep:{START + 10 * MIN}"]
+        run = await engine.store.get_run(f"sched:rep:{START + 10 * MIN}")
+        assert run is not None and run.input == {"v": 2}
+        with pytest.raises(TypeError, match="unknown option colour"):
+            await engine.schedules.update("rep", colour="red")
+        with pytest.raises(ValueError, match="every= must be positive"):
+            await engine.schedules.update("rep", every=0)
+        assert (await engine.schedules.describe("rep")).schedule.every_ms == 10 * MIN
+
+
+async def test_a_jittered_persisted_window_waits_for_its_delay(
+    store_of: Callable[[], Any],
+) -> None:
+    sched = durably.Schedule("jit", tick, every="1m", jitter="40s")
+    window = START
+    while sched.start_delay_ms(window) < 2:
+        window += MIN
+    delay = sched.start_delay_ms(window)
+    clock = Clock(window)
+    async with engine_on(store_of(), clock) as a, engine_on(store_of(), clock) as b:
+        made = await a.schedules.create(sched)
+        assert made.schedule.jitter_ms == 40_000
+        assert await a.fire_schedules() == []
+        clock.now = window + delay - 1
+        assert await b.fire_schedules() == []
+        clock.now = window + delay
+        assert await b.fire_schedules() + await a.fire_schedules() == [f"sched:jit:{window}"]
+        assert await run_ids(a) == [f"sched:jit:{window}"]
+
+
+async def test_a_client_manages_schedules_an_engine_fires(store_of: Callable[[], Any]) -> None:
+    # A client reads the wall clock: the schedule starts with the window it was created in.
+    # The engine's clock is a minute ahead, so its current window is surely a later one.
+    clock = Clock(int(time.time() * 1000) + MIN)
+    window = clock.now - clock.now % MIN
+    async with engine_on(store_of(), clock) as engine, durably.Client(store_of()) as client:
+        made = await client.schedules.create(durably.Schedule("rep", "sched_tick", every="1m"))
+        assert made.source == "persisted"
+        await engine.fire_schedules()
+        assert await run_ids(engine) == [f"sched:rep:{window}"]
+        assert [d.schedule.id for d in await client.schedules.list()] == ["rep"]
+
+
+async def test_a_failing_start_is_recorded_and_retried(store_of: Callable[[], Any]) -> None:
+    clock = Clock(int(time.time() * 1000) + MIN)
+    async with durably.Client(store_of()) as client:
+        # No worker beats yet: a client accepts any name (workers may start later).
+        await client.schedules.create(durably.Schedule("odd", "sched_elsewhere", every="1m"))
+        async with engine_on(store_of(), clock) as engine:
+            # Now one beats, and it does not serve the name.
+            with pytest.raises(durably.WorkflowNotFoundError, match="sched_elsewhere"):
+                await client.schedules.create(
+                    durably.Schedule("odd2", "sched_elsewhere", every="1m")
+                )
+            await _fire_alongside(engine, clock)
+
+
+async def _fire_alongside(engine: Engine, clock: Clock) -> None:
+    await engine.schedules.create(durably.Schedule("rep", tick, every="1m"))
+    assert await engine.fire_schedules() == [f"sched:rep:{clock.now - clock.now % MIN}"]
+    odd = await engine.schedules.describe("odd")
+    assert odd.last_error is not None and "sched_elsewhere" in odd.last_error
+    record = await engine.store.get_schedule("odd")
+    assert record is not None and record.next_fire_at is not None
+    assert record.next_fire_at <= clock.now  # still due: the next tick tries again
