@@ -197,3 +197,28 @@ async def test_a_console_over_a_client_lists_and_changes_persisted_schedules(
                 res = await client.post("/api/schedules/hourly/pause", headers=SAME_ORIGIN)
                 assert res.status_code == 200 and res.json()["paused"] is True
         assert (await engine.schedules.describe("hourly")).schedule.paused
+
+
+async def test_a_console_with_sign_in_refuses_the_schedules_routes_without_a_session(
+    tmp_path: Path,
+) -> None:
+    def login(username: str, password: str) -> Any:
+        return {"id": "ops"} if password == "pw" else None
+
+    async with _engine(tmp_path) as engine:
+        await _persisted(engine)
+        app = create_app(engine, auth={"secret": "s3cret-0123456789abcdef", "login": login})
+        async with client_for(app) as client:
+            assert (await client.get("/api/schedules")).status_code == 401
+            assert (await client.get("/api/schedules/hourly")).status_code == 401
+            for verb in ("pause", "unpause", "trigger"):
+                res = await client.post(f"/api/schedules/hourly/{verb}", headers=SAME_ORIGIN)
+                assert res.status_code == 401, verb
+            signed_in = await client.post(
+                "/login", json={"username": "ops", "password": "pw"}, headers=SAME_ORIGIN
+            )
+            assert signed_in.status_code == 200, signed_in.text
+            # the session cookie is kept by the client: now the same request passes
+            res = await client.post("/api/schedules/hourly/pause", headers=SAME_ORIGIN)
+            assert res.status_code == 200 and res.json()["paused"] is True
+        assert await _runs(engine) == [WINDOW_RUN]
