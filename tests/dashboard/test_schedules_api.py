@@ -65,22 +65,33 @@ async def test_the_list_and_one_schedule(tmp_path: Path) -> None:
         await _persisted(engine)
         async with client_for(create_app(engine)) as client:
             listed = (await client.get("/api/schedules")).json()
-            assert [(s["id"], s["source"]) for s in listed] == [
+            assert [(s["schedule"]["id"], s["source"]) for s in listed] == [
                 ("yearly", "static"),
                 ("hourly", "persisted"),
             ]
             static, hourly = listed
-            assert (static["cron"], static["timezone"], static["everyMs"]) == (
+            assert (
+                static["schedule"]["cron"],
+                static["schedule"]["timezone"],
+                static["schedule"]["everyMs"],
+            ) == (
                 "0 0 1 1 *",
                 "UTC",
                 None,
             )
-            assert (hourly["everyMs"], hourly["cron"], hourly["workflow"]) == (
+            assert (
+                hourly["schedule"]["everyMs"],
+                hourly["schedule"]["cron"],
+                hourly["schedule"]["workflow"],
+            ) == (
                 HOUR,
                 None,
                 report.name,
             )
-            assert hourly["paused"] is False and hourly["tags"] == ["reports"]
+            assert hourly["schedule"]["paused"] is False and hourly["schedule"]["tags"] == [
+                "reports"
+            ]
+            assert hourly["schedule"]["input"] == 3
             assert len(hourly["nextFires"]) == 5
             assert hourly["nextFires"] == [WINDOW + i * HOUR for i in range(1, 6)]
             assert hourly["createdAt"] == NOW and hourly["firedCount"] == 1
@@ -89,9 +100,9 @@ async def test_the_list_and_one_schedule(tmp_path: Path) -> None:
             ]
             assert (hourly["lastRunId"], hourly["lastRunStatus"]) == (WINDOW_RUN, "completed")
             assert (await client.get("/api/schedules/hourly")).json() == hourly
-            assert static["paused"] is True and static["nextFires"] == []
+            assert static["schedule"]["paused"] is True and static["nextFires"] == []
             paused_only = (await client.get("/api/schedules?paused=true")).json()
-            assert [s["id"] for s in paused_only] == ["yearly"]
+            assert [s["schedule"]["id"] for s in paused_only] == ["yearly"]
             by_workflow = (await client.get(f"/api/schedules?workflow={report.name}")).json()
             assert len(by_workflow) == 2
             assert len((await client.get("/api/schedules?limit=1")).json()) == 1
@@ -110,13 +121,18 @@ async def test_pause_unpause_and_trigger_a_persisted_schedule(tmp_path: Path) ->
                 "/api/schedules/hourly/pause", json={"note": "db migration"}, headers=SAME_ORIGIN
             )
             assert paused.status_code == 200, paused.text
-            assert paused.json()["paused"] is True and paused.json()["note"] == "db migration"
+            assert (
+                paused.json()["schedule"]["paused"] is True
+                and paused.json()["note"] == "db migration"
+            )
             assert paused.json()["nextFires"] == []
             assert (await engine.schedules.describe("hourly")).schedule.paused
 
             unpaused = await client.post("/api/schedules/hourly/unpause", headers=SAME_ORIGIN)
             assert unpaused.status_code == 200, unpaused.text
-            assert unpaused.json()["paused"] is False and unpaused.json()["note"] is None
+            assert (
+                unpaused.json()["schedule"]["paused"] is False and unpaused.json()["note"] is None
+            )
             assert len(unpaused.json()["nextFires"]) == 5
 
             fired = await client.post("/api/schedules/hourly/trigger", headers=SAME_ORIGIN)
@@ -193,9 +209,9 @@ async def test_a_console_over_a_client_lists_and_changes_persisted_schedules(
             async with client_for(create_app(web)) as client:
                 listed: list[dict[str, Any]] = (await client.get("/api/schedules")).json()
                 # a web tier knows no engine's declarations: the persisted ones only
-                assert [s["id"] for s in listed] == ["hourly"]
+                assert [s["schedule"]["id"] for s in listed] == ["hourly"]
                 res = await client.post("/api/schedules/hourly/pause", headers=SAME_ORIGIN)
-                assert res.status_code == 200 and res.json()["paused"] is True
+                assert res.status_code == 200 and res.json()["schedule"]["paused"] is True
         assert (await engine.schedules.describe("hourly")).schedule.paused
 
 
@@ -220,5 +236,5 @@ async def test_a_console_with_sign_in_refuses_the_schedules_routes_without_a_ses
             assert signed_in.status_code == 200, signed_in.text
             # the session cookie is kept by the client: now the same request passes
             res = await client.post("/api/schedules/hourly/pause", headers=SAME_ORIGIN)
-            assert res.status_code == 200 and res.json()["paused"] is True
+            assert res.status_code == 200 and res.json()["schedule"]["paused"] is True
         assert await _runs(engine) == [WINDOW_RUN]

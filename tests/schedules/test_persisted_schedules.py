@@ -4,6 +4,7 @@ shared test clock, pause/unpause, trigger, backfill, update, jitter, static coex
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
@@ -231,3 +232,27 @@ async def _fire_alongside(engine: Engine, clock: Clock) -> None:
     record = await engine.store.get_schedule("odd")
     assert record is not None and record.next_fire_at is not None
     assert record.next_fire_at <= clock.now  # still due: the next tick tries again
+
+
+async def test_a_sync_client_has_the_schedule_verbs(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'sync.db'}"
+    clock = Clock(int(time.time() * 1000) + MIN)
+    async with engine_on(url, clock) as engine:
+
+        def request_handler() -> tuple[str, list[str], list[str]]:
+            with durably.SyncClient(url) as client:
+                made = client.schedules.create(durably.Schedule("rep", "sched_tick", every="1m"))
+                client.schedules.pause("rep", note="quiet")
+                handle = client.schedules.trigger("rep")
+                handle.result(timeout=30)
+                filled = client.schedules.backfill("rep", 10 * MIN, 12 * MIN)
+                listed = [d.schedule.id for d in client.schedules.list(paused=True)]
+                client.schedules.delete("rep")
+                with pytest.raises(durably.ScheduleNotFoundError):
+                    client.schedules.describe("rep")
+                return made.source, listed, filled
+
+        source, listed, filled = await asyncio.to_thread(request_handler)
+        assert source == "persisted" and listed == ["rep"]
+        assert filled == [f"sched:rep:{10 * MIN}", f"sched:rep:{11 * MIN}"]
+        assert await engine.store.get_schedule("rep") is None

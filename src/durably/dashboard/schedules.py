@@ -56,33 +56,10 @@ class ScheduleVerbs(Protocol):
 
 
 def describe_json(d: ScheduleDescription) -> dict[str, Any]:
-    """A description as the console reads it (times in epoch ms, as stored)."""
-    s = d.schedule
+    """A description as `durably schedules describe --json` prints it (times in epoch ms),
+    plus `lastRunStatus`: the status of `lastRunId` when it is among the recent runs."""
     last_status = next((r.status for r in d.recent_runs if r.run_id == d.last_run_id), None)
-    return {
-        "id": s.id,
-        "workflow": s.workflow_name,
-        "source": d.source,
-        "paused": s.paused,
-        "note": d.note,
-        "everyMs": s.every_ms if s.every is not None else None,
-        "cron": s.cron,
-        "timezone": s.timezone if s.cron is not None else None,
-        "overlap": s.overlap,
-        "maxCatchup": s.max_catchup,
-        "tags": list(s.tags),
-        "nextFires": list(d.next_fires),
-        "recentRuns": [
-            {"runId": r.run_id, "status": r.status, "windowMs": r.window_ms} for r in d.recent_runs
-        ],
-        "lastFireAt": d.last_fire_at,
-        "lastRunId": d.last_run_id,
-        "lastRunStatus": last_status,
-        "firedCount": d.fired_count,
-        "lastError": d.last_error,
-        "createdAt": d.created_at,
-        "updatedAt": d.updated_at,
-    }
+    return {**d.to_json(), "lastRunStatus": last_status}
 
 
 def _params(request: Request, allowed: set[str]) -> MultiParams:

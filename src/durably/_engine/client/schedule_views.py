@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from durably._engine.defs.schedules import Schedule
 
-__all__ = ["ScheduleDescription", "ScheduleRunSummary", "window_of_run"]
+__all__ = ["ScheduleDescription", "ScheduleRunSummary", "schedule_json", "window_of_run"]
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,10 @@ class ScheduleRunSummary:
     run_id: str
     status: str
     window_ms: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """`{runId, status, windowMs}` (`windowMs` null for a manual trigger)."""
+        return {"runId": self.run_id, "status": self.status, "windowMs": self.window_ms}
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,41 @@ class ScheduleDescription:
     last_error: str | None
     created_at: int | None
     updated_at: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The description as JSON, camelCase keys (what `durably schedules describe --json`
+        prints); `schedule` holds its options, durations as whole milliseconds."""
+        return {
+            "schedule": schedule_json(self.schedule),
+            "source": self.source,
+            "note": self.note,
+            "nextFires": list(self.next_fires),
+            "recentRuns": [run.to_json() for run in self.recent_runs],
+            "lastFireAt": self.last_fire_at,
+            "lastRunId": self.last_run_id,
+            "firedCount": self.fired_count,
+            "lastError": self.last_error,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        }
+
+
+def schedule_json(schedule: Schedule) -> dict[str, Any]:
+    """A schedule's options as JSON (camelCase; `everyMs`/`jitterMs` null when not set)."""
+    return {
+        "id": schedule.id,
+        "workflow": schedule.workflow_name,
+        "input": schedule.input,
+        "everyMs": None if schedule.every is None else schedule.every_ms,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "overlap": schedule.overlap,
+        "jitterMs": schedule.jitter_ms or None,
+        "maxCatchup": schedule.max_catchup,
+        "paused": schedule.paused,
+        "tags": list(schedule.tags),
+        "searchAttributes": schedule.search_attributes,
+    }
 
 
 def window_of_run(schedule_id: str, run_id: str) -> int | None:

@@ -142,6 +142,12 @@ class ScheduleClient:
         self._open = opener
         self._static = {s.id: s for s in static}
 
+    @property
+    def declared(self) -> builtins.list[Schedule]:
+        """The schedules declared in code on this engine (`Engine(schedules=...)`); empty on
+        a `Client`."""
+        return builtins.list(self._static.values())
+
     # ------------------------------------------------------------------ writing
 
     async def create(self, schedule: Schedule) -> ScheduleDescription:

@@ -18,7 +18,8 @@ export function schedulesPanel(root) {
   const ctl = new AbortController();
   let timer = 0;
 
-  function act(s, verb, title, text, withNote) {
+  function act(d, verb, title, text, withNote) {
+    const s = d.schedule;
     confirmAction({
       title, text,
       json: withNote ? { note: "" } : undefined,
@@ -37,37 +38,39 @@ export function schedulesPanel(root) {
   const mutating = (label, testid, onclick) =>
     h("button.ctl", { testid, "data-mutates": "", disabled: state.readOnly, onclick }, label);
 
-  function controls(s) {
-    if (s.source !== "persisted") return h("span.muted.small", { testid: "schedule-read-only" }, "declared in code");
+  function controls(d) {
+    const s = d.schedule;
+    if (d.source !== "persisted") return h("span.muted.small", { testid: "schedule-read-only" }, "declared in code");
     return h("div.controls", {},
       s.paused
-        ? mutating("Unpause", "schedule-unpause", () => act(s, "unpause", "Unpause schedule", `Fire “${s.id}” again from the current window on? The windows it was paused in are not started.`))
-        : mutating("Pause", "schedule-pause", () => act(s, "pause", "Pause schedule", `Stop firing “${s.id}”? A run already started goes on. A note may say why.`, true)),
-      mutating("Trigger", "schedule-trigger", () => act(s, "trigger", "Trigger schedule", `Start a run of “${s.id}” now, outside its timetable?`)));
+        ? mutating("Unpause", "schedule-unpause", () => act(d, "unpause", "Unpause schedule", `Fire “${s.id}” again from the current window on? The windows it was paused in are not started.`))
+        : mutating("Pause", "schedule-pause", () => act(d, "pause", "Pause schedule", `Stop firing “${s.id}”? A run already started goes on. A note may say why.`, true)),
+      mutating("Trigger", "schedule-trigger", () => act(d, "trigger", "Trigger schedule", `Start a run of “${s.id}” now, outside its timetable?`)));
   }
 
-  function row(s) {
-    const next = s.paused ? h("span.muted", {}, "paused") : s.nextFires.length
-      ? h("ul.plain", { testid: "schedule-next" }, s.nextFires.slice(0, NEXT_SHOWN).map((t) => h("li", {}, when(t))))
+  function row(d) {
+    const s = d.schedule;
+    const next = s.paused ? h("span.muted", {}, "paused") : d.nextFires.length
+      ? h("ul.plain", { testid: "schedule-next" }, d.nextFires.slice(0, NEXT_SHOWN).map((t) => h("li", {}, when(t))))
       : h("span.muted", {}, "—");
-    const last = s.lastRunId
-      ? [runLink(s.lastRunId, "schedule-last-run"), " ", s.lastRunStatus ? badge(s.lastRunStatus, "schedule-last-status") : null, h("div.muted.small", {}, when(s.lastFireAt))]
+    const last = d.lastRunId
+      ? [runLink(d.lastRunId, "schedule-last-run"), " ", d.lastRunStatus ? badge(d.lastRunStatus, "schedule-last-status") : null, h("div.muted.small", {}, when(d.lastFireAt))]
       : h("span.muted", {}, "none yet");
-    const recent = s.recentRuns.length
-      ? h("ul.plain", { testid: "schedule-recent" }, s.recentRuns.map((r) => h("li", {}, runLink(r.runId, "schedule-recent-run"), " ", badge(r.status))))
+    const recent = d.recentRuns.length
+      ? h("ul.plain", { testid: "schedule-recent" }, d.recentRuns.map((r) => h("li", {}, runLink(r.runId, "schedule-recent-run"), " ", badge(r.status))))
       : h("span.muted", {}, "—");
-    return h("tr", { testid: "schedule-row", "data-schedule-id": s.id, "data-source": s.source, "data-paused": String(s.paused) },
+    return h("tr", { testid: "schedule-row", "data-schedule-id": s.id, "data-source": d.source, "data-paused": String(s.paused) },
       h("td.mono", { testid: "schedule-id" }, s.id),
       h("td", {}, h("a", { href: "#/runs?workflow=" + enc(s.workflow) }, s.workflow)),
       h("td", { testid: "schedule-cadence" }, cadence(s)),
-      h("td", {}, h("span.tag", { testid: "schedule-source" }, s.source)),
+      h("td", {}, h("span.tag", { testid: "schedule-source" }, d.source)),
       h("td", { testid: "schedule-state" }, s.paused ? "paused" : "active",
-        s.note ? h("div.muted.small", { testid: "schedule-note" }, s.note) : null,
-        s.lastError ? h("div.err.small", { testid: "schedule-error" }, s.lastError) : null),
+        d.note ? h("div.muted.small", { testid: "schedule-note" }, d.note) : null,
+        d.lastError ? h("div.err.small", { testid: "schedule-error" }, d.lastError) : null),
       h("td", {}, next),
       h("td", {}, last),
       h("td", {}, recent),
-      h("td", {}, controls(s)));
+      h("td", {}, controls(d)));
   }
 
   async function load() {
@@ -90,7 +93,7 @@ export function schedulesPanel(root) {
 }
 
 function cadence(s) {
-  if (s.cron) return h("span", {}, h("code", {}, s.cron), s.timezone && s.timezone !== "UTC" ? ` (${s.timezone})` : " (UTC)");
+  if (s.cron) return h("span", {}, h("code", {}, s.cron), ` (${s.timezone || "UTC"})`);
   return "every " + span(s.everyMs);
 }
 
