@@ -15,6 +15,7 @@ import pytest
 
 import durably
 from durably import Engine, RunQuery
+from durably._core.schedules import ScheduleRecord, ScheduleSpec
 from tests.engine_support import wait_until
 from tests.pg_support import fresh_schema, schema_url
 
@@ -256,3 +257,93 @@ async def test_a_sync_client_has_the_schedule_verbs(tmp_path: Path) -> None:
         assert source == "persisted" and listed == ["rep"]
         assert filled == [f"sched:rep:{10 * MIN}", f"sched:rep:{11 * MIN}"]
         assert await engine.store.get_schedule("rep") is None
+
+
+async def _live(engine: Engine, run_id: str) -> bool:
+    run = await engine.store.get_run(run_id)
+    return run is not None and not run.is_terminal and run.status != "pending"
+
+
+async def _finished(engine: Engine, run_id: str) -> bool:
+    run = await engine.store.get_run(run_id)
+    return run is not None and run.is_terminal
+
+
+@pytest.mark.parametrize("overlap", ["skip", "buffer_one"])
+async def test_overlap_is_remembered_in_the_record(
+    store_of: Callable[[], Any], overlap: Any
+) -> None:
+    # Two engines take turns: what overlap decided must hold whichever engine ticks next,
+    # so it lives in the record's state, not in one engine's memory.
+    clock = Clock(200 * MIN + 7)
+    async with engine_on(store_of(), clock) as a, engine_on(store_of(), clock) as b:
+        await a.schedules.create(durably.Schedule("ov", hold, every="1m", overlap=overlap))
+        first, second, third, fourth = (f"sched:ov:{m * MIN}" for m in (200, 201, 202, 203))
+        await a.fire_schedules()
+        await wait_until(lambda: _live(a, first))
+        clock.now += MIN
+        await b.fire_schedules()
+        clock.now += MIN
+        await a.fire_schedules()
+        assert await run_ids(a, "sched_hold") == [first]
+        await a.signal(f"release:{first}", "done")
+        await wait_until(lambda: _finished(a, first))
+        await b.fire_schedules()
+        await a.fire_schedules()
+        if overlap == "skip":
+            assert await run_ids(a, "sched_hold") == [first]
+            clock.now += MIN
+            await b.fire_schedules()
+            assert await run_ids(a, "sched_hold") == sorted([first, fourth])
+        else:
+            # the latest held window starts once the live run ended; the older one never
+            assert await run_ids(a, "sched_hold") == sorted([first, third])
+        assert second not in await run_ids(a, "sched_hold")
+
+
+async def test_unpausing_by_update_skips_the_paused_windows(store_of: Callable[[], Any]) -> None:
+    clock = Clock(START + 7)
+    async with engine_on(store_of(), clock) as engine:
+        await engine.schedules.create(
+            durably.Schedule("rep", tick, every="1m", max_catchup=5, paused=True)
+        )
+        clock.now += 3 * MIN
+        assert await engine.fire_schedules() == []
+        await engine.schedules.update("rep", paused=False)
+        assert await engine.fire_schedules() == [f"sched:rep:{START + 3 * MIN}"]
+
+
+async def test_a_record_that_cannot_be_read_is_reported_and_repaired(
+    store_of: Callable[[], Any],
+) -> None:
+    clock = Clock(START + 7)
+    async with engine_on(store_of(), clock) as engine:
+        await engine.schedules.create(durably.Schedule("good", tick, every="1m"))
+        # A record written by hand (or by another version): a cadence it cannot have.
+        await engine.store.put_schedule(
+            ScheduleRecord(
+                id="broken",
+                workflow="sched_tick",
+                next_fire_at=START,
+                created_at=START,
+                updated_at=START,
+                spec=ScheduleSpec(every_ms=-5),
+            )
+        )
+        assert await engine.fire_schedules() == [f"sched:good:{START}"]
+        broken = await engine.store.get_schedule("broken")
+        assert broken is not None and broken.next_fire_at is None
+        assert "every= must be positive" in (broken.state.get("last_error") or "")
+        with pytest.raises(ValueError, match='stored schedule "broken" cannot be read'):
+            await engine.schedules.describe("broken")
+        assert [d.schedule.id for d in await engine.schedules.list()] == ["good"]
+        repaired = await engine.schedules.upsert(durably.Schedule("broken", tick, every="1m"))
+        assert repaired.schedule.every_ms == MIN
+        assert sorted(d.schedule.id for d in await engine.schedules.list()) == ["broken", "good"]
+
+
+def test_a_cron_windows_delay_stays_below_its_next_fire() -> None:
+    pytest.importorskip("croniter")
+    sched = durably.Schedule("c", tick, cron="* * * * *", jitter="10m")
+    delays = [sched.start_delay_ms(w * MIN) for w in range(100)]
+    assert all(0 <= d < MIN for d in delays) and len(set(delays)) > 50

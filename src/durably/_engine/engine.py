@@ -141,6 +141,9 @@ class Engine:
     Schedules: `schedules=[durably.Schedule(...)]` starts a workflow once per window of an
     interval or a cron timetable, from the timer poll of every driving engine (one run per
     window, `sched:<id>:<window start ms>`, however many engines share the store).
+    `engine.schedules` creates, pauses, triggers, backfills and deletes schedules at run
+    time (kept in the store, fired the same way by every driving engine of the namespace)
+    and lists them beside the static ones.
     Dead letters: a run that crash recovery took back more than `max_recovery_attempts`
     times (default: no limit) is marked `dead`. `dead_letter_workflow=` (a workflow or its
     name) is then started once for it, as run `dlq:<runId>` with the input `{deadRunId,

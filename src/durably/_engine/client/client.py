@@ -171,6 +171,8 @@ class Client:
     them needs the worker: `update` (the engine's validators check it), `publish_event`
     (its `on_event` workflows are in the engine's registry), the workers its transports
     report, queues, every event of the engine, the registry and polling by hand.
+    `client.schedules` manages the schedules kept in the store (create, pause, trigger,
+    backfill, delete; a `durably.ScheduleClient`), which the driving engines fire.
     `durably.SyncClient` has the same verbs for synchronous code. A client, an engine and a
     `TenantGateway` are each a `durably.RunGateway` (the surface a web tier needs).
     """

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -45,6 +46,8 @@ from durably._engine.defs.schedule_specs import (
 )
 from durably._engine.defs.schedules import Schedule, window_run_id
 from durably._store.protocol import RunStore, ScheduleStore
+
+log = logging.getLogger("durably")
 
 __all__ = [
     "BACKFILL_MAX_WINDOWS",
@@ -104,6 +107,19 @@ class StartsBy:
 
     async def check_workflow(self, name: str, namespace: str) -> None:
         await self._check(name, namespace)
+
+
+def _resumed(state: ScheduleState, schedule: Schedule, now: int) -> ScheduleState:
+    """The state of a schedule unpaused at `now`: the windows it was paused in are passed
+    over (its floor moves to the window before the current one), its note and held window
+    are cleared."""
+    new = ScheduleState(**state)
+    floor = new.get("last_window")
+    fresh = initial_floor(schedule, now)
+    new["last_window"] = fresh if not isinstance(floor, int) else max(floor, fresh)
+    new["note"] = None
+    new["held_window"] = None
+    return new
 
 
 def _epoch_ms(value: datetime | int, what: str) -> int:
@@ -170,6 +186,7 @@ class ScheduleClient:
         try:
             return await self.create(schedule)
         except ScheduleAlreadyExistsError:
+            # The stored spec is not read: an upsert also repairs a record that cannot be.
             return await self._replace(schedule.id, lambda _: schedule)
 
     async def update(self, schedule_id: str, **changes: Any) -> ScheduleDescription:
@@ -184,7 +201,8 @@ class ScheduleClient:
                 f"{', '.join(unknown)} (options: {', '.join(_FIELDS)}; the id cannot change)"
             )
         return await self._replace(
-            schedule_id, lambda current: dataclasses.replace(current, **changes)
+            schedule_id,
+            lambda record: dataclasses.replace(schedule_from_record(record), **changes),
         )
 
     async def pause(self, schedule_id: str, note: str | None = None) -> ScheduleDescription:
@@ -207,12 +225,7 @@ class ScheduleClient:
 
         def resumed(record: ScheduleRecord, now: int) -> ScheduleRecord:
             schedule = dataclasses.replace(schedule_from_record(record), paused=False)
-            state = ScheduleState(**record.state)
-            floor = state.get("last_window")
-            fresh = initial_floor(schedule, now)
-            state["last_window"] = fresh if not isinstance(floor, int) else max(floor, fresh)
-            state["note"] = None
-            state["held_window"] = None
+            state = _resumed(record.state, schedule, now)
             due = next_due(schedule, now, state["last_window"], None)
             return dataclasses.replace(record, paused=False, next_fire_at=due, state=state)
 
@@ -305,7 +318,13 @@ class ScheduleClient:
                 )
             )
             for record in records:
-                out.append(await self._describe_record(record))
+                try:
+                    out.append(await self._describe_record(record))
+                except ValueError as exc:
+                    # One record that cannot be read (written by hand, or by another
+                    # version) must not hide the others; `describe` of it says what is
+                    # wrong, and `upsert` or `delete` repair it.
+                    log.warning("durably %s", exc)
         return out
 
     # ------------------------------------------------------------------ parts
@@ -394,24 +413,28 @@ class ScheduleClient:
         )
 
     async def _replace(
-        self, schedule_id: str, build: Callable[[Schedule], Schedule]
+        self, schedule_id: str, build: Callable[[ScheduleRecord], Schedule]
     ) -> ScheduleDescription:
         def replaced(record: ScheduleRecord, now: int) -> ScheduleRecord:
-            schedule = build(schedule_from_record(record))
+            schedule = build(record)
             if schedule.id != record.id:
                 raise ValueError(f"schedule {record.id!r}: the id cannot change")
             self._check_new(schedule)
+            state = ScheduleState(**record.state)
+            if record.paused and not schedule.paused:
+                # Unpaused by this change: from the current window on, as `unpause` does.
+                state = _resumed(state, schedule, now)
             return self._record(
                 schedule,
                 now=now,
                 created_at=record.created_at,
-                state=record.state,
+                state=state,
                 namespace=record.namespace,
             )
 
         await self._open()
         current = await self._get(schedule_id)
-        name = build(schedule_from_record(current)).workflow_name
+        name = build(current).workflow_name
         if name != current.workflow:
             await self._starts.check_workflow(name, current.namespace)
         return await self._describe_record(await self._write(schedule_id, replaced))
