@@ -51,7 +51,8 @@ export function runDetail(root, runId) {
         h("a", { href: "#/runs" }, "← Runs"));
       return;
     }
-    const forks = await loadForks();
+    const shown = res.status === 304 ? view.detail : res.body;
+    const forks = shown && TERMINAL.includes(shown.run.status) ? await loadForks() : view.forks;
     if (view.closed) return;
     const forksChanged = forks.join("\n") !== view.forks.join("\n");
     view.forks = forks;
@@ -64,8 +65,9 @@ export function runDetail(root, runId) {
     render();
   }
 
-  // The runs forked from this one (a settled original never changes, so they are read on
-  // their own, by the link tag every fork carries, not from the run's detail).
+  // The runs forked from this one. Only a settled run is forked, and a settled run's detail
+  // never changes (it answers 304), so they are read on their own, by the link tag every
+  // fork carries, each time the page loads it.
   async function loadForks() {
     try {
       const rows = await getJson("runs", { tag: FORKED + runId, limit: FORK_LIMIT });
