@@ -347,3 +347,33 @@ def test_a_cron_windows_delay_stays_below_its_next_fire() -> None:
     sched = durably.Schedule("c", tick, cron="* * * * *", jitter="10m")
     delays = [sched.start_delay_ms(w * MIN) for w in range(100)]
     assert all(0 <= d < MIN for d in delays) and len(set(delays)) > 50
+
+
+async def test_a_static_schedule_is_described_triggered_and_backfilled(
+    store_of: Callable[[], Any],
+) -> None:
+    clock = Clock(START + 7)
+    static = durably.Schedule("declared", tick, {"s": 1}, every="1m")
+    async with engine_on(store_of(), clock, schedules=[static]) as engine:
+        await engine.fire_schedules()
+        clock.now += MIN
+        await engine.fire_schedules()
+        described = await engine.schedules.describe("declared")
+        assert described.source == "static" and described.schedule is static
+        assert [r.run_id for r in described.recent_runs] == [
+            f"sched:declared:{START + MIN}",
+            f"sched:declared:{START}",
+        ]
+        assert described.last_run_id == f"sched:declared:{START + MIN}"
+        assert described.next_fires[0] == START + 2 * MIN
+        assert described.created_at is None and described.fired_count == 0
+        handle = await engine.schedules.trigger("declared")
+        assert handle.run_id == f"sched:declared:manual:{START + MIN + 7}"
+        assert await engine.schedules.backfill("declared", START - MIN, START + MIN) == [
+            f"sched:declared:{START - MIN}",
+            f"sched:declared:{START}",
+        ]
+        with pytest.raises(ValueError, match="declared in code"):
+            await engine.schedules.update("declared", every="5m")
+        with pytest.raises(ValueError, match="declared in code"):
+            await engine.schedules.upsert(durably.Schedule("declared", tick, every="5m"))
