@@ -26,7 +26,6 @@ from durably._core.models import RunResult, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
 from durably._core.retention import (
     DEFAULT_BATCH_SIZE,
-    DEFAULT_SWEEP_INTERVAL_MS,
     PruneResult,
     RetentionPolicy,
     check_policies,
@@ -198,8 +197,9 @@ class Engine:
         signal_buffer_per_token: int | Unset = UNSET,
         signal_buffer_per_namespace: int | Unset = UNSET,
         retention: Sequence[RetentionPolicy] | RetentionPolicy | None = None,
-        retention_sweep_ms: int = DEFAULT_SWEEP_INTERVAL_MS,
-        retention_batch_size: int = DEFAULT_BATCH_SIZE,
+        retention_sweep_ms: int | Unset = UNSET,
+        retention_batch_size: int | Unset = UNSET,
+        retention_max_batches: int | Unset = UNSET,
         # Anything else is refused at run time with a message naming the planned feature
         # (`partition=`, …) or the option it was probably meant to be. Typed
         # `Never` so that mypy rejects every such keyword before the code ever runs.
@@ -234,6 +234,9 @@ class Engine:
                 "signal_buffer_ttl": signal_buffer_ttl,
                 "signal_buffer_per_token": signal_buffer_per_token,
                 "signal_buffer_per_namespace": signal_buffer_per_namespace,
+                "retention_sweep_ms": retention_sweep_ms,
+                "retention_batch_size": retention_batch_size,
+                "retention_max_batches": retention_max_batches,
             },
         )
         self.options = opts
@@ -324,20 +327,13 @@ class Engine:
         # Retention: checked here (a bad policy fails at construction); swept only by a
         # driving engine, and of those only by the one holding the store's sweep.
         policies = check_policies(retention) if retention is not None else []
-        for name, value in (
-            ("retention_sweep_ms", retention_sweep_ms),
-            ("retention_batch_size", retention_batch_size),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"Engine({name}={value!r}): a whole number >= 0")
-        if retention_batch_size == 0:
-            raise ValueError("Engine(retention_batch_size=0): a batch deletes at least one run")
         self._retention = RetentionSweeper(
             self.store,
             policies,
             clock=self.clock,
-            interval_ms=retention_sweep_ms,
-            batch_size=retention_batch_size,
+            interval_ms=opts.retention_sweep_ms,
+            batch_size=opts.retention_batch_size,
+            max_batches=opts.retention_max_batches,
         )
         # Static schedules: checked here (duplicate ids, unknown workflows), fired from the
         # timer poll of a driving engine only.

@@ -654,7 +654,8 @@ class Client:
         The rows copied are those with `seq < from_seq` that are settled (`completed` or
         `failed`); a waiting row is not copied (the fork waits again), a completed child's
         result row is (the child is not run again). `input` defaults to the original's. The
-        fork is tagged `forked-from:<run_id>@<from_seq>`. Its id is `new_run_id`, else
+        fork is tagged `forked-from:<run_id>@<from_seq>` and `forked-from:<run_id>` (every
+        fork of a run: `list_runs(tags=["forked-from:<run_id>"])`). Its id is `new_run_id`, else
         `<run_id>~fork~<from_seq>`; forking again to an existing fork of the same run and
         step returns it. Raises `RunNotFoundError` for an unknown run, `ValueError` for a
         run that is not settled (completed, failed, cancelled, dead) or a `from_seq` outside
@@ -687,7 +688,7 @@ class Client:
         request = StartRequest(
             workflow=run.workflow,
             run_id=new_id,
-            tags=(*operator.retry_tags(run, static), tag),
+            tags=forking.fork_tags(operator.retry_tags(run, static), run_id, from_seq),
             priority=run.priority,
             version=version,
             namespace=run.namespace,

@@ -1,11 +1,12 @@
-// The console's entry: hash routing (#/runs, #/runs/<id>, #/workers, #/signals) over the
-// JSON API.
+// The console's entry: hash routing (#/runs, #/runs/<id>, #/workers, #/signals,
+// #/schedules) over the JSON API.
 import { onReadOnly, probeReadOnly, state } from "./api.js";
 import { h, clear } from "./dom.js";
 import { runList } from "./runs.js";
 import { runDetail } from "./run.js";
 import { workersPanel } from "./workers.js";
 import { signalsPanel } from "./signals.js";
+import { schedulesPanel } from "./schedules.js";
 
 const app = document.getElementById("app");
 let current = null; // {dispose()} of the page on screen
@@ -29,6 +30,7 @@ function route() {
   if (parts[0] === "runs" && parts.length > 1) current = runDetail(app, parts.slice(1).join("/"));
   else if (parts[0] === "workers") current = workersPanel(app);
   else if (parts[0] === "signals") current = signalsPanel(app, params);
+  else if (parts[0] === "schedules") current = schedulesPanel(app);
   else if (!parts[0] || parts[0] === "runs") current = runList(app, params);
   else app.append(h("p.err", {}, "Unknown page. "), h("a", { href: "#/runs" }, "Back to runs"));
 }
