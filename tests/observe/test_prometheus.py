@@ -94,7 +94,7 @@ async def test_a_scrape_from_another_thread_reads_on_the_engines_loop(tmp_path: 
         text = (await asyncio.to_thread(generate_latest, metrics.registry)).decode()
         assert value(text, "durable_runs_completed_total", workflow=NAME) == 1
         # rendering synchronously on the loop itself would wait on itself: refused clearly
-        with pytest.raises(RuntimeError, match="must await PrometheusMetrics.exposition"):
+        with pytest.raises(RuntimeError, match=r"must await PrometheusMetrics\.exposition"):
             generate_latest(metrics.registry)
 
 

@@ -59,7 +59,7 @@ def test_worker_serves_the_exposition_on_its_metrics_port(tmp_path: Path) -> Non
                 "-q",
                 "--metrics-port",
                 str(port),
-            ],  # fmt: skip
+            ],
             cwd=tmp_path,
             env=cli_env(),
             stdout=subprocess.DEVNULL,
@@ -144,7 +144,7 @@ def test_a_metrics_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
                 "app:engine",
                 "--metrics-port",
                 str(port),
-            ],  # fmt: skip
+            ],
             cwd=tmp_path,
             env=cli_env(),
             capture_output=True,
