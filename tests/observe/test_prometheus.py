@@ -5,6 +5,8 @@ registry per engine."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import durably
 from durably import RunFailedError
 from durably.dashboard import create_app
 from durably.prometheus import CONTENT_TYPE, METRICS, PrometheusMetrics
+from tests.cli.support import cli_env
 from tests.dashboard.conftest import client_for
 from tests.engine_support import wait_status, wait_waiting_on
 from tests.observe.hostile_app import CODE, NAME, STEP, WORKFLOWS, payments, waits
@@ -34,10 +37,19 @@ async def _make_runs(engine: durably.Engine, completed: int) -> None:
     await wait_status(engine, parked.run_id, "cancelled")
 
 
-async def test_console_metrics_parse_and_count_the_runs_made(tmp_path: Path) -> None:
+@pytest.mark.parametrize("subscribed", [False, True], ids=["counted", "emitted"])
+async def test_console_metrics_parse_and_count_the_runs_made(
+    tmp_path: Path, subscribed: bool
+) -> None:
+    """Counted the same whether step events are only counted (nobody subscribes) or built
+    and emitted to a subscriber."""
     url = f"sqlite:///{tmp_path / 'm.db'}"
     async with durably.Engine(url, workflows=WORKFLOWS, **FAST) as engine:
+        seen: list[str] = []
+        if subscribed:
+            engine.subscribe(lambda event: seen.append(event.type))
         await _make_runs(engine, completed=3)
+        assert ("step.completed" in seen) is subscribed
         async with client_for(create_app(engine)) as http:
             res = await http.get("/api/metrics")
     assert res.status_code == 200
@@ -110,3 +122,26 @@ async def test_over_a_client_only_the_store_gauges(tmp_path: Path) -> None:
 def test_it_refuses_what_is_neither_an_engine_nor_a_client() -> None:
     with pytest.raises(TypeError, match=r"durably\.Engine or durably\.Client"):
         PrometheusMetrics("sqlite:///x.db")  # type: ignore[arg-type]
+
+
+def test_import_durably_does_not_load_prometheus_client() -> None:
+    code = (
+        "import sys, durably\n"
+        "durably.Engine, durably.WorkflowCtx\n"
+        "assert 'prometheus_client' not in sys.modules, 'loaded by import durably'\n"
+        "import durably.prometheus\n"
+        "assert 'prometheus_client' in sys.modules\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_without_the_extra_durably_prometheus_names_it() -> None:
+    code = "import sys; sys.modules['prometheus_client'] = None\nimport durably.prometheus\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert "pip install 'durably[prometheus]'" in done.stderr, done.stderr
