@@ -145,3 +145,17 @@ def test_without_the_extra_durably_prometheus_names_it() -> None:
     )
     assert done.returncode != 0
     assert "pip install 'durably[prometheus]'" in done.stderr, done.stderr
+
+
+async def test_an_execution_timeout_counts_as_a_cancel(tmp_path: Path) -> None:
+    @durably.workflow("metrics.slow", execution_timeout="200ms")
+    async def slow(ctx: durably.WorkflowCtx) -> str:
+        value: str = await ctx.wait_for_signal("metrics.never")
+        return value
+
+    async with durably.Engine(f"sqlite:///{tmp_path / 'x.db'}", workflows=[slow]) as engine:
+        handle = await engine.start(slow)
+        await wait_status(engine, handle.run_id, "cancelled")
+        text = (await PrometheusMetrics(engine).exposition()).decode()
+    assert value(text, "durable_runs_cancelled_total", workflow="metrics.slow") == 1
+    assert "durable_runs_failed_total{" not in text

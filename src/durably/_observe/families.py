@@ -40,7 +40,7 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("durable_runs_failed_total", "counter", COUNTERS["runs_failed"],
      "Runs that failed here (dead-lettered ones included), by the error's code."),
     ("durable_runs_cancelled_total", "counter", COUNTERS["runs_cancelled"],
-     "Runs cancelled through this engine or while it drove them."),
+     "Runs cancelled through this engine (a cancel, an execution timeout) or while it drove them."),
     ("durable_runs_routed_total", "counter", COUNTERS["runs_routed"],
      "Failed runs handed to an onError handler, by the error's code."),
     ("durable_runs_unrouted_total", "counter", COUNTERS["runs_unrouted"],

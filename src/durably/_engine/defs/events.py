@@ -51,7 +51,11 @@ class EngineEvent(JsonObject):
     dispatched step, or a row of a workflow turn a remote workflow worker ran). It is a
     separate field, and `kind` keeps its value, so a subscriber that reads `kind` as the
     row's kind reads what it always did. None on `run.*` events (and from an engine too old
-    to say)."""
+    to say).
+
+    A run's end (`run.completed`, `run.failed`) carries the run's life from its creation in
+    `duration_ms`; the `run.failed` of a run cancelled through this engine (a cancel, an
+    execution timeout) says `reason="cancelled"`."""
 
     type: EngineEventType
     run_id: str
@@ -223,8 +227,10 @@ class EventBus:
             self._tallies.add(f"runs_{what}", (workflow,))
         outcome = what
         if what == "failed":
-            # A cancel ends a run with the cancelled error on a `run.failed` event.
-            if event.error == CANCELLED:
+            # A cancel ends a run with a `run.failed` event: an operator's cancel or an
+            # execution timeout says so in `reason`; a cancelled run's own unwind (a saga, a
+            # remote turn) carries the cancelled error.
+            if event.reason == "cancelled" or event.error == CANCELLED:
                 outcome = "cancelled"
                 self._tallies.add("runs_cancelled", (workflow,))
             else:

@@ -489,7 +489,8 @@ class LocalHooks:
             execution.task.cancel()
 
     def run_cancelled(self, run: WorkflowRun, error: StepError) -> None:
-        self._events.emit(run_event("run.failed", run, error=error))
+        # `reason` marks the cancel: an execution timeout cancels with an error of its own.
+        self._events.emit(run_event("run.failed", run, error=error, reason="cancelled"))
         self._cancelled.fire(run.id)
         if self._fleet is not None:
             self._runs.spawn(self._fleet.broadcast_cancel(run.id))
