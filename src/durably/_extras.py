@@ -10,13 +10,16 @@ __all__ = [
     "DASHBOARD_MODULES",
     "EXTRA_HINT",
     "POSTGRES_HINT",
+    "PROMETHEUS_HINT",
     "missing_modules",
     "require_postgres_driver",
+    "require_prometheus",
 ]
 
 EXTRA_HINT = "pip install 'durably[dashboard]'"
-DASHBOARD_MODULES = ("starlette", "uvicorn")
+DASHBOARD_MODULES = ("starlette", "uvicorn", "prometheus_client")
 POSTGRES_HINT = "pip install 'durably[postgres]'"
+PROMETHEUS_HINT = "pip install 'durably[prometheus]'"
 
 
 def missing_modules(names: tuple[str, ...] = DASHBOARD_MODULES) -> list[str]:
@@ -40,4 +43,15 @@ def require_postgres_driver(what: str) -> None:
     if missing_modules(("asyncpg",)):
         raise ModuleNotFoundError(
             f"{what} needs asyncpg (the `postgres` extra): {POSTGRES_HINT}", name="asyncpg"
+        )
+
+
+def require_prometheus(what: str) -> None:
+    """Raise `ModuleNotFoundError` naming the `prometheus` extra when prometheus_client is
+    missing (a subclass of what the import would raise, with a message saying what to
+    install)."""
+    if missing_modules(("prometheus_client",)):
+        raise ModuleNotFoundError(
+            f"{what} needs prometheus_client (the `prometheus` extra): {PROMETHEUS_HINT}",
+            name="prometheus_client",
         )

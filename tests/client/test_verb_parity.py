@@ -30,6 +30,7 @@ ENGINE_ONLY = {
     "register_update_validator",
     "workflow_directory",
     "metrics",
+    "metric_series",
     "queue_stats",
     "on_dead",
     "on_cancel",

@@ -12,6 +12,7 @@ import pytest
 import durably
 from durably import Engine, FatalError, WorkflowCtx
 from durably.dashboard import create_app
+from tests.observe.support import value
 
 from .conftest import client_for, wait_status, wait_until
 
@@ -341,12 +342,12 @@ async def test_metrics_text(engine: Engine, uid: str) -> None:
     async with client_for(create_app(engine)) as client:
         res = await client.get("/api/metrics")
     assert res.status_code == 200
-    assert res.headers["content-type"] == "text/plain; version=0.0.4"
+    assert res.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     text = res.text
-    assert text.endswith("\n")
-    assert 'durable_runs_total{event="completed"} 1' in text
-    for gauge in ("pending", "running", "dead"):
-        assert f"# TYPE durable_{gauge}_runs gauge\ndurable_{gauge}_runs " in text
+    assert value(text, "durable_runs_completed_total", workflow=f"{uid}.one") == 1
+    assert "# TYPE durable_runs_completed_total counter" in text
+    for status in ("pending", "running", "dead"):
+        assert value(text, "durable_runs", status=status) == 0
 
 
 async def test_ui_shell_and_assets(engine: Engine) -> None:

@@ -210,3 +210,19 @@ async def test_sliding_renewal(engine: Engine) -> None:
         assert denied.status_code == 401 and "Max-Age=0" in denied.headers["set-cookie"]
         page = await client.get("/", headers=jar)
         assert page.status_code == 302 and "Max-Age=0" in page.headers["set-cookie"]
+
+
+async def test_metrics_are_behind_the_same_login_and_guards(engine: Engine) -> None:
+    """The exposition is read data like any other route: no session, no metrics; a host
+    guard refusing the request refuses them too."""
+    app = create_app(engine, auth={"secret": SECRET, "login": _login, "session": _session})
+    async with client_for(app) as client:
+        assert (await client.get("/api/metrics")).status_code == 401
+        cookie = sign_session(SECRET, {"id": "u1"}, int(time.time() * 1000), HOUR)
+        signed = await client.get("/api/metrics", headers={"Cookie": f"{COOKIE_NAME}={cookie}"})
+        assert signed.status_code == 200
+        assert signed.headers["content-type"].startswith("text/plain; version=0.0.4")
+        assert "# TYPE durable_runs gauge" in signed.text
+    guarded = create_app(engine, guards=[lambda request: False])
+    async with client_for(guarded) as client:
+        assert (await client.get("/api/metrics")).status_code == 403

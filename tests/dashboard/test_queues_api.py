@@ -9,6 +9,7 @@ from pathlib import Path
 import durably
 from durably import Engine, Queue, WorkflowCtx
 from durably.dashboard import create_app
+from tests.observe.support import samples, value
 
 from .conftest import FAST, client_for, wait_until
 
@@ -16,7 +17,8 @@ from .conftest import FAST, client_for, wait_until
 async def test_no_queues_no_rows_and_no_series(engine: Engine) -> None:
     async with client_for(create_app(engine)) as client:
         assert (await client.get("/api/queues")).json() == []
-        assert "durable_queue_" not in (await client.get("/api/metrics")).text
+        metrics = samples((await client.get("/api/metrics")).text)
+        assert not [name for name, _ in metrics if name.startswith("durable_queue_")]
         res = await client.get("/api/queues?queue=x")
         assert res.status_code == 400 and "`queue`" in res.json()["message"]
 
@@ -59,12 +61,12 @@ async def test_a_full_queue_shows_its_holder_its_waiter_and_why(tmp_path: Path, 
             assert (idle["queue"], idle["inFlight"], idle["blocked"]) == ("idle", 0, None)
 
             metrics = (await client.get("/api/metrics")).text
-            assert 'durable_queue_in_flight{queue="api"} 1' in metrics
-            assert 'durable_queue_waiting{queue="api"} 1' in metrics
-            assert 'durable_queue_admitted_total{queue="api"} 1' in metrics
-            assert 'durable_queue_blocked{queue="api",reason="concurrency"} 1' in metrics
-            assert 'durable_queue_blocked{queue="api",reason="rate"} 0' in metrics
-            assert 'durable_queue_in_flight{queue="idle"} 0' in metrics
+            assert value(metrics, "durable_queue_in_flight", queue="api") == 1
+            assert value(metrics, "durable_queue_waiting", queue="api") == 1
+            assert value(metrics, "durable_queue_admitted_total", queue="api") == 1
+            assert value(metrics, "durable_queue_blocked", queue="api", reason="concurrency") == 1
+            assert value(metrics, "durable_queue_blocked", queue="api", reason="rate") == 0
+            assert value(metrics, "durable_queue_in_flight", queue="idle") == 0
 
             [group] = (await client.get("/api/workers")).json()
             [me] = group["liveWorkers"]

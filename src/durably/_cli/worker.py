@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +21,10 @@ from durably._engine.defs.events import EngineEvent
 from durably._engine.defs.options import env_name
 from durably._engine.engine import INSTANCE_ID_ENV, Engine
 from durably._engine.worker.roles import ROLE_ENV, ROLES
+from durably._extras import PROMETHEUS_HINT, missing_modules
+
+if TYPE_CHECKING:
+    from durably.prometheus import MetricsServer
 
 CONCURRENCY_ENV = env_name("concurrency")
 
@@ -78,6 +82,25 @@ def register(app: typer.Typer) -> None:
                 "it out",
             ),
         ] = None,
+        metrics_port: Annotated[
+            int | None,
+            typer.Option(
+                "--metrics-port",
+                metavar="N",
+                min=0,
+                max=65535,
+                help="serve this engine's Prometheus metrics on http://HOST:N/metrics (0: a "
+                "free port, printed when ready); needs the `prometheus` extra",
+            ),
+        ] = None,
+        metrics_host: Annotated[
+            str,
+            typer.Option(
+                "--metrics-host",
+                metavar="HOST",
+                help="the address --metrics-port binds (0.0.0.0 to let other hosts scrape)",
+            ),
+        ] = "127.0.0.1",
     ) -> None:
         dispatch(
             run,
@@ -87,6 +110,8 @@ def register(app: typer.Typer) -> None:
             role=role,
             instance_id=instance_id,
             concurrency=None if concurrency is None else _concurrency(concurrency),
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )
 
 
@@ -149,6 +174,10 @@ def _instance_id(args: Args) -> tuple[str, SlotHold | None]:
 
 
 def run(args: Args) -> int:
+    if args.metrics_port is not None and missing_modules(("prometheus_client",)):
+        raise CliError(f"--metrics-port needs prometheus_client: {PROMETHEUS_HINT}", EXIT_USAGE)
+    if not args.metrics_host.strip():
+        raise CliError("--metrics-host must not be empty", EXIT_USAGE)
     if args.role is not None:
         # Read by Engine(...) when role= is left out: the app module builds its engine as
         # it is imported, so the role has to be in place before.
@@ -232,8 +261,11 @@ async def _work(app: Engine, args: Args) -> int:
         except (NotImplementedError, RuntimeError):  # pragma: no cover - non-Unix loops
             signal.signal(signum, lambda n, _f: loop.call_soon_threadsafe(on_signal, n))
     unsubscribe = app.subscribe(_printer(args.steps)) if not args.quiet else None
+    server = None
     try:
         await app.open()
+        if args.metrics_port is not None:
+            server = await _serve_metrics(app, args.metrics_host, args.metrics_port)
         names = sorted({wf.name for wf in app.registered_workflows()})
         echo(
             f"durably worker {app.instance_id} ready: role {app.role}, store {app.store!r}, "
@@ -241,13 +273,38 @@ async def _work(app: Engine, args: Args) -> int:
             sys.stderr,
         )
         await stop.wait()
+        if server is not None:
+            await server.close()  # before the drain: a scrape reads the open engine
+            server = None
         await app.close()
         echo("worker drained; bye", sys.stderr)
         return EXIT_OK
     except asyncio.CancelledError:
         return 1
     finally:
+        if server is not None:
+            await server.close()
         if unsubscribe is not None:
             unsubscribe()
         for signum in handled:
             loop.remove_signal_handler(signum)
+
+
+async def _serve_metrics(app: Engine, host: str, port: int) -> MetricsServer:
+    """Serve the engine's Prometheus exposition from prometheus_client's HTTP server. It
+    answers on a daemon thread of its own; each scrape asks the engine's loop for its
+    readings and waits there, so the loop never blocks on a scrape."""
+    # Imported here: the `prometheus` extra is optional, and checked before the engine opens.
+    from durably.prometheus import PrometheusMetrics
+
+    try:
+        server = await PrometheusMetrics(app).serve(port, host)
+    except OSError as exc:
+        await app.close()
+        raise CliError(f"--metrics-port {port} on {host}: {exc.strerror or exc}") from None
+    echo(f"metrics on http://{_url_host(server.host)}:{server.port}/metrics", sys.stderr)
+    return server
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -60,6 +60,7 @@ from durably._engine.defs.registry import (
 )
 from durably._engine.defs.schedules import Schedule, check_schedules
 from durably._engine.defs.stores import open_store
+from durably._engine.defs.tallies import MetricSeries
 from durably._engine.defs.unsupported import CONCURRENCY_OVER_TRANSPORT, refuse_engine_options
 from durably._engine.flow.queues import AdmissionSpec, QueueReport
 from durably._engine.flow.quotas import OnDuplicate
@@ -890,6 +891,12 @@ class Engine:
 
     def metrics(self) -> MetricsSnapshot:
         return self._worker.events.snapshot()
+
+    def metric_series(self) -> MetricSeries:
+        """The labelled counters (runs by workflow and outcome, steps by workflow and step,
+        retries) and duration histograms since the engine started, copied now: what
+        `durably.prometheus` exposes. Call it on the engine's loop."""
+        return self._worker.events.series()
 
     async def queue_stats(self) -> list[QueueReport]:
         """The flow-control queues registered here: their slots held and places in line (on

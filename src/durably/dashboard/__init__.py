@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from durably._extras import EXTRA_HINT, missing_modules
 
-_missing = missing_modules(("starlette",))
+_missing = missing_modules(("starlette", "prometheus_client"))
 if _missing:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
         f"durably.dashboard needs {', '.join(_missing)} (the `dashboard` extra): {EXTRA_HINT}"

@@ -5,6 +5,7 @@ from the store; the panels that only a worker can answer — `updates` (an engin
 validators check them), `workers`, `workers/directory` and `queues` (what the engine's
 transports and flow control report) — answer `501` saying they need an `Engine`, and
 `metrics` serves the run gauges read from the store without the engine's event counters.
+`metrics` is Prometheus text from `durably.prometheus` (one registry per console).
 
 Every route is relative to the API base path. Mutating routes (retry, retry-with-input,
 cancel, continue, redispatch, delete, bulk, webhooks, updates, a schedule's pause, unpause
@@ -40,6 +41,7 @@ from durably._core.models import WorkflowRun
 from durably._engine.client.client import Client
 from durably._engine.defs.options import UNSET
 from durably._engine.engine import Engine
+from durably._observe.prometheus import CONTENT_TYPE, PrometheusMetrics
 from durably._read import lists, rows
 from durably._read.list_models import RunListItem
 from durably._read.models import FanPage, RunDetail
@@ -57,7 +59,6 @@ from durably.dashboard.filters import (
     run_query_kwargs,
     value_facet_request,
 )
-from durably.dashboard.metrics import metrics_text
 from durably.dashboard.paths import path_param
 from durably.dashboard.responses import error_response, json_response, not_modified
 from durably.dashboard.schedules import ScheduleRoutes
@@ -131,6 +132,7 @@ class DashboardApi:
         self.read_only = read_only
         self._max_bytes = engine.signal_buffer.max_payload_bytes
         self._schedules = ScheduleRoutes(engine.schedules, max_bytes=self._max_bytes)
+        self._prometheus = PrometheusMetrics(engine)
 
     # ------------------------------------------------------------------ routing
 
@@ -557,10 +559,7 @@ class DashboardApi:
 
     async def metrics(self, request: Request) -> Response:
         _params(request, _NONE)
-        return Response(
-            await metrics_text(self.engine),
-            headers={"Content-Type": "text/plain; version=0.0.4"},
-        )
+        return Response(await self._prometheus.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
     async def workers(self, request: Request) -> Response:
         """`GET workers`: `GroupHealth[]` — the store's groups, then one per routing token of

@@ -13,8 +13,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from durably._core.models import LIVE_RUN_STATUSES, RunPatch, RunStatus, StepError, WorkflowRun
-from durably._engine.defs.events import EngineEvent
+from durably._core.models import (
+    LIVE_RUN_STATUSES,
+    RunPatch,
+    RunStatus,
+    StepError,
+    WorkflowRun,
+    now_utc,
+)
+from durably._engine.defs.events import EngineEvent, lived_ms
 from durably._engine.defs.vocab import completion_of_failure
 from durably._engine.flow import singleton
 
@@ -101,6 +108,12 @@ async def settle_terminal(
 
 
 def run_event(type_: Any, run: WorkflowRun, **fields: Any) -> EngineEvent:
+    """A `run.*` event of `run`; a run's end (`run.completed`, `run.failed`) carries the
+    run's life so far as `duration_ms`."""
+    if type_ in ("run.completed", "run.failed"):
+        at = now_utc()
+        fields.setdefault("duration_ms", lived_ms(run.created_at, at))
+        fields.setdefault("at", at)
     return EngineEvent(
         type=type_, run_id=run.id, workflow=run.workflow, namespace=run.namespace, **fields
     )

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from durably._core.jsonshape import JsonObject, json_field
 from durably._core.models import JSONValue, StepError, now_utc
+from durably._engine.defs.tallies import RUN_SECONDS, STEP_SECONDS, MetricSeries, Tallies
+from durably._engine.defs.vocab import CANCELLED
 
 log = logging.getLogger("durably")
 
@@ -49,7 +51,11 @@ class EngineEvent(JsonObject):
     dispatched step, or a row of a workflow turn a remote workflow worker ran). It is a
     separate field, and `kind` keeps its value, so a subscriber that reads `kind` as the
     row's kind reads what it always did. None on `run.*` events (and from an engine too old
-    to say)."""
+    to say).
+
+    A run's end (`run.completed`, `run.failed`) carries the run's life from its creation in
+    `duration_ms`; the `run.failed` of a run cancelled through this engine (a cancel, an
+    execution timeout) says `reason="cancelled"`."""
 
     type: EngineEventType
     run_id: str
@@ -68,6 +74,14 @@ class EngineEvent(JsonObject):
     reason: str | None = None
     diagnostics: JSONValue = None
     at: datetime = field(default_factory=now_utc)
+
+
+def lived_ms(created_at: datetime, at: datetime) -> float:
+    """A run's life from its creation to `at`, in milliseconds (the `duration_ms` of its
+    `run.completed` and `run.failed` events)."""
+    if created_at.tzinfo is None:
+        created_at = created_at.replace(tzinfo=UTC)
+    return max(0.0, (at - created_at).total_seconds() * 1000)
 
 
 def _step_duration_json(value: dict[str, float]) -> dict[str, float]:
@@ -90,23 +104,6 @@ class MetricsSnapshot(JsonObject):
     step_duration: dict[str, float] = field(
         metadata=json_field(encode=_step_duration_json, decode=_step_duration_of)
     )
-
-    def to_prometheus(self) -> str:
-        lines = []
-        for event, n in self.runs.items():
-            lines.append(f'durable_runs_total{{event="{event}"}} {n}')
-        for event, n in self.steps.items():
-            lines.append(f'durable_steps_total{{event="{event}"}} {n}')
-        for wf, counts in self.by_workflow.items():
-            for event, n in counts.items():
-                lines.append(
-                    f'durable_runs_by_workflow_total{{workflow="{wf}",event="{event}"}} {n}'
-                )
-        for code, n in self.routed_by_code.items():
-            lines.append(f'durable_runs_routed_by_code_total{{code="{code}"}} {n}')
-        lines.append(f"durable_step_duration_ms_sum {self.step_duration['sum_ms']}")
-        lines.append(f"durable_step_duration_count {int(self.step_duration['count'])}")
-        return "\n".join(lines) + "\n"
 
 
 Listener = Callable[[EngineEvent], Any]
@@ -133,6 +130,7 @@ class EventBus:
         self._routed_by_code: dict[str, int] = {}
         self._duration_sum = 0.0
         self._duration_count = 0
+        self._tallies = Tallies()
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         self._listeners.append(listener)
@@ -154,14 +152,35 @@ class EventBus:
         """Whether anyone outside the engine listens (else step events are only counted)."""
         return bool(self._listeners)
 
-    def count_step(self, what: str, duration_ms: float | None) -> None:
+    def count_step(
+        self,
+        what: str,
+        workflow: str | None,
+        name: str | None,
+        *,
+        duration_ms: float | None = None,
+        error: StepError | None = None,
+        attempt: int | None = None,
+    ) -> None:
         """Count a step event nobody listens to, without building it (two events per step
-        would otherwise be built on the per-step path)."""
-        if what in self._steps:
-            self._steps[what] += 1
-            if what == "completed" and duration_ms is not None:
+        would otherwise be built on the per-step path). A few dictionary updates: the cost
+        per step does not depend on how many runs or series there are."""
+        if what not in self._steps:
+            return
+        self._steps[what] += 1
+        labels = (workflow or "unknown", name or "unknown")
+        if what == "started":
+            if attempt is not None and attempt > 1:
+                self._tallies.add("step_retries", labels)
+        elif what == "completed":
+            self._tallies.add("steps_completed", labels)
+            if duration_ms is not None:
                 self._duration_sum += duration_ms
                 self._duration_count += 1
+                self._tallies.observe("step_seconds", labels, duration_ms / 1000, STEP_SECONDS)
+        else:
+            code = (error.code if error is not None else None) or ""
+            self._tallies.add("steps_failed", (*labels, code))
 
     def emit(self, event: EngineEvent) -> None:
         self._count(event)
@@ -181,16 +200,49 @@ class EventBus:
         kind, _, what = event.type.partition(".")
         if kind == "run" and what in self._runs:
             self._runs[what] += 1
+            workflow = event.workflow or "unknown"
             if what in ("started", "completed", "failed"):
                 per = self._by_workflow.setdefault(
-                    event.workflow or "unknown", {"started": 0, "completed": 0, "failed": 0}
+                    workflow, {"started": 0, "completed": 0, "failed": 0}
                 )
                 per[what] += 1
-            if what == "routed":
-                code = (event.error.code if event.error else None) or "*"
-                self._routed_by_code[code] = self._routed_by_code.get(code, 0) + 1
+            self._tally_run(what, workflow, event)
         elif kind == "step":
-            self.count_step(what, event.duration_ms)
+            self.count_step(
+                what,
+                event.workflow,
+                event.name,
+                duration_ms=event.duration_ms,
+                error=event.error,
+                attempt=event.attempt,
+            )
+
+    def _tally_run(self, what: str, workflow: str, event: EngineEvent) -> None:
+        code = (event.error.code if event.error else None) or ""
+        if what == "routed":
+            self._routed_by_code[code or "*"] = self._routed_by_code.get(code or "*", 0) + 1
+            self._tallies.add("runs_routed", (workflow, code))
+            return
+        if what in ("started", "unrouted", "blocked", "completed"):
+            self._tallies.add(f"runs_{what}", (workflow,))
+        outcome = what
+        if what == "failed":
+            # A cancel ends a run with a `run.failed` event: an operator's cancel or an
+            # execution timeout says so in `reason`; a cancelled run's own unwind (a saga, a
+            # remote turn) carries the cancelled error.
+            if event.reason == "cancelled" or event.error == CANCELLED:
+                outcome = "cancelled"
+                self._tallies.add("runs_cancelled", (workflow,))
+            else:
+                self._tallies.add("runs_failed", (workflow, code))
+        if what in ("completed", "failed") and event.duration_ms is not None:
+            seconds = max(0.0, event.duration_ms / 1000)
+            self._tallies.observe("run_seconds", (workflow, outcome), seconds, RUN_SECONDS)
+
+    def series(self) -> MetricSeries:
+        """A copy of the labelled counters and duration histograms (read on the loop that
+        emits, so a copy is consistent)."""
+        return self._tallies.snapshot()
 
     def snapshot(self) -> MetricsSnapshot:
         return MetricsSnapshot(

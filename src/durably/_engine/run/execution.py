@@ -216,7 +216,14 @@ class Execution:
     def emit(self, type_: Any, **fields: Any) -> None:
         bus = self.host.events
         if not bus.observed and type_.startswith("step."):
-            bus.count_step(type_[5:], fields.get("duration_ms"))
+            bus.count_step(
+                type_[5:],
+                self.run.workflow,
+                fields.get("name"),
+                duration_ms=fields.get("duration_ms"),
+                error=fields.get("error"),
+                attempt=fields.get("attempt"),
+            )
             return
         if type_.startswith("step."):
             # A step this execution runs itself runs in this process; the dispatch path

@@ -16,8 +16,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durably._core.errors import _ControlFlow, error_of
 from durably._core.models import CheckpointKind, JSONValue, StepCheckpoint, StepError
-from durably._engine.control.settle import SettleHost, release_quietly, settle_terminal
-from durably._engine.defs.events import EngineEvent
+from durably._engine.control.settle import (
+    SettleHost,
+    release_quietly,
+    run_event,
+    settle_terminal,
+)
 from durably._engine.defs.registry import RetryPolicy, Step
 from durably._engine.defs.typed_io import PLAIN
 from durably._engine.defs.vocab import CANCELLED, CANCELLED_COMPLETION
@@ -201,13 +205,7 @@ async def compensate_and_cancel(host: CancelHost, ex: Execution) -> None:
         host,
         run,
         {"status": "cancelled", "error": CANCELLED},
-        EngineEvent(
-            type="run.failed",
-            run_id=run.id,
-            workflow=run.workflow,
-            namespace=run.namespace,
-            error=CANCELLED,
-        ),
+        run_event("run.failed", run, error=CANCELLED),
         CANCELLED_COMPLETION,
         statuses=("cancelling",),
     )

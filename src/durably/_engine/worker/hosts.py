@@ -29,9 +29,10 @@ from durably._engine.control.fleet_check import FleetCheck, unserved_message
 from durably._engine.control.operator import cancel as cancel_run
 from durably._engine.control.operator import current_task
 from durably._engine.control.plane import ControlPlane
+from durably._engine.control.settle import run_event
 from durably._engine.control.signals import CompletionMailbox, SignalRoute
 from durably._engine.control.start import StartRequest
-from durably._engine.defs.events import EngineEvent, EventBus
+from durably._engine.defs.events import EventBus
 from durably._engine.defs.registry import (
     DEFAULT_REGISTRY,
     Registry,
@@ -488,15 +489,8 @@ class LocalHooks:
             execution.task.cancel()
 
     def run_cancelled(self, run: WorkflowRun, error: StepError) -> None:
-        self._events.emit(
-            EngineEvent(
-                type="run.failed",
-                run_id=run.id,
-                workflow=run.workflow,
-                namespace=run.namespace,
-                error=error,
-            )
-        )
+        # `reason` marks the cancel: an execution timeout cancels with an error of its own.
+        self._events.emit(run_event("run.failed", run, error=error, reason="cancelled"))
         self._cancelled.fire(run.id)
         if self._fleet is not None:
             self._runs.spawn(self._fleet.broadcast_cancel(run.id))

@@ -16,8 +16,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.models import RunQuery, StepError, WorkflowRun, replace
 from durably._engine.control import operator, signals
-from durably._engine.control.settle import SettleHost, settle_terminal, update_if_status
-from durably._engine.defs.events import EngineEvent
+from durably._engine.control.settle import (
+    SettleHost,
+    run_event,
+    settle_terminal,
+    update_if_status,
+)
 from durably._engine.worker import unserved
 from durably._engine.worker.runs import BackgroundTasks, DriveState, ExecutingRuns
 from durably._store.protocol import LeaseStore, ReadStore, RunStore, ScanStore
@@ -365,13 +369,7 @@ class Poller:
                 self._settle,
                 run,
                 {"status": "dead", "error": error, "recovery_attempts": attempts},
-                EngineEvent(
-                    type="run.failed",
-                    run_id=run.id,
-                    workflow=run.workflow,
-                    namespace=run.namespace,
-                    error=error,
-                ),
+                run_event("run.failed", run, error=error),
                 {"ok": False, "error": error.message, "code": error.code},
                 statuses=(run.status,),
             )

@@ -169,7 +169,11 @@ class ResultSettler:
         enqueued = ms_from_utc(cp.enqueued_at) if cp.enqueued_at is not None else started
         if not self._events.observed:
             self._events.count_step(
-                "completed" if cp.status == "completed" else "failed", float(finished - started)
+                "completed" if cp.status == "completed" else "failed",
+                run.workflow,
+                cp.name,
+                duration_ms=float(finished - started),
+                error=cp.error,
             )
             return
         self._events.emit(
