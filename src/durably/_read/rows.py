@@ -16,6 +16,8 @@ name, seq, stored kind and worker group of each row and answers a `RowView`:
   the wait's row when it ended). Absent elsewhere: a delivered signal's or child's row is
   written at delivery with every timestamp set to that moment, so the store does not say
   when the wait began — an absent duration is honest where "0 ms" was not.
+- `attempt_spans` — on a step that failed an attempt, each attempt as a span of time,
+  read from the row's failure history (`durably._read.attempts`: which starts are known).
 - `engine` — rows the engine writes for itself and no workflow line asked for by that
   name: the deadline of a wait with a timeout (`timeout:<token>`, just before the wait's
   own position: `owner` is the wait's seq) and a retired onError handoff.
@@ -40,6 +42,7 @@ from typing import Any, Literal
 
 from durably._core.jsonshape import JsonObject, json_field
 from durably._core.models import HANDOFF_SEQ_BASE, StepCheckpoint, ms_from_utc, utc_from_ms
+from durably._read.attempts import AttemptSpan, attempt_spans
 
 __all__ = [
     "ENGINE_ROW_KINDS",
@@ -117,7 +120,8 @@ _WAIT_KINDS = frozenset({"signal_wait", "event_wait", "update_wait", "webhook_wa
 @dataclass(frozen=True, slots=True)
 class RowView(JsonObject, dates="iso_ms"):
     """What one timeline row stands for (module docstring). JSON:
-    `{kind, label, engine?, owner?, fanMember?, state?, durationMs?, dueAt?, timeoutMs?}`."""
+    `{kind, label, engine?, owner?, fanMember?, state?, durationMs?, dueAt?, timeoutMs?,
+    attemptSpans?}`."""
 
     kind: RowKind
     label: str
@@ -129,6 +133,8 @@ class RowView(JsonObject, dates="iso_ms"):
     due_at: datetime | None = None
     #: On a wait with a timeout: how long it was allowed to wait.
     timeout_ms: int | None = None
+    #: On a step that failed an attempt: every attempt as a span of time (`attempts`).
+    attempt_spans: tuple[AttemptSpan, ...] = field(default=(), metadata=json_field(write="truthy"))
 
 
 def _b64_text(text: str) -> str | None:
@@ -226,6 +232,8 @@ def describe_row(
         view["duration_ms"] = max(0, cp.wake_at - ms_from_utc(cp.started_at))
     elif kind in _STEP_KINDS and _settled(cp):
         view["duration_ms"] = _span_ms(cp.started_at, cp.finished_at)
+    if kind in _STEP_KINDS and cp.attempt_errors:
+        view["attempt_spans"] = attempt_spans(cp)
     if kind == "sleep" and cp.wake_at is not None and cp.wake_at > now_ms:
         view["state"] = "sleeping"
     if kind == "timeout":
