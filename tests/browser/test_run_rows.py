@@ -83,7 +83,7 @@ async def test_row_kinds_durations_engine_rows_and_delete(
             dialog = page.get_by_test_id("confirm-dialog")
             await dialog.wait_for(state="visible")
             await page.get_by_test_id("confirm-button").click()
-            await page.wait_for_url("**#/runs")
+            await page.wait_for_url("**/runs")
             assert await engine.get_run("tour-run") is None
 
             # a live run cannot be deleted from its page
