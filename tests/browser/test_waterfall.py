@@ -230,3 +230,62 @@ async def test_pages_by_path_under_a_mount_and_the_runs_chart(
             assert await page.evaluate("() => window.__sameDocument === true")
             await context.close()
     assert violations == [], violations
+
+
+async def test_a_long_run_draws_its_first_lanes_and_counts_the_rest(
+    browser: Any, shots: Path, tmp_path: Path
+) -> None:
+    @durably.step("wf4.plain")
+    def plain(i: int) -> int:
+        return i
+
+    @durably.workflow("wf4.long")
+    async def long(ctx: WorkflowCtx, n: int) -> int:
+        await ctx.wait_for_signal("wf4-approve", timeout="1h")
+        for i in range(n):
+            await ctx.step(plain, i)
+        return n
+
+    @durably.workflow("wf4.open")
+    async def open_wait(ctx: WorkflowCtx, _: Any) -> Any:
+        await ctx.step(plain, 0)
+        return await ctx.wait_for_signal("wf4-never")
+
+    steps = 160
+    async with Engine(f"sqlite:///{tmp_path / 'long.db'}", **FAST) as engine:
+        handle = await engine.start(long, steps, run_id="long-run")
+        await engine.start(open_wait, None, run_id="open-run")
+        async with serve(create_app(engine)) as base:
+            context = await browser.new_context(viewport=VIEWPORT)
+            page = await context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            violations = csp_watch(page)
+            # a wait without a timeout has no row until it ends: the suspended run's
+            # waterfall ends with an open gap
+            await page.goto(base + "runs/open-run")
+            await page.wait_for_selector("[data-testid=status-badge][data-status=suspended]")
+            open_lane = page.locator("[data-testid=wf-lane][data-seq=open]")
+            assert "suspended · waiting" in await open_lane.inner_text()
+            await page.goto(base + "runs/long-run")
+            # still waiting: its deadline's lane says so, and for what
+            waiting = page.locator("[data-testid=wf-lane][data-seq='0']")
+            await waiting.wait_for()
+            assert "signal wait wf4-approve · waiting" in await waiting.inner_text()
+            while await engine.signal("wf4-approve", {"ok": True}, buffer=False) is None:
+                await page.wait_for_timeout(50)  # the run has not reached its wait yet
+            assert await handle.result(timeout=60) == steps
+            # the page follows the run live: 150 lanes drawn, the rest counted
+            await page.wait_for_selector("[data-testid=wf-more]")
+            lanes = page.get_by_test_id("wf-lane")
+            assert await lanes.count() == 150
+            assert await page.get_by_test_id("waterfall").get_attribute("data-lanes") == str(
+                steps + 1
+            )
+            more = await page.get_by_test_id("wf-more").inner_text()
+            assert more.startswith(f"{steps + 1 - 150} more steps"), more
+            # delivered: the wait's own row replaces its deadline's lane
+            first = lanes.first
+            assert await first.get_attribute("data-seq") == "1"
+            assert "signal wf4-approve · " in await first.inner_text()
+            await context.close()
+    assert violations == [], violations

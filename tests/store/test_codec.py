@@ -43,6 +43,10 @@ from durably._store.protocol import STORE_METHODS, missing_store_methods
 from tests.store.support import T0, at, make_cp, make_run, take_buffered
 
 # ---------------------------------------------------------------- 1. conformance, wrapped
+from tests.store.test_conformance_activity import (  # noqa: F401
+    test_buckets_count_starts_and_settles,
+    test_filters_and_pages_apply_as_in_the_list,
+)
 from tests.store.test_conformance_aggregates import (  # noqa: F401
     test_aggregates_are_present_and_paired,
     test_checkpoint_stats_equal_the_reference,

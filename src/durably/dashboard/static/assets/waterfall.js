@@ -9,25 +9,23 @@ export const MAX_LANES = 150;
 const STEPS = new Set(["local_step", "in_process_step", "remote_step", "side_effect", "recorded_time", "compensation"]);
 const WAITS = new Set(["sleep", "signal_wait", "event_wait", "update_wait", "webhook_wait", "breakpoint", "child", "on_error_handoff"]);
 const FAN_ORDER = ["completed", "failed", "running", "pending"];
-const CHILD = "signal:child:";
 const LIVE = ["pending", "running"];
 
-/** What a wait waited for, in words: the signal's token, the event's name, the child run. */
+/** What a wait waited for, in words (the server's `row.waitsFor`: a signal's token, an
+ *  event's or an update's name). */
 function waitedFor(cp) {
-  const kind = cp.row && cp.row.kind;
-  if (kind === "sleep") return "sleep";
-  if (kind === "breakpoint") return "breakpoint";
-  if (cp.name.startsWith(CHILD)) return null; // drawn as a link
-  const subject = cp.name.startsWith("signal:") ? cp.name.slice(7) : cp.name;
-  if (kind === "event_wait") return "event " + ((cp.row.label || "").replace(/^event wait ?/, "") || subject.replace(/^event:/, ""));
-  if (kind === "update_wait") return "update " + subject.split(":").pop();
-  if (kind === "webhook_wait") return "webhook " + subject;
-  return "signal " + subject;
+  const row = cp.row || {};
+  if (row.kind === "sleep" || row.kind === "breakpoint") return row.kind;
+  const what = { event_wait: "event", update_wait: "update", webhook_wait: "webhook" }[row.kind] || "signal";
+  return `${what} ${row.waitsFor ?? cp.name}`;
 }
 
 /** Lanes in seq order: {seq, label, bars:[{from, to, cls, title, attempt}], wait?, fan?, cp?}. */
 export function lanes(detail, now) {
-  const rows = (detail.timeline || []).filter((cp) => !(cp.row && cp.row.engine));
+  // An engine row (a wait's deadline) is left out when its wait has a row; one whose wait
+  // has none yet stays: it is the only trace of a wait still open (or ended by its timeout).
+  const seqs = new Set((detail.timeline || []).map((cp) => cp.seq));
+  const rows = (detail.timeline || []).filter((cp) => !(cp.row && cp.row.engine && cp.row.owner != null && seqs.has(cp.row.owner)));
   const items = rows.map((cp) => ({ seq: cp.seq, cp })).concat((detail.fans || []).map((f) => ({ seq: f.firstSeq, fan: f })));
   items.sort((a, b) => a.seq - b.seq || (a.fan ? -1 : 1));
   let cursor = ms(detail.run.createdAt); // where the previous lane ended: a wait began there
@@ -38,6 +36,12 @@ export function lanes(detail, now) {
     out.push(lane);
     const end = Math.max(...lane.bars.map((b) => b.to));
     if (Number.isFinite(end) && end > cursor) cursor = end;
+  }
+  // A suspended run whose wait has no row (a signal, event or child wait without a
+  // timeout is written when it ends): a trailing gap from the last lane to now.
+  if (detail.run.status === "suspended" && !out.some((l) => l.wait && l.wait.live)) {
+    out.push({ seq: null, label: "suspended · waiting", wait: { live: true }, bars: [{ from: Math.min(cursor, now), to: now,
+      cls: "wait", title: "the run is suspended: waiting since the last row (what for is on the run list)" }] });
   }
   return out;
 }
@@ -76,6 +80,17 @@ function rowLane(cp, cursor, now) {
     if (kind === "folded_fan") lane.label = `${cp.name} (${num(cp.output && cp.output.count)} folded)`;
     return lane;
   }
+  if (kind === "timeout") {
+    // a deadline written as its wait began: the wait is open (armed) or ended by it (fired)
+    const due = row.dueAt ? ms(row.dueAt) : now;
+    const open = row.state === "armed";
+    const to = open ? now : due;
+    lane.wait = { what: row.label, live: open };
+    lane.label = `${(row.label || "").replace(/^timeout of /, "")} · ${open ? "waiting" : "timed out"}`;
+    lane.bars.push({ from: start, to, cls: "wait" + (open ? "" : " failed"),
+      title: `${row.label}: ${open ? `waiting, times out at ${when(row.dueAt)}` : `timed out after ${millis(Math.max(0, due - start))}`}` });
+    return lane;
+  }
   if (WAITS.has(kind)) {
     let from, to;
     if (kind === "sleep") { from = start; to = row.dueAt ? ms(row.dueAt) : end; }
@@ -86,7 +101,7 @@ function rowLane(cp, cursor, now) {
       to = end;
       from = row.durationMs != null ? end - row.durationMs : Math.min(cursor, end);
     }
-    const child = cp.name.startsWith(CHILD) ? cp.name.slice(CHILD.length) : null;
+    const child = kind === "child" || kind === "on_error_handoff" ? row.waitsFor : null;
     const childFailed = child && cp.output && cp.output.ok === false;
     lane.wait = { child, what: waitedFor(cp), live };
     lane.label = `${child ? "child" : waitedFor(cp)} · ${live ? "waiting" : millis(Math.max(0, to - from))}`;
@@ -124,9 +139,9 @@ export function waterfall(detail, select) {
       : l.fan ? [h("strong", {}, l.label), " ", h("span.muted.small", { testid: "wf-fan-counts" },
         FAN_ORDER.filter((s) => l.counts[s]).map((s) => `${s} ${num(l.counts[s])}`).join(" · "))]
       : l.wait ? h("span.muted", {}, l.label) : l.label;
-    return h("div.wf-lane" + (l.fan ? ".wf-fanlane" : ""), { testid: "wf-lane", "data-seq": l.seq,
+    return h("div.wf-lane" + (l.fan ? ".wf-fanlane" : ""), { testid: "wf-lane", "data-seq": l.seq ?? "open",
       onclick: (e) => { if (l.cp && !e.target.closest("a")) select(l.cp); } },
-    h("div.wf-name", { title: l.fan ? `#${l.fan.firstSeq}–${l.fan.lastSeq}` : `#${l.seq}` }, h("span.mono.muted", {}, `${l.seq} `), name),
+    h("div.wf-name", { title: l.fan ? `#${l.fan.firstSeq}–${l.fan.lastSeq}` : l.seq == null ? "" : `#${l.seq}` }, h("span.mono.muted", {}, l.seq == null ? "" : `${l.seq} `), name),
     track);
   });
   const more = all.length - shown.length;
