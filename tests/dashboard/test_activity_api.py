@@ -5,15 +5,16 @@ and auth."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import durably
-from durably import Engine, FatalError, WorkflowCtx
+from durably import Client, Engine, FatalError, WorkflowCtx
 from durably.dashboard import create_app
 
-from .conftest import client_for, wait_status
+from .conftest import FAST, client_for, wait_status
 
 MINUTE = 60_000
 
@@ -102,3 +103,18 @@ async def test_needs_a_session_when_auth_is_on(engine: Engine) -> None:
         res = await client.post("/login", json={"username": "u", "password": "pw"})
         assert res.status_code == 200
         assert (await client.get("/api/runs/activity")).status_code == 200
+
+
+async def test_a_console_over_a_client_counts_from_the_store(tmp_path: Path, uid: str) -> None:
+    @durably.workflow(f"{uid}.ok")
+    async def ok(ctx: WorkflowCtx, x: int) -> int:
+        return x
+
+    url = f"sqlite:///{tmp_path / 'web.db'}"
+    async with Engine(url, workflows=[ok], **FAST) as worker, Client(url) as web:
+        rid = (await web.start(f"{uid}.ok", 1, run_id=f"{uid}-r")).run_id
+        await wait_status(worker, rid, "completed")
+        async with client_for(create_app(web)) as http:
+            res = await http.get("/api/runs/activity", params={"bucketMs": MINUTE})
+    assert res.status_code == 200, res.text
+    assert _totals(res.json()) == (1, 1, 0)

@@ -104,3 +104,20 @@ async def test_sql_sends_back_one_row_per_bucket(store: Any) -> None:
 def test_a_window_the_stores_would_not_bound_is_refused(kwargs: dict[str, Any], word: str) -> None:
     with pytest.raises(ValueError, match=word):
         ActivityWindow(**kwargs)
+
+
+async def test_sql_plans_read_the_window_through_indexes(store: Any) -> None:
+    """EXPLAIN of both statements: the window is a range on an index (`created_at` for the
+    starts, `(status, updated_at)` for the settled runs), never a scan of every run."""
+    if not isinstance(store, SqlStateStore):
+        pytest.skip("query plans are the SQL stores'")
+    from durably._store.sql.facets import run_activity_statements
+    from tests.store.test_conformance_facets import _plan
+
+    for i in range(50):
+        await store.create_run(make_run(f"p{i}", status="completed", created_at=at(i)))
+    started, settled = run_activity_statements(RunQuery(), window())
+    started_plan = await _plan(store, started)
+    assert "durable_workflow_runs_created_at_idx" in started_plan, started_plan
+    settled_plan = await _plan(store, settled)
+    assert "durable_workflow_runs_status_updated_at_idx" in settled_plan, settled_plan
