@@ -66,8 +66,12 @@ function rowLane(cp, cursor, now) {
   if (STEPS.has(kind) || kind === "folded_fan") {
     const spans = row.attemptSpans;
     if (spans && spans.length) {
+      lane.gaps = [];
       for (const s of spans) {
         const from = ms(s.startedAt), to = s.endedAt ? ms(s.endedAt) : now;
+        const before = lane.bars[lane.bars.length - 1];
+        // a retry's backoff, where the next attempt's start is known to come later
+        if (before && from > before.to) lane.gaps.push({ from: before.to, to: from, title: `waited ${millis(from - before.to)} before attempt ${s.attempt}` });
         lane.bars.push({ from, to, attempt: s.attempt, status: s.status, cls: s.status,
           title: `attempt ${s.attempt} ${s.status}` + (s.message ? `: ${s.message}` : "") +
             (s.startKnown ? "" : " (began after the previous attempt failed; its start is not stored)") +
@@ -128,7 +132,9 @@ export function waterfall(detail, select) {
   const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) =>
     h("span.wf-tick", { style: { left: `${100 * f}%` } }, "+" + millis(Math.round(span * f))));
   const body = shown.map((l) => {
-    const track = h("div.wf-track", {}, l.bars.map((b, i) => h("span.wf-bar.wf-" + b.cls.split(" ").join(".wf-"), {
+    const gaps = (l.gaps || []).map((g) => h("span.wf-gap", { title: g.title,
+      style: { left: pct(g.from), width: `calc(${pct(g.to)} - ${pct(g.from)})` } }));
+    const track = h("div.wf-track", {}, gaps, l.bars.map((b, i) => h("span.wf-bar.wf-" + b.cls.split(" ").join(".wf-"), {
       testid: l.fan ? "wf-fan" : l.wait ? "wf-wait" : "wf-bar",
       "data-seq": l.seq, "data-index": i, "data-attempt": b.attempt ?? null, "data-status": b.status ?? (l.cp && l.cp.status) ?? null,
       "data-total": l.fan ? l.total : null, title: b.title,
