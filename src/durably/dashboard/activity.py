@@ -14,11 +14,14 @@ to the console.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Protocol
 
-from durably._core.run_activity import ACTIVITY_MAX_BUCKETS, ACTIVITY_MIN_BUCKET_MS, ActivityWindow
-from durably._read import lists
-from durably._store.protocol import ReadStore
+from durably._core.run_activity import (
+    ACTIVITY_MAX_BUCKETS,
+    ACTIVITY_MIN_BUCKET_MS,
+    ActivityBucket,
+    ActivityWindow,
+)
 from durably.dashboard.filters import (
     FILTER_PARAMS,
     BadRequest,
@@ -27,7 +30,7 @@ from durably.dashboard.filters import (
     run_query_kwargs,
 )
 
-__all__ = ["ACTIVITY_PARAMS", "activity_json"]
+__all__ = ["ACTIVITY_PARAMS", "ActivityReader", "activity_json", "window_of"]
 
 #: A bucket at most 31 days wide.
 MAX_BUCKET_MS = 31 * 24 * 3_600_000
@@ -80,10 +83,15 @@ def window_of(params: MultiParams, now_ms: int) -> ActivityWindow:
     return ActivityWindow(since_ms=since, bucket_ms=width, buckets=count)
 
 
-async def activity_json(store: ReadStore, params: MultiParams, now_ms: int) -> dict[str, Any]:
+class ActivityReader(Protocol):
+    """What the endpoint reads through: `Client.run_activity` / `Engine.run_activity`."""
+
+    async def run_activity(self, window: ActivityWindow, **query: Any) -> list[ActivityBucket]: ...
+
+
+async def activity_json(reader: ActivityReader, params: MultiParams, now_ms: int) -> dict[str, Any]:
     window = window_of(params, now_ms)
-    query = lists.as_run_query(**run_query_kwargs(params))
-    items = await store.run_activity(query, window)
+    items = await reader.run_activity(window, **run_query_kwargs(params))
     return {
         "sinceMs": window.since_ms,
         "untilMs": window.until_ms,

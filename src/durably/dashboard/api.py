@@ -232,7 +232,7 @@ class DashboardApi:
     async def run_activity(self, request: Request) -> Response:
         """Runs started / completed / failed per time bucket (`activity`)."""
         params = _params(request, ACTIVITY_PARAMS)
-        return json_response(await activity_json(self.engine.store, params, self._now_ms()))
+        return json_response(await activity_json(self.engine, params, self._now_ms()))
 
     # ------------------------------------------------------------------ detail
 
