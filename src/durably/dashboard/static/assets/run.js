@@ -95,7 +95,9 @@ export function runDetail(root, runId) {
     renderHeader(run);
     renderRelations(run, rows, children, childCount);
     renderTimeline(rows, fans);
-    clear(wfBox, waterfall(view.detail, (cp) => select(cp, null)));
+    // a picture that cannot be drawn says so; it must not stop the page's live updates
+    try { clear(wfBox, waterfall(view.detail, (cp) => select(cp, null))); }
+    catch (e) { clear(wfBox, h("p.err.small", { testid: "waterfall-error" }, `The waterfall could not be drawn: ${e.message}`)); }
     if (view.selected) {
       const s = view.selected;
       const fresh = rows.find((cp) => cp.seq === s.seq) || s;
