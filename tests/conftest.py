@@ -33,7 +33,9 @@ if _SRC not in sys.path and not _chosen_by_pythonpath():
 
 # The engine fixtures (`engine_factory`, `uid`) of every runtime suite. Loaded as a plugin,
 # after the path above is set, so it imports this checkout's durably.
-pytest_plugins = ["tests.engine_support"]
+# The testing kit's plugin too: pyproject.toml turns off its entry point (`-p no:durably`),
+# which would import an installed durably before this file chose the checkout.
+pytest_plugins = ["tests.engine_support", "durably.testing.pytest_plugin"]
 
 
 # ------------------------------------------------------------------ leaked connections

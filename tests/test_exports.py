@@ -70,6 +70,11 @@ EXPECTED_EXPORTS = [
     "RunValueFacetRow",
     "RunWaiting",
     "Schedule",
+    "ScheduleAlreadyExistsError",
+    "ScheduleClient",
+    "ScheduleDescription",
+    "ScheduleNotFoundError",
+    "ScheduleRunSummary",
     "SchemaVersionError",
     "SerializationError",
     "Settled",
@@ -103,6 +108,14 @@ EXPECTED_EXPORTS = [
 
 def test_all_is_pinned() -> None:
     assert sorted(durably.__all__) == EXPECTED_EXPORTS
+
+
+def test_the_testing_kit_is_pinned() -> None:
+    import durably.testing
+
+    exported = sorted(durably.testing.__all__)
+    assert exported == ["StoreCrashed", "TestClock", "WorkflowEnvironment"]
+    assert all(hasattr(durably.testing, name) for name in exported)
 
 
 def test_all_is_sorted_and_unique() -> None:
@@ -162,3 +175,50 @@ def test_read_side_models_are_what_the_public_read_methods_answer() -> None:
         assert waiting == dict[str, durably.RunWaiting]
     health = typing.get_type_hints(durably.Engine.worker_health)["return"]
     assert health == list[durably.GroupHealth]
+
+
+CONFORMANCE_EXPORTS = [
+    "Admission",
+    "AdmissionBackend",
+    "AdmissionBackendSuite",
+    "AdmissionWorld",
+    "BackendWorld",
+    "ManualClock",
+    "QueueStats",
+    "StateStoreSuite",
+    "StateStoreUnavailable",
+    "StoreClock",
+    "TransportSuite",
+]
+
+
+def test_conformance_exports_are_pinned_and_resolve() -> None:
+    """`durably.testing.conformance`, the suites a third-party implementation runs."""
+    from durably.testing import conformance
+
+    assert list(conformance.__all__) == CONFORMANCE_EXPORTS
+    assert [name for name in conformance.__all__ if not hasattr(conformance, name)] == []
+
+
+def test_import_durably_loads_neither_pytest_nor_the_suites() -> None:
+    """Only `durably.testing.conformance` imports pytest; without pytest it says what to
+    install. Checked in a fresh interpreter, where nothing was imported yet."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "import durably, durably.testing\n"
+        "assert 'pytest' not in sys.modules, 'import durably loaded pytest'\n"
+        "assert 'durably.testing.conformance' not in sys.modules\n"
+        "sys.modules['pytest'] = None  # as if pytest were not installed\n"
+        "try:\n"
+        "    import durably.testing.conformance\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "install pytest and pytest-asyncio" in done.stdout, done.stdout + done.stderr
+    assert "missing: pytest" in done.stdout

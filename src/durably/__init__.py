@@ -33,6 +33,8 @@ from durably._core.errors import (
     RunFailedError,
     RunIdConflictError,
     RunNotFoundError,
+    ScheduleAlreadyExistsError,
+    ScheduleNotFoundError,
     SchemaVersionError,
     SerializationError,
     SignalBufferFullError,
@@ -62,6 +64,8 @@ from durably._core.triggers import Batch, Debounce, EventKeyError, EventTrigger
 from durably._engine.client.client import Client
 from durably._engine.client.handle import RunHandle, UpdateResult
 from durably._engine.client.run_gateway import RunGateway
+from durably._engine.client.schedule_views import ScheduleDescription, ScheduleRunSummary
+from durably._engine.client.schedules import ScheduleClient
 from durably._engine.client.sync import SyncClient
 from durably._engine.defs.concurrency import AdaptiveConcurrency
 from durably._engine.defs.events import EngineEvent, MetricsSnapshot
@@ -188,6 +192,11 @@ __all__ = [
     "RunValueFacetRow",
     "RunWaiting",
     "Schedule",
+    "ScheduleAlreadyExistsError",
+    "ScheduleClient",
+    "ScheduleDescription",
+    "ScheduleNotFoundError",
+    "ScheduleRunSummary",
     "SchemaVersionError",
     "SerializationError",
     "Settled",

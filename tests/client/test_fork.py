@@ -80,6 +80,35 @@ async def test_a_fork_from_the_failed_step_completes_without_rerunning_earlier_s
         assert [r.id for r in forks] == [f"{uid}-r~fork~7"]
 
 
+async def test_every_fork_of_a_run_is_found_by_one_tag_and_names_its_direct_original(
+    store: Any, uid: str
+) -> None:
+    executed: list[int] = []
+    wf = ten_steps(uid, executed)
+    async with Engine(store=store, workflows=[wf], **FAST) as engine:
+        await failed_run(engine, wf, f"{uid}-r")
+        first = await engine.fork(f"{uid}-r", from_seq=7)
+        assert (await first.wait(timeout=WAIT)).status == "failed"  # the bug is still there
+        second = await engine.fork(f"{uid}-r", from_seq=3)
+        await second.wait(timeout=WAIT)
+        forks = await engine.list_runs(tags=[f"forked-from:{uid}-r"])
+        assert sorted(r.id for r in forks) == [f"{uid}-r~fork~3", f"{uid}-r~fork~7"]
+        # A fork of a fork: linked to the fork it was made from, not to the first run.
+        BUGGY["on"] = False
+        grand = await engine.fork(first.run_id, from_seq=7)
+        await grand.result(timeout=WAIT)
+        run = await engine.get_run(grand.run_id)
+        assert run is not None
+        assert sorted(t for t in run.tags or () if t.startswith("forked-from:")) == [
+            f"forked-from:{uid}-r~fork~7",
+            f"forked-from:{uid}-r~fork~7@7",
+        ]
+        assert sorted(r.id for r in await engine.list_runs(tags=[f"forked-from:{uid}-r"])) == [
+            f"{uid}-r~fork~3",
+            f"{uid}-r~fork~7",
+        ]
+
+
 async def test_forking_again_to_the_same_id_returns_the_first_fork(store: Any, uid: str) -> None:
     executed: list[int] = []
     wf = ten_steps(uid, executed)

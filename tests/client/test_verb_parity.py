@@ -39,7 +39,7 @@ ENGINE_ONLY = {
     "resume_due_timers",
     "sweep_timeouts",
     "wait_idle",
-    "fire_schedules",  # the schedules are the engine's own (static) declarations
+    "fire_schedules",  # firing schedules is what a driving engine does
 }
 # `Engine.subscribe` also has the all-events form (`subscribe(listener)`): the Client's
 # `subscribe(run_id, listener)` is its other overload (checked below).

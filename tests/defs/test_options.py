@@ -49,6 +49,12 @@ BAD: list[tuple[str, Any]] = [
     ("signal_buffer_ttl", None),
     ("signal_buffer_per_token", 0),
     ("signal_buffer_per_namespace", 2.5),
+    ("retention_sweep_ms", -1),
+    ("retention_sweep_ms", "60s"),
+    ("retention_batch_size", 0),
+    ("retention_batch_size", None),
+    ("retention_max_batches", 0),
+    ("retention_max_batches", True),
 ]
 
 

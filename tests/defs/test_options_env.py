@@ -41,6 +41,9 @@ PARSED: dict[str, list[tuple[str, Any]]] = {
     "signal_buffer_ttl": [("90", 90.0), ("1.5", 1.5), ("2h", "2h")],
     "signal_buffer_per_token": [("3", 3)],
     "signal_buffer_per_namespace": [("30", 30)],
+    "retention_sweep_ms": [("0", 0), ("5000", 5_000)],
+    "retention_batch_size": [("250", 250)],
+    "retention_max_batches": [("7", 7)],
 }
 
 BAD_ENV: list[tuple[str, str]] = [
@@ -58,6 +61,11 @@ BAD_ENV: list[tuple[str, str]] = [
     ("DURABLY_REMOTE_REDISPATCH_MS", "0"),
     ("DURABLY_REMOTE_REDISPATCH_MAX", "0"),
     ("DURABLY_CONCURRENCY", "lots"),
+    ("DURABLY_RETENTION_SWEEP_MS", "-1"),
+    ("DURABLY_RETENTION_SWEEP_MS", "1m"),
+    ("DURABLY_RETENTION_BATCH_SIZE", "0"),
+    ("DURABLY_RETENTION_MAX_BATCHES", "0"),
+    ("DURABLY_RETENTION_MAX_BATCHES", "none"),
 ]
 
 

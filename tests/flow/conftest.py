@@ -1,12 +1,14 @@
 """Fixtures of the flow-control suite.
 
-`admission` builds admission backends on one shared world per test, parametrized over every
+`open_world(kind)` builds admission backends on one shared world per test, for every
 backend durably has: `local` (the in-process `LocalAdmission`), `postgres` (`PgAdmission`
 on a fresh PostgreSQL schema; skipped when the server is unreachable unless
 `DURABLY_REQUIRE_SERVICES=1`) and `redis` (`RedisAdmission` under a fresh key prefix on the
 shared Redis server, deleted after the test; skipped likewise when Redis is unreachable).
+The `world` fixture is parametrized over the three; `test_admission_suite.py` runs the
+admission-backend suite (`durably.testing.conformance.AdmissionBackendSuite`) on them.
 
-Every backend of one world reads the same `FakeClock`, so TTLs, windows and waiter pruning
+Every backend of one world reads the same `ManualClock`, so TTLs, windows and waiter pruning
 are tested without sleeping.
 
 `engines` builds engines (tests/engine_support.py's `EngineFactory`) on SQLite and
@@ -18,12 +20,13 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from durably._core.admission import AdmissionBackend, LocalAdmission
+from durably.testing.conformance import ManualClock
 from tests.engine_support import EngineFactory
 from tests.pg_support import fresh_schema, schema_url
 from tests.remote.redis_support import REDIS_URL, delete_prefix, require_redis
@@ -33,26 +36,13 @@ _ids = itertools.count()
 BACKENDS = ["local", "postgres", "redis"]
 
 
-class FakeClock:
-    """Epoch ms that only move when told (starts on a whole second)."""
-
-    def __init__(self, start: int = 1_700_000_000_000) -> None:
-        self.now = start
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-
-
 class AdmissionWorld:
     """Backends that share one admission state: `backend("A")` and `backend("B")` act for two
     processes (on `local` there is only one process, so they are the same backend)."""
 
     def __init__(self, kind: str, stack: AsyncExitStack, url: str | None) -> None:
         self.kind = kind
-        self.clock = FakeClock()
+        self.clock = ManualClock()
         self._stack = stack
         self._url = url
         self._backends: dict[str, AdmissionBackend] = {}
@@ -89,21 +79,27 @@ class AdmissionWorld:
         return made
 
 
-@pytest.fixture(params=BACKENDS)
-async def world(request: pytest.FixtureRequest) -> AsyncIterator[AdmissionWorld]:
+@asynccontextmanager
+async def open_world(kind: str) -> AsyncIterator[AdmissionWorld]:
     async with AsyncExitStack() as stack:
         url: str | None = None
-        if request.param == "postgres":
+        if kind == "postgres":
             schema = await stack.enter_async_context(fresh_schema(create=False))
             url = schema_url(schema)
-        if request.param == "redis":
+        if kind == "redis":
             await require_redis()
             url = REDIS_URL
-        world = AdmissionWorld(request.param, stack, url)
-        if request.param == "redis":
+        world = AdmissionWorld(kind, stack, url)
+        if kind == "redis":
             # Registered before any backend, so it runs after they have closed.
             stack.push_async_callback(delete_prefix, REDIS_URL, world.prefix.removesuffix("-w"))
         yield world
+
+
+@pytest.fixture(params=BACKENDS)
+async def world(request: pytest.FixtureRequest) -> AsyncIterator[AdmissionWorld]:
+    async with open_world(request.param) as opened:
+        yield opened
 
 
 # ------------------------------------------------------------------ engines

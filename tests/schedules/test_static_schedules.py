@@ -80,12 +80,46 @@ def test_bad_schedule_is_a_clear_error(kwargs: dict[str, Any], message: str) -> 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"every": "1m", "jitter": "5s"}, "schedule jitter is not supported yet"),
+        ({"every": "1m", "jitter": 0}, "jitter= must be a positive duration"),
+        ({"every": "1m", "jitter": "1m"}, "must be shorter than every="),
     ],
 )
-def test_unbuilt_options_are_refused(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(NotImplementedError, match=message):
+def test_bad_jitter_is_a_clear_error(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         durably.Schedule("s", "sched_tick", **kwargs)
+
+
+def test_jitter_delays_each_window_deterministically_below_the_jitter() -> None:
+    s = durably.Schedule("rep", "sched_tick", every="1m", jitter="30s")
+    delays = [s.start_delay_ms(w * MIN) for w in range(200)]
+    assert all(0 <= d < 30_000 for d in delays)
+    assert len(set(delays)) > 150  # spread, not one fixed offset
+    # A function of the window's run id alone: another Schedule value (another engine)
+    # computes the same delays.
+    again = durably.Schedule("rep", tick, {"other": "input"}, every="1m", jitter="30s")
+    assert [again.start_delay_ms(w * MIN) for w in range(200)] == delays
+    other = durably.Schedule("other", tick, every="1m", jitter="30s")
+    assert [other.start_delay_ms(w * MIN) for w in range(200)] != delays  # ids differ
+    assert durably.Schedule("rep", tick, every="1m").start_delay_ms(MIN) == 0
+
+
+async def test_a_jittered_window_starts_at_its_delay_with_its_window_id(tmp_path: Path) -> None:
+    sched = durably.Schedule("jit", tick, every="1m", jitter="40s")
+    window = 1_000 * MIN
+    while sched.start_delay_ms(window) < 2:  # a window whose delay can be stepped across
+        window += MIN
+    delay = sched.start_delay_ms(window)
+    clock = Clock(window)
+    async with Engine(
+        f"sqlite:///{tmp_path / 'j.db'}", workflows=[tick], schedules=[sched], clock=clock
+    ) as engine:
+        assert await engine.fire_schedules() == []  # the window began; its start has not
+        clock.now = window + delay - 1
+        assert await engine.fire_schedules() == []
+        assert await _run_ids(engine, "sched_tick") == []
+        clock.now = window + delay
+        assert await engine.fire_schedules() == [f"sched:jit:{window}"]
+        assert await _run_ids(engine, "sched_tick") == [f"sched:jit:{window}"]
 
 
 def test_engine_refuses_duplicate_ids_and_unknown_workflows() -> None:

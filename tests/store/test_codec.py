@@ -1,9 +1,9 @@
 """The payload codec: `CodecStateStore` and the AES-GCM `AesGcmCodec`.
 
-1. A representative subset of the StateStore conformance suite runs THROUGH
-   `CodecStateStore(inner, AesGcmCodec(key))` on memory, SQLite and PostgreSQL: the module's
-   `store` fixture wraps the conftest's parametrized one and the conformance tests are
-   imported below, so pytest collects them here against the wrapper.
+1. A representative subset of the state-store suite (`durably.testing.conformance`) runs
+   THROUGH `CodecStateStore(inner, AesGcmCodec(key))` on memory, SQLite and PostgreSQL
+   (`TestThroughCodec`), and so does a round-trip test of `test_round_trips.py`: the
+   module's `store` fixture wraps the conftest's parametrized one.
 2. The wrapper's own contract: what is encoded and what is not, aggregates forwarded
    untouched, the whole store contract implemented, a partial store refused.
 3. Ciphertext at rest: the raw SQLite tables hold envelopes, never the cleartext.
@@ -19,7 +19,7 @@ import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -32,6 +32,7 @@ from durably import (
     RunQuery,
     SerializationError,
     SignalWaiter,
+    StateStore,
     StepError,
     StepEvent,
 )
@@ -40,67 +41,10 @@ from durably._core.models import BufferedEvent, ChildWait
 from durably._store.codec import CodecError, wrap_store
 from durably._store.crypto import key_id
 from durably._store.protocol import STORE_METHODS, missing_store_methods
-from tests.store.support import T0, at, make_cp, make_run, take_buffered
-
-# ---------------------------------------------------------------- 1. conformance, wrapped
-from tests.store.test_conformance_activity import (  # noqa: F401
-    test_buckets_count_starts_and_settles,
-    test_filters_and_pages_apply_as_in_the_list,
-)
-from tests.store.test_conformance_aggregates import (  # noqa: F401
-    test_aggregates_are_present_and_paired,
-    test_checkpoint_stats_equal_the_reference,
-    test_checkpoint_stats_read_no_checkpoint_rows,
-    test_query_checkpoints_decode_payloads_like_list_checkpoints,
-    test_query_checkpoints_equal_the_reference,
-    test_query_checkpoints_pages_cover_the_run_exactly_once,
-)
-from tests.store.test_conformance_bulk import (  # noqa: F401
-    test_claim_runs_leases_listed_pending_runs_by_id,
-    test_create_runs_inserts_free_ids_and_reports_holders,
-    test_deliver_signals_takes_waiters_and_writes_rows_atomically,
-    test_fold_checkpoints_replaces_a_seq_range_by_one_row,
-    test_register_child_waits_upserts_waiters_and_never_overwrites_rows,
-)
-from tests.store.test_conformance_checkpoints import (  # noqa: F401
-    test_checkpoint_fields_round_trip,
-    test_checkpoint_upsert_get_and_list_by_seq,
-    test_count_checkpoints_inclusive,
-    test_get_latest_checkpoint_by_name,
-    test_list_checkpoints_by_name_prefix,
-    test_save_checkpoint_if_pending,
-    test_save_checkpoint_if_pending_rejects_non_json,
-    test_save_checkpoints_if_pending_duplicate_sees_earlier_write,
-    test_save_checkpoints_if_pending_is_atomic,
-)
-from tests.store.test_conformance_claims import (  # noqa: F401
-    test_claims_by_priority_then_age,
-    test_claims_oldest_pending_first_up_to_the_limit,
-    test_live_leases_are_skipped_and_expired_ones_claimed,
-)
-from tests.store.test_conformance_leases import (  # noqa: F401
-    test_claim_run,
-    test_list_due_timers,
-    test_pickup_is_fifo_with_limit,
-)
-from tests.store.test_conformance_listing import (  # noqa: F401
-    test_attributes_eq_range_and_anded,
-    test_count_runs,
-    test_list_runs_workflow_and_status_filters,
-)
-from tests.store.test_conformance_runs import (  # noqa: F401
-    test_create_then_get_returns_workflow_and_json_input,
-    test_error_details_round_trip_any_json,
-    test_reads_return_copies,
-    test_store_satisfies_protocols,
-    test_update_run_maps_every_patchable_field,
-    test_update_status_output_recovery_attempts_and_dead,
-)
-from tests.store.test_conformance_waiters import (  # noqa: F401
-    test_buffered_events,
-    test_buffered_signals_fifo_per_token,
-    test_waiters_put_list_by_prefix_take_once,
-)
+from durably.testing.conformance import StateStoreSuite, StoreClock
+from tests.store.conftest import FIRST_PARTY, open_first_party
+from tests.store.support import T0, ConformantStore, at, make_cp, make_run, take_buffered
+from tests.store.test_round_trips import test_checkpoint_stats_read_no_checkpoint_rows  # noqa: F401
 
 KEY = bytes(range(32))
 OLD_KEY = bytes(range(100, 132))
@@ -110,6 +54,84 @@ OLD_KEY = bytes(range(100, 132))
 async def store(store: Any) -> Any:
     """Overrides the conftest fixture: the same parametrized store, behind the codec."""
     return CodecStateStore(store, AesGcmCodec(KEY))
+
+
+# ---------------------------------------------------------------- 1. conformance, wrapped
+
+
+class TestThroughCodec:
+    """A representative subset of the state-store suite on the first-party stores behind
+    the codec. The cases are the suite's own functions, taken from `StateStoreSuite`; the
+    codec store forwards the round-trip counter."""
+
+    @pytest.fixture
+    def store_clock(self) -> StoreClock:
+        return StoreClock()
+
+    @pytest.fixture(params=FIRST_PARTY)
+    async def store(
+        self, request: pytest.FixtureRequest, tmp_path: Path, store_clock: StoreClock
+    ) -> AsyncIterator[Any]:
+        async with open_first_party(request.param, tmp_path, store_clock) as opened:
+            yield CodecStateStore(opened, AesGcmCodec(KEY))
+
+    def round_trips(self, store: StateStore) -> int | None:
+        return cast(ConformantStore, store).statement_count
+
+
+# The subset, taken from the suite's class: the cases run here exactly as the suite runs them.
+SUBSET = (
+    "test_run_activity_counts_starts_and_settles_per_bucket",
+    "test_run_activity_filters_like_the_list_and_ignores_the_page",
+    "test_aggregates_are_present_and_paired",
+    "test_attributes_eq_range_and_anded",
+    "test_bounded_buffer_is_fifo_and_round_trips_payloads",
+    "test_buffered_events",
+    "test_buffered_signals_fifo_per_token",
+    "test_checkpoint_fields_round_trip",
+    "test_checkpoint_stats_equal_the_reference",
+    "test_checkpoint_upsert_get_and_list_by_seq",
+    "test_claim_run",
+    "test_claim_runs_leases_listed_pending_runs_by_id",
+    "test_claims_by_priority_then_age",
+    "test_claims_oldest_pending_first_up_to_the_limit",
+    "test_count_checkpoints_inclusive",
+    "test_count_runs",
+    "test_create_runs_inserts_free_ids_and_reports_holders",
+    "test_create_then_get_returns_workflow_and_json_input",
+    "test_deliver_signals_takes_waiters_and_writes_rows_atomically",
+    "test_engine_records_are_not_capped_but_count_in_their_namespace",
+    "test_error_details_round_trip_any_json",
+    "test_expired_rows_are_never_taken_nor_counted_and_purge_removes_them",
+    "test_fold_checkpoints_replaces_a_seq_range_by_one_row",
+    "test_get_latest_checkpoint_by_name",
+    "test_list_checkpoints_by_name_prefix",
+    "test_list_due_timers",
+    "test_list_runs_workflow_and_status_filters",
+    "test_listing_pages_oldest_first_by_exact_prefix_without_payloads",
+    "test_live_leases_are_skipped_and_expired_ones_claimed",
+    "test_per_namespace_cap_counts_the_text_before_the_first_colon",
+    "test_per_token_cap_refuses_and_stores_nothing",
+    "test_pickup_is_fifo_with_limit",
+    "test_purge_by_token_prefix_and_everything_keeps_engine_records",
+    "test_purge_expired_only_within_a_prefix",
+    "test_query_checkpoints_decode_payloads_like_list_checkpoints",
+    "test_query_checkpoints_equal_the_reference",
+    "test_query_checkpoints_pages_cover_the_run_exactly_once",
+    "test_reads_return_copies",
+    "test_register_child_waits_upserts_waiters_and_never_overwrites_rows",
+    "test_save_checkpoint_if_pending",
+    "test_save_checkpoint_if_pending_rejects_non_json",
+    "test_save_checkpoints_if_pending_duplicate_sees_earlier_write",
+    "test_save_checkpoints_if_pending_is_atomic",
+    "test_store_satisfies_protocols",
+    "test_the_token_cap_is_reported_before_the_namespace_cap",
+    "test_update_run_maps_every_patchable_field",
+    "test_update_status_output_recovery_attempts_and_dead",
+    "test_waiters_put_list_by_prefix_take_once",
+)
+for _name in SUBSET:
+    setattr(TestThroughCodec, _name, getattr(StateStoreSuite, _name))
 
 
 # ---------------------------------------------------------------- helpers

@@ -21,6 +21,7 @@ import pytest
 from durably import AesGcmCodec, CodecStateStore, RunQuery, SignalWaiter, StateStore
 from durably._core.models import BufferedEvent, ChildWait
 from durably._core.quota import StartGate
+from durably._core.schedules import ScheduleRecord, ScheduleSpec, ScheduleState
 from durably._store.codec import contract_methods, plan_method
 from tests.pg_support import connect, fresh_schema, schema_url
 from tests.store.support import T0, at, make_cp, make_run, take_buffered
@@ -186,6 +187,20 @@ async def take_buffered_event_into(s: Any) -> None:
     assert await s.take_buffered_event_into("e2", "event:into", row) is True
 
 
+@writes
+async def put_schedule(s: Any) -> None:
+    # A persisted schedule's input: every run it starts is given it.
+    record = ScheduleRecord(
+        id="nightly",
+        workflow="report",
+        created_at=1,
+        updated_at=1,
+        spec=ScheduleSpec(input=secret("put_schedule"), every_ms=60_000),
+        state=ScheduleState(note="readable"),
+    )
+    assert await s.put_schedule(record, if_absent=True) is True
+
+
 # Methods whose arguments carry no payload but which write one they take from the buffer:
 # outside the wrapper's encoding set, their rows are checked all the same.
 MOVES: dict[str, Write] = {}
@@ -292,9 +307,10 @@ async def test_every_payload_is_ciphertext_at_rest(
     # 2, 3 (the delivery), 4 (the fold), 5 input (c2's placeholder), 6 and 7 (the buffered
     # signals taken into rows), 8 and 9 (the buffered events taken into rows), 30 (the bulk
     # upsert); two signals still buffered; two events (one buffered plainly, one within the
-    # bounds).
-    assert raw.count(ENVELOPE) == 5 + 12 + 2 + 2
+    # bounds); one schedule's input.
+    assert raw.count(ENVELOPE) == 5 + 12 + 2 + 2 + 1
     assert "signal:child:c1" in raw and "fan:g" in raw and "paid" in raw  # metadata readable
+    assert "nightly" in raw and "readable" in raw  # a schedule's id and state stay readable
 
     # Read back through the wrapper: every payload comes back as written.
     run1, run2 = await store.get_run("r1"), await store.get_run("r2")

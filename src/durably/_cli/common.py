@@ -244,6 +244,8 @@ def replica_of(app: Engine) -> Engine:
         namespace=app.namespace,
         drive=False,
         options=app.options,
+        # Listed and described beside the persisted ones; a drive=False engine fires none.
+        schedules=app.schedules.declared,
     )
 
 

@@ -45,8 +45,9 @@ def register(runs: typer.Typer) -> None:
             "Start a NEW run of the run's workflow that reuses its checkpoints before step "
             "--from-seq (their results are not computed again) and executes from there with "
             "the code the workers run now. The original is not changed; the fork is tagged "
-            "forked-from:RUN_ID@N. Only a completed, failed, cancelled or dead run is forked. "
-            "The fork's id is --new-run-id, else RUN_ID~fork~N (forking again returns it)."
+            "forked-from:RUN_ID@N and forked-from:RUN_ID. Only a completed, failed, cancelled "
+            "or dead run is forked. The fork's id is --new-run-id, else RUN_ID~fork~N "
+            "(forking again returns it)."
         ),
     )
     def _fork_cmd(

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from durably._cli import dashboard, db, demo, runs, signals, start, watch, worker
+from durably._cli import dashboard, db, demo, runs, schedules, signals, start, watch, worker
 from durably._cli.common import CAPTURE, EXIT_OK, EXIT_USAGE, Args, CommandGroup
 
 EPILOG = (
@@ -76,6 +76,7 @@ def build_app() -> typer.Typer:
     runs_group = runs.register(app)
     watch.register(runs_group)
     signals.register(app)
+    schedules.register(app)
     db.register(app)
     dashboard.register(app)
     return app

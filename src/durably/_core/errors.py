@@ -187,6 +187,24 @@ class RunNotFoundError(DurablyError, LookupError):
     pass
 
 
+class ScheduleAlreadyExistsError(DurablyError):
+    """`schedules.create` of an id a schedule already has (persisted, or declared in code)."""
+
+    def __init__(self, schedule_id: str, where: str = "persisted"):
+        super().__init__(
+            f'schedule "{schedule_id}" already exists ({where}); use upsert or update to change it'
+        )
+        self.schedule_id = schedule_id
+
+
+class ScheduleNotFoundError(DurablyError, LookupError):
+    """A schedule verb naming an id no schedule has."""
+
+    def __init__(self, schedule_id: str):
+        super().__init__(f'no schedule "{schedule_id}"')
+        self.schedule_id = schedule_id
+
+
 class RunIdConflictError(DurablyError):
     """`start` with a run id that already belongs to a run of another workflow."""
 

@@ -26,7 +26,6 @@ from durably._core.models import RunResult, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
 from durably._core.retention import (
     DEFAULT_BATCH_SIZE,
-    DEFAULT_SWEEP_INTERVAL_MS,
     PruneResult,
     RetentionPolicy,
     check_policies,
@@ -45,7 +44,9 @@ from durably._engine.client.handle import RunHandle, UpdateResult, WaitUntil
 from durably._engine.client.reads import RunReads, WorkerHealth
 from durably._engine.client.run_events import RunEventFilter
 from durably._engine.client.run_gateway import RunEventListener
+from durably._engine.client.schedules import ScheduleClient, StartsBy
 from durably._engine.client.signal_api import BufferedSignals, Updates
+from durably._engine.control.fleet_check import FleetCheck
 from durably._engine.control.signals import buffer_policy
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.concurrency import ConcurrencySpec
@@ -65,9 +66,10 @@ from durably._engine.flow.queues import AdmissionSpec, QueueReport
 from durably._engine.flow.quotas import OnDuplicate
 from durably._engine.flow.step_limits import step_limiter
 from durably._engine.triggers.subscribers import ensure_builtins, install
+from durably._engine.worker.persisted_schedules import PersistedScheduleFirer
 from durably._engine.worker.retention import RetentionSweeper
 from durably._engine.worker.roles import Role, resolve_role
-from durably._engine.worker.schedules import ScheduleFirer
+from durably._engine.worker.schedules import ScheduleFirer, WindowFiring
 from durably._engine.worker.worker import Worker
 from durably._read.list_models import (
     GroupHealth,
@@ -140,6 +142,9 @@ class Engine:
     Schedules: `schedules=[durably.Schedule(...)]` starts a workflow once per window of an
     interval or a cron timetable, from the timer poll of every driving engine (one run per
     window, `sched:<id>:<window start ms>`, however many engines share the store).
+    `engine.schedules` creates, pauses, triggers, backfills and deletes schedules at run
+    time (kept in the store, fired the same way by every driving engine of the namespace)
+    and lists them beside the static ones.
     Dead letters: a run that crash recovery took back more than `max_recovery_attempts`
     times (default: no limit) is marked `dead`. `dead_letter_workflow=` (a workflow or its
     name) is then started once for it, as run `dlq:<runId>` with the input `{deadRunId,
@@ -193,8 +198,9 @@ class Engine:
         signal_buffer_per_token: int | Unset = UNSET,
         signal_buffer_per_namespace: int | Unset = UNSET,
         retention: Sequence[RetentionPolicy] | RetentionPolicy | None = None,
-        retention_sweep_ms: int = DEFAULT_SWEEP_INTERVAL_MS,
-        retention_batch_size: int = DEFAULT_BATCH_SIZE,
+        retention_sweep_ms: int | Unset = UNSET,
+        retention_batch_size: int | Unset = UNSET,
+        retention_max_batches: int | Unset = UNSET,
         # Anything else is refused at run time with a message naming the planned feature
         # (`partition=`, …) or the option it was probably meant to be. Typed
         # `Never` so that mypy rejects every such keyword before the code ever runs.
@@ -229,6 +235,9 @@ class Engine:
                 "signal_buffer_ttl": signal_buffer_ttl,
                 "signal_buffer_per_token": signal_buffer_per_token,
                 "signal_buffer_per_namespace": signal_buffer_per_namespace,
+                "retention_sweep_ms": retention_sweep_ms,
+                "retention_batch_size": retention_batch_size,
+                "retention_max_batches": retention_max_batches,
             },
         )
         self.options = opts
@@ -319,20 +328,13 @@ class Engine:
         # Retention: checked here (a bad policy fails at construction); swept only by a
         # driving engine, and of those only by the one holding the store's sweep.
         policies = check_policies(retention) if retention is not None else []
-        for name, value in (
-            ("retention_sweep_ms", retention_sweep_ms),
-            ("retention_batch_size", retention_batch_size),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"Engine({name}={value!r}): a whole number >= 0")
-        if retention_batch_size == 0:
-            raise ValueError("Engine(retention_batch_size=0): a batch deletes at least one run")
         self._retention = RetentionSweeper(
             self.store,
             policies,
             clock=self.clock,
-            interval_ms=retention_sweep_ms,
-            batch_size=retention_batch_size,
+            interval_ms=opts.retention_sweep_ms,
+            batch_size=opts.retention_batch_size,
+            max_batches=opts.retention_max_batches,
         )
         # Static schedules: checked here (duplicate ids, unknown workflows), fired from the
         # timer poll of a driving engine only.
@@ -341,28 +343,68 @@ class Engine:
             self._schedules,
             None if workflows is None else [wf.name for wf in registry.workflows.values()],
         )
-        self._schedule_firer = ScheduleFirer(
-            self._schedules, start=self._start_window, get_run=self.store.get_run, clock=self.clock
+        firing = WindowFiring(start=self._start_window, get_run=self.store.get_run)
+        self._schedule_firer = ScheduleFirer(self._schedules, firing=firing, clock=self.clock)
+        # Persisted schedules (`engine.schedules`): every driving engine of the namespace
+        # fires the due ones from the same poll, with the same window ids.
+        self._persisted_firer = PersistedScheduleFirer(
+            self.store, firing=firing, clock=self.clock, namespace=namespace
         )
-        if self._schedules and self.drive_runs:
-            self._worker.poller.add_pass(self._schedule_firer.tick)
+        if self.drive_runs:
+            if self._schedules:
+                self._worker.poller.add_pass(self._schedule_firer.tick)
+            self._worker.poller.add_pass(self._persisted_firer.tick)
+        self._fleet = FleetCheck(self.store)
+        self._explicit_workflows = workflows is not None
+        self.schedules = ScheduleClient(
+            self.store,
+            starts=StartsBy(start=self._start_schedule_run, check=self._check_schedule_workflow),
+            clock=self.clock,
+            namespace=namespace,
+            opener=self._ensure_open,
+            static=self._schedules,
+        )
+        """Schedules at run time, beside this engine's static ones
+        (`durably._engine.client.schedules.ScheduleClient`)."""
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
 
-    async def _start_window(self, schedule: Schedule, run_id: str) -> None:
-        await self.start(
+    async def _start_window(
+        self, schedule: Schedule, run_id: str, namespace: str | None
+    ) -> RunHandle[Any]:
+        return await self.start(
             schedule.workflow_name,
             schedule.input,
             run_id=run_id,
             tags=list(schedule.tags) or None,
             search_attributes=schedule.search_attributes,
+            namespace=namespace,
         )
 
+    async def _start_schedule_run(
+        self, schedule: Schedule, run_id: str, namespace: str
+    ) -> RunHandle[Any]:
+        return await self._start_window(schedule, run_id, namespace)
+
+    async def _check_schedule_workflow(self, name: str, namespace: str) -> None:
+        registered = [wf.name for wf in self.registered_workflows()]
+        if name in registered:
+            return
+        if self._explicit_workflows:
+            # The engine was told what it runs (as static schedules are checked).
+            raise WorkflowNotFoundError(
+                f"schedule of unknown workflow {name!r} (registered: "
+                f"{', '.join(sorted(registered)) or 'none'})"
+            )
+        await self._fleet.check(name, None, namespace)
+
     async def fire_schedules(self) -> list[str]:
-        """Fire the due windows of this engine's static schedules now (the timer poll does
-        this every `timer_poll_ms`); returns the ids of the windows' runs."""
+        """Fire the due windows of this engine's schedules now — its static ones and the
+        persisted ones of its namespace (the timer poll does this every `timer_poll_ms`);
+        returns the ids of the windows' runs."""
         await self._ensure_open()
-        return await self._schedule_firer.tick()
+        fired = await self._schedule_firer.tick()
+        return fired + await self._persisted_firer.tick()
 
     @property
     def drive_runs(self) -> bool:

@@ -60,6 +60,7 @@ from durably._core.models import (
     WorkflowRun,
     replace,
 )
+from durably._core.schedules import ScheduleSpec
 from durably._store.protocol import PAYLOAD, InstanceHold, WakeBus
 
 __all__ = [
@@ -105,6 +106,10 @@ PAYLOAD_FIELDS: Mapping[type, frozenset[str]] = {
     StepCheckpoint: frozenset({"input", "output"}),
     BufferedSignal: frozenset({"payload"}),
     BufferedEvent: frozenset({"payload"}),
+    # A persisted schedule's spec: its `input` is what every run it starts is given. The rest
+    # of a schedule record (cadence, counters, the last error) stays readable on purpose,
+    # so the console and the CLI list schedules without the key.
+    ScheduleSpec: frozenset({"input"}),
 }
 
 # JSON fields that stay readable at rest on purpose: a structured error is what the console,

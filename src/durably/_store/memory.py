@@ -51,6 +51,7 @@ from durably._core.run_facets import (
     RunValueFacetOptions,
     RunValueFacetRow,
 )
+from durably._core.schedules import ScheduleQuery, ScheduleRecord
 from durably._core.worker_beats import ALL_NAMESPACES, WorkerBeat, beat_from_row, beat_info_json
 from durably._store.derived import DerivedStoreMethods
 from durably._store.memory_aggregates import MemoryCheckpointAggregates
@@ -66,6 +67,7 @@ from durably._store.memory_rows import (
     read_run,
     to_json,
 )
+from durably._store.memory_schedules import MemorySchedules
 from durably._store.memory_signals import MemorySignalBuffer
 from durably._store.memory_tables import MemoryTables
 from durably._store.protocol import WakeHandler
@@ -106,6 +108,7 @@ class InMemoryStateStore(DerivedStoreMethods):
         self._instance_holds: set[str] = set()
         # (namespace, instance_id) -> (beat_at, started_at, info JSON text)
         self._beats: dict[tuple[str, str], tuple[int, int, str]] = {}
+        self._schedules = MemorySchedules(tables)
 
     # ------------------------------------------------------------------ test hooks
 
@@ -708,6 +711,29 @@ class InMemoryStateStore(DerivedStoreMethods):
         for key in stale:
             del self._beats[key]
         return len(stale)
+
+    # ------------------------------------------------------------------ schedules
+    # Forwards to `memory_schedules.MemorySchedules`.
+
+    async def put_schedule(
+        self,
+        record: ScheduleRecord,
+        *,
+        if_absent: bool = False,
+        expected_updated_at: int | None = None,
+    ) -> bool:
+        return await self._schedules.put_schedule(
+            record, if_absent=if_absent, expected_updated_at=expected_updated_at
+        )
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        return await self._schedules.get_schedule(schedule_id)
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return await self._schedules.delete_schedule(schedule_id)
+
+    async def list_schedules(self, query: ScheduleQuery) -> list[ScheduleRecord]:
+        return await self._schedules.list_schedules(query)
 
 
 class _MemoryHold:

@@ -46,6 +46,9 @@ checkpoint), so no store carries a method for tests alone.
   engine's retention sweep and `prune`.
 - `FleetStore`: the workers' heartbeat rows (`durably._core.worker_beats`): a worker's beat,
   the live rows a start by name or the read side checks, and their removal.
+- `ScheduleStore`: persisted schedules (`durably._core.schedules`): the schedule client's
+  create, update, list and delete, and the driving engines' due scan and compare-and-set
+  advance.
 
 One capability is genuinely optional, and a store declares it by its answer rather than by
 the method's absence: `wake_bus()` returns None when the store has no cross-process channel
@@ -89,6 +92,7 @@ from durably._core.run_facets import (
     RunValueFacetOptions,
     RunValueFacetRow,
 )
+from durably._core.schedules import ScheduleQuery, ScheduleRecord
 from durably._core.worker_beats import WorkerBeat
 
 __all__ = [
@@ -526,6 +530,32 @@ class RetentionStore(Protocol):
     ) -> list[str]: ...
 
 
+class ScheduleStore(Protocol):
+    """Persisted schedules, one record per id (`durably._core.schedules`). Each call is one
+    statement.
+
+    - `put_schedule(record, if_absent=False, expected_updated_at=None) -> bool`: write the
+      record. Plain: an upsert, True. `if_absent`: insert only when the id is free; whether it
+      inserted. `expected_updated_at`: replace the stored record only while its `updated_at`
+      is that value (compare-and-set); whether it won — False also when the id is gone. The
+      two keywords together are a `ValueError`.
+    - `get_schedule(id)`: the record or None. `delete_schedule(id)`: whether a record went.
+    - `list_schedules(query)`: the records matching every given filter of `query`, ordered by
+      `next_fire_at` ascending (None last), then id, paged by `limit`/`offset`.
+    """
+
+    async def put_schedule(
+        self,
+        record: ScheduleRecord,
+        *,
+        if_absent: bool = False,
+        expected_updated_at: int | None = None,
+    ) -> bool: ...
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None: ...
+    async def delete_schedule(self, schedule_id: str) -> bool: ...
+    async def list_schedules(self, query: ScheduleQuery) -> list[ScheduleRecord]: ...
+
+
 @runtime_checkable
 class StateStore(
     StoreLifecycle,
@@ -541,6 +571,7 @@ class StateStore(
     AdmissionStore,
     FleetStore,
     RetentionStore,
+    ScheduleStore,
     Protocol,
 ):
     """Every role: what the engine and the read side need from a store. All methods but
@@ -562,6 +593,7 @@ STORE_ROLES: tuple[type, ...] = (
     AdmissionStore,
     FleetStore,
     RetentionStore,
+    ScheduleStore,
 )
 
 

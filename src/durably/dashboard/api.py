@@ -7,7 +7,8 @@ transports and flow control report) — answer `501` saying they need an `Engine
 `metrics` serves the run gauges read from the store without the engine's event counters.
 
 Every route is relative to the API base path. Mutating routes (retry, retry-with-input,
-cancel, continue, redispatch, delete, bulk, webhooks, updates) answer `403` in read-only mode.
+cancel, continue, redispatch, delete, bulk, webhooks, updates, a schedule's pause, unpause
+and trigger) answer `403` in read-only mode.
 Every timeline row of a run's detail and of a fan page carries `row`: what it stands for
 (`durably._read.rows`: its true kind, its real duration, whether the engine wrote it).
 Errors use `{statusCode, message, error}`. Query parameters are read strictly (see
@@ -60,6 +61,7 @@ from durably.dashboard.filters import (
 from durably.dashboard.metrics import metrics_text
 from durably.dashboard.paths import path_param
 from durably.dashboard.responses import error_response, json_response, not_modified
+from durably.dashboard.schedules import ScheduleRoutes
 from durably.dashboard.stream import sse_response
 
 __all__ = [
@@ -129,6 +131,7 @@ class DashboardApi:
         self.worker = engine if isinstance(engine, Engine) else None
         self.read_only = read_only
         self._max_bytes = engine.signal_buffer.max_payload_bytes
+        self._schedules = ScheduleRoutes(engine.schedules, max_bytes=self._max_bytes)
 
     # ------------------------------------------------------------------ routing
 
@@ -165,6 +168,11 @@ class DashboardApi:
             r("/workers/directory", self.workflow_directory),
             r("/queues", self.queues),
             r("/topology", self.topology),
+            r("/schedules", self._schedules.list),
+            r("/schedules/{schedule_id}", self._schedules.describe),
+            w("/schedules/{schedule_id}/pause", self._schedules.pause, "pause schedule"),
+            w("/schedules/{schedule_id}/unpause", self._schedules.unpause, "unpause schedule"),
+            w("/schedules/{schedule_id}/trigger", self._schedules.trigger, "trigger schedule"),
         ]
 
     def _errors(self, endpoint: Endpoint) -> Endpoint:

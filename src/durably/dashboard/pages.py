@@ -31,7 +31,7 @@ ASSET_TYPES = {
 _CONFIG_MARK = "<!--durable-config-->"
 #: The console's pages: `<base>/<page>` and every path below it serve the console's shell
 #: (`index.html`), whose client-side router then opens the page the path names.
-CONSOLE_PAGES = ("runs", "workers", "signals")
+CONSOLE_PAGES = ("runs", "workers", "signals", "schedules")
 
 
 def _static() -> resources.abc.Traversable:

@@ -51,6 +51,7 @@ from durably._engine.client.handle import RunHandle, RunWatchers, WaitUntil
 from durably._engine.client.reads import RunReads
 from durably._engine.client.run_events import RowWatches
 from durably._engine.client.run_gateway import RunEventListener
+from durably._engine.client.schedules import ScheduleClient, StartsBy
 from durably._engine.client.session import ClientSession, HostedSession, StoreSession
 from durably._engine.client.signal_api import BufferedSignals
 from durably._engine.control import fork as forking
@@ -61,6 +62,7 @@ from durably._engine.control.signals import BufferBounds, buffer_policy
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.options import UNSET, EngineOptions, Unset, merge_options
 from durably._engine.defs.registry import Workflow
+from durably._engine.defs.schedules import Schedule
 from durably._engine.defs.stores import open_store
 from durably._engine.defs.typed_io import (
     PLAIN,
@@ -170,6 +172,8 @@ class Client:
     them needs the worker: `update` (the engine's validators check it), `publish_event`
     (its `on_event` workflows are in the engine's registry), the workers its transports
     report, queues, every event of the engine, the registry and polling by hand.
+    `client.schedules` manages the schedules kept in the store (create, pause, trigger,
+    backfill, delete; a `durably.ScheduleClient`), which the driving engines fire.
     `durably.SyncClient` has the same verbs for synchronous code. A client, an engine and a
     `TenantGateway` are each a `durably.RunGateway` (the surface a web tier needs).
     """
@@ -228,6 +232,34 @@ class Client:
         self._fleet = FleetCheck(self.store)
         self._buffered = BufferedSignals(self.store, opener=session.open)
         self._watches = RowWatches(self.store)
+        self.schedules = ScheduleClient(
+            self.store,
+            starts=StartsBy(start=self._start_schedule_run, check=self._check_schedule_workflow),
+            clock=self._plane.clock,
+            namespace=self._plane.namespace,
+            opener=session.open,
+        )
+        """Persisted schedules: create, change, pause, trigger, backfill and delete them
+        (`durably._engine.client.schedules.ScheduleClient`)."""
+
+    async def _start_schedule_run(
+        self, schedule: Schedule, run_id: str, namespace: str
+    ) -> RunHandle[Any]:
+        return await self.start(
+            schedule.workflow_name,
+            schedule.input,
+            run_id=run_id,
+            tags=list(schedule.tags) or None,
+            search_attributes=schedule.search_attributes,
+            namespace=namespace,
+        )
+
+    async def _check_schedule_workflow(self, name: str, namespace: str) -> None:
+        # Known here (an engine's registry): served. Else the live fleet decides; with no
+        # worker beating the schedule is accepted (workers may start later).
+        if self._plane.registration(name, None) is not None:
+            return
+        await self._fleet.check(name, None, namespace)
 
     @property
     def namespace(self) -> str | None:
@@ -623,7 +655,8 @@ class Client:
         The rows copied are those with `seq < from_seq` that are settled (`completed` or
         `failed`); a waiting row is not copied (the fork waits again), a completed child's
         result row is (the child is not run again). `input` defaults to the original's. The
-        fork is tagged `forked-from:<run_id>@<from_seq>`. Its id is `new_run_id`, else
+        fork is tagged `forked-from:<run_id>@<from_seq>` and `forked-from:<run_id>` (every
+        fork of a run: `list_runs(tags=["forked-from:<run_id>"])`). Its id is `new_run_id`, else
         `<run_id>~fork~<from_seq>`; forking again to an existing fork of the same run and
         step returns it. Raises `RunNotFoundError` for an unknown run, `ValueError` for a
         run that is not settled (completed, failed, cancelled, dead) or a `from_seq` outside
@@ -656,7 +689,7 @@ class Client:
         request = StartRequest(
             workflow=run.workflow,
             run_id=new_id,
-            tags=(*operator.retry_tags(run, static), tag),
+            tags=forking.fork_tags(operator.retry_tags(run, static), run_id, from_seq),
             priority=run.priority,
             version=version,
             namespace=run.namespace,

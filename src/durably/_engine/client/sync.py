@@ -15,9 +15,11 @@ refused with `RuntimeError`; so is any verb after `close()`.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from durably._core.buffered_signals import DEFAULT_LIST_LIMIT, BufferedSignalInfo
@@ -30,8 +32,11 @@ from durably._engine.client.client import CANCEL_WHERE_LIMIT, Client
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, WaitUntil
 from durably._engine.client.run_gateway import RunEventListener
+from durably._engine.client.schedule_views import ScheduleDescription
+from durably._engine.client.schedules import ScheduleClient
 from durably._engine.defs.options import UNSET, EngineOptions, Unset
 from durably._engine.defs.registry import Workflow
+from durably._engine.defs.schedules import Schedule
 from durably._engine.flow.quotas import OnDuplicate
 from durably._read.list_models import (
     GroupHealth,
@@ -51,7 +56,7 @@ if TYPE_CHECKING:
 
     from durably._store.protocol import StateStore
 
-__all__ = ["SyncClient", "SyncRunHandle"]
+__all__ = ["SyncClient", "SyncRunHandle", "SyncScheduleClient"]
 
 I = TypeVar("I")
 O = TypeVar("O")
@@ -136,6 +141,59 @@ class SyncRunHandle(Generic[O]):
         return self._loop.call(self._handle.status())
 
 
+class SyncScheduleClient:
+    """`ScheduleClient`'s verbs for synchronous code (`sync_client.schedules`): each runs on
+    the sync client's loop and blocks for its answer."""
+
+    def __init__(self, schedules: ScheduleClient, loop: _LoopThread) -> None:
+        self._schedules = schedules
+        self._loop = loop
+
+    @documented_by(ScheduleClient.create)
+    def create(self, schedule: Schedule) -> ScheduleDescription:
+        return self._loop.call(self._schedules.create(schedule))
+
+    @documented_by(ScheduleClient.upsert)
+    def upsert(self, schedule: Schedule) -> ScheduleDescription:
+        return self._loop.call(self._schedules.upsert(schedule))
+
+    @documented_by(ScheduleClient.update)
+    def update(self, schedule_id: str, **changes: Any) -> ScheduleDescription:
+        return self._loop.call(self._schedules.update(schedule_id, **changes))
+
+    @documented_by(ScheduleClient.describe)
+    def describe(self, schedule_id: str) -> ScheduleDescription:
+        return self._loop.call(self._schedules.describe(schedule_id))
+
+    @documented_by(ScheduleClient.list)
+    def list(
+        self, *, workflow: str | None = None, paused: bool | None = None, limit: int = 100
+    ) -> builtins.list[ScheduleDescription]:
+        return self._loop.call(self._schedules.list(workflow=workflow, paused=paused, limit=limit))
+
+    @documented_by(ScheduleClient.pause)
+    def pause(self, schedule_id: str, note: str | None = None) -> ScheduleDescription:
+        return self._loop.call(self._schedules.pause(schedule_id, note))
+
+    @documented_by(ScheduleClient.unpause)
+    def unpause(self, schedule_id: str) -> ScheduleDescription:
+        return self._loop.call(self._schedules.unpause(schedule_id))
+
+    @documented_by(ScheduleClient.trigger)
+    def trigger(self, schedule_id: str) -> SyncRunHandle[Any]:
+        return SyncRunHandle(self._loop.call(self._schedules.trigger(schedule_id)), self._loop)
+
+    @documented_by(ScheduleClient.backfill)
+    def backfill(
+        self, schedule_id: str, start: datetime | int, end: datetime | int
+    ) -> builtins.list[str]:
+        return self._loop.call(self._schedules.backfill(schedule_id, start, end))
+
+    @documented_by(ScheduleClient.delete)
+    def delete(self, schedule_id: str) -> None:
+        self._loop.call(self._schedules.delete(schedule_id))
+
+
 class SyncClient:
     """`durably.Client` for synchronous code: the same verbs under the same names, each one
     blocking until its answer (module docstring). It takes `Client`'s arguments.
@@ -177,6 +235,8 @@ class SyncClient:
         except BaseException:
             self._loop.stop()
             raise
+        self.schedules = SyncScheduleClient(self._client.schedules, self._loop)
+        """Persisted schedules, as `Client.schedules` (each verb blocks for its answer)."""
 
     @property
     def namespace(self) -> str | None:

@@ -29,20 +29,29 @@ __all__ = [
     "copy_checkpoints",
     "default_fork_id",
     "fork_tag",
+    "fork_tags",
     "rows_to_copy",
 ]
 
 # Only a settled run is forked: a live one is still writing the rows a fork would copy.
 FORKABLE_STATUSES = ("completed", "failed", "cancelled", "dead")
 
-# The tag that links a fork to its original (`forked-from:<run id>@<seq>`): a tag is shown
-# in the run's detail and on the console's run page, and `list_runs(tags=[...])` finds
-# every fork of a run.
+# The tags that link a fork to its original: `forked-from:<run id>@<seq>` (which run, from
+# which step) and `forked-from:<run id>` (so `list_runs(tags=[...])` finds every fork of a
+# run, whatever its step: tags match exactly). Both are shown in the run's detail; the
+# console's run page links a fork to its original and the original to its forks.
 FORKED_FROM_TAG = "forked-from:"
 
 
 def fork_tag(run_id: str, from_seq: int) -> str:
     return f"{FORKED_FROM_TAG}{run_id}@{from_seq}"
+
+
+def fork_tags(inherited: list[str], run_id: str, from_seq: int) -> tuple[str, ...]:
+    """A fork's tags: the original's (minus its own `forked-from:` links — a fork of a fork
+    names its direct original only) and the two links to `run_id`."""
+    kept = [t for t in inherited if not t.startswith(FORKED_FROM_TAG)]
+    return (*kept, f"{FORKED_FROM_TAG}{run_id}", fork_tag(run_id, from_seq))
 
 
 def default_fork_id(run_id: str, from_seq: int) -> str:

@@ -28,6 +28,11 @@ from durably._core.buffered_signals import (
     DEFAULT_SIGNAL_BUFFER_TTL_MS,
 )
 from durably._core.durations import Duration, to_ms
+from durably._core.retention import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_SWEEP_INTERVAL_MS,
+    MAX_BATCHES_PER_POLICY,
+)
 from durably._engine.defs.concurrency import ConcurrencySpec, check_concurrency
 
 __all__ = [
@@ -217,6 +222,21 @@ class EngineOptions:
     """Most signals buffered for one token namespace (a token's text before its first
     ':'); past it a new one is refused with `SignalBufferFullError`."""
 
+    # ------------------------------------------------------------ retention sweep
+    retention_sweep_ms: int = _default("retention_sweep_ms", DEFAULT_SWEEP_INTERVAL_MS)
+    """With `Engine(retention=[...])`: how often the retention sweep runs (ms). It runs once
+    when the engine opens, then every this long; 0 sweeps at open only. Default one minute."""
+
+    retention_batch_size: int = _default("retention_batch_size", DEFAULT_BATCH_SIZE)
+    """Finished runs the retention sweep deletes per transaction (with their checkpoints
+    and other rows). Smaller batches hold the store's locks for less time per statement;
+    larger ones delete a backlog in fewer statements."""
+
+    retention_max_batches: int = _default("retention_max_batches", MAX_BATCHES_PER_POLICY)
+    """Batches each retention policy deletes per sweep at most. A backlog larger than
+    `retention_batch_size * retention_max_batches` runs drains over several sweeps, so one
+    sweep never runs for long."""
+
     def __post_init__(self) -> None:
         for name in OPTION_NAMES:
             check_option("EngineOptions", name, getattr(self, name))
@@ -259,6 +279,9 @@ _MINIMUM: Final[dict[str, int]] = {
     "max_payload_bytes": 1024,
     "signal_buffer_per_token": 1,
     "signal_buffer_per_namespace": 1,
+    "retention_sweep_ms": 0,  # 0: sweep at open only
+    "retention_batch_size": 1,
+    "retention_max_batches": 1,
 }
 _OPTIONAL: Final = frozenset({"max_recovery_attempts", "instance_wait_ms", "remote_redispatch_ms"})
 _FLAGS: Final = frozenset({"track_step_start", "always_replay"})

@@ -11,11 +11,17 @@ poll, reading the engine's clock, so a test clock moves them.
 that does not exist that day is skipped, a local time that happens twice fires once (at its
 first occurrence); the window start is the fire's absolute epoch ms, so ids stay unique.
 
-Refused here (never silently ignored): a random pre-start delay (`jitter=`).
+`jitter=` delays each window's start by up to that much, so many schedules sharing a
+boundary (every hour on the hour) do not all start at once. The delay is pseudo-random but a
+function of the window's run id alone, so every engine computes the same start instant and a
+window still fires once; it never moves the window's id. A delay never reaches the next
+window: `every=` refuses a jitter as long as the interval, and a cron window's delay is kept
+below the time to its next fire.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,10 +35,6 @@ Overlap = Literal["allow", "skip", "buffer_one"]
 OVERLAPS: tuple[str, ...] = ("allow", "skip", "buffer_one")
 
 CRON_MISSING = "cron schedules need the croniter library: install 'durably[cron]'"
-JITTER_REFUSED = (
-    "schedule jitter is not supported yet: a window's run starts at the first timer poll "
-    "inside the window; a random pre-start delay is planned"
-)
 
 
 def window_run_id(schedule_id: str, window_start_ms: int) -> str:
@@ -53,6 +55,8 @@ class Schedule:
     the live run ends (only the latest held window is kept).
     `max_catchup` is how many missed windows before the current one are started after
     downtime (oldest first; 0: only the current window). A `paused` schedule fires nothing.
+    `jitter` (a duration) delays each window's start by a pseudo-random amount below it,
+    the same on every engine (`start_delay_ms`); the run id stays the window's.
     `tags` and `search_attributes` are given to every run it starts.
     """
 
@@ -82,8 +86,6 @@ class Schedule:
             raise ValueError(f'schedule "{self.id}": workflow must be a workflow or its name')
         if (self.every is None) == (self.cron is None):
             raise ValueError(f'schedule "{self.id}" needs exactly one of every= or cron=')
-        if self.jitter is not None:
-            raise NotImplementedError(f'schedule "{self.id}": {JITTER_REFUSED}')
         if self.cron is not None:
             _check_cron(self.id, self.cron, self.timezone)
         elif self.timezone != "UTC":
@@ -93,6 +95,8 @@ class Schedule:
             )
         elif self.every_ms <= 0:
             raise ValueError(f'schedule "{self.id}": every= must be positive, got {self.every!r}')
+        if self.jitter is not None:
+            self._check_jitter()
         if self.overlap not in OVERLAPS:
             raise ValueError(
                 f'schedule "{self.id}": overlap must be one of {", ".join(OVERLAPS)}, '
@@ -107,6 +111,51 @@ class Schedule:
                 f'schedule "{self.id}": max_catchup must be a whole number >= 0, '
                 f"got {self.max_catchup!r}"
             )
+
+    def _check_jitter(self) -> None:
+        assert self.jitter is not None
+        jitter = to_ms(self.jitter)
+        if jitter <= 0:
+            raise ValueError(
+                f'schedule "{self.id}": jitter= must be a positive duration, got {self.jitter!r}'
+            )
+        if self.every is not None and jitter >= self.every_ms:
+            raise ValueError(
+                f'schedule "{self.id}": jitter= ({jitter} ms) must be shorter than every= '
+                f"({self.every_ms} ms): a window's start is never delayed into the next window"
+            )
+
+    @property
+    def jitter_ms(self) -> int:
+        """The jitter in whole milliseconds (0 without one)."""
+        return 0 if self.jitter is None else to_ms(self.jitter)
+
+    def start_delay_ms(self, window_ms: int) -> int:
+        """How long after `window_ms` its run starts: 0 without jitter, else a value in
+        [0, jitter) derived from a hash of the window's run id (the same on every engine),
+        kept below the time to the next window."""
+        jitter = self.jitter_ms
+        if jitter <= 0:
+            return 0
+        if self.cron is not None:
+            following = self.next_window(window_ms)
+            if following is not None:
+                jitter = min(jitter, following - window_ms)
+        if jitter <= 1:
+            return 0
+        digest = hashlib.sha256(window_run_id(self.id, window_ms).encode()).digest()
+        return int.from_bytes(digest[:8], "big") % jitter
+
+    def due_at(self, window_ms: int) -> int:
+        """When the window's run starts: the window start plus its jitter delay."""
+        return window_ms + self.start_delay_ms(window_ms)
+
+    def next_window(self, now_ms: int) -> int | None:
+        """The first window starting strictly after `now_ms`."""
+        if self.cron is not None:
+            return next_cron_fire_ms(self.cron, now_ms, self.timezone)
+        every = self.every_ms
+        return now_ms - now_ms % every + every
 
     @property
     def workflow_name(self) -> str:

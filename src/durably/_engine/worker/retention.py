@@ -6,8 +6,8 @@ engine instance id (`hold_instance`: a PostgreSQL advisory lock, a file lock nex
 SQLite file), so two engines never delete the same rows at once and a crashed sweeper's hold
 is freed by the database or the kernel. An engine without the hold tries again at each
 interval. A sweep runs at open and then every `interval_ms` (0: at open only); sweeps never
-overlap, and each policy is one `prune` (bounded batches). A sweep that fails is logged and
-retried at the next interval; the runs being driven never depend on it.
+overlap, and each policy is one `prune` (at most `max_batches` batches). A sweep that fails
+is logged and retried at the next interval; the runs being driven never depend on it.
 """
 
 from __future__ import annotations
@@ -43,12 +43,14 @@ class RetentionSweeper:
         clock: Callable[[], int],
         interval_ms: int,
         batch_size: int,
+        max_batches: int,
     ) -> None:
         self._store = store
         self.policies = list(policies)
         self._clock = clock
         self._interval_ms = interval_ms
         self._batch_size = batch_size
+        self._max_batches = max_batches
         self._hold: InstanceHold | None = None
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -86,7 +88,13 @@ class RetentionSweeper:
                     return None
             now = self._clock()
             results = [
-                await prune(self._store, policy, now, batch_size=self._batch_size)
+                await prune(
+                    self._store,
+                    policy,
+                    now,
+                    batch_size=self._batch_size,
+                    max_batches=self._max_batches,
+                )
                 for policy in self.policies
             ]
             self.sweeps += 1

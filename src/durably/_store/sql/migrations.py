@@ -33,6 +33,7 @@ from durably._store.sql.admission_schema import migration_v5
 from durably._store.sql.beats import migration_v8
 from durably._store.sql.connectors import connector_for
 from durably._store.sql.quota_schema import migration_v6
+from durably._store.sql.schedules import migration_v9
 from durably._store.sql.schema import schema_version
 
 
@@ -239,6 +240,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "start dedup keys (durable_run_dedup)", migration_v6),
     Migration(7, "step attempt history (durable_step_checkpoints.attempt_errors)", _v7),
     Migration(8, "worker heartbeats (durable_worker_beats)", migration_v8),
+    Migration(9, "persisted schedules (durable_schedules)", migration_v9),
 )
 HEAD: int = MIGRATIONS[-1].version
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Index,
     Integer,
@@ -278,6 +279,33 @@ worker_beats = Table(
 )
 Index("durable_worker_beats_beat_at_idx", worker_beats.c.beat_at)
 
+# ------------------------------------------------------------------ persisted schedules
+
+# durably (migration 9): one row per persisted schedule (`schedules.py`,
+# `durably._core.schedules`). `paused` is BOOLEAN on PostgreSQL and INTEGER 0/1 on SQLite;
+# `spec` and `state` are JSON documents; times are epoch ms, `next_fire_at` NULL = nothing due.
+# `updated_at` is the compare-and-set token of an engine advancing the row.
+schedules = Table(
+    "durable_schedules",
+    metadata,
+    Column("id", Text, nullable=False),
+    Column("workflow", Text, nullable=False),
+    Column("namespace", Text, nullable=False, server_default=text("'default'")),
+    Column("paused", Boolean().with_variant(Integer(), "sqlite"), nullable=False),
+    Column("next_fire_at", BigInteger),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("spec", Text, nullable=False),
+    Column("state", Text),
+    PrimaryKeyConstraint("id"),
+)
+Index(
+    "durable_schedules_due_idx",
+    schedules.c.namespace,
+    schedules.c.paused,
+    schedules.c.next_fire_at,
+)
+
 # ------------------------------------------------------------------ durable_schema_version
 
 # One row per applied migration (migrations.py). Bootstrap table: never migrated itself.
@@ -311,6 +339,7 @@ __all__ = [
     "metadata",
     "run_dedup",
     "runs",
+    "schedules",
     "schema_version",
     "tags",
     "waiters",

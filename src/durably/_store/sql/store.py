@@ -57,6 +57,7 @@ from durably._core.run_facets import (
     RunValueFacetOptions,
     RunValueFacetRow,
 )
+from durably._core.schedules import ScheduleQuery, ScheduleRecord
 from durably._core.worker_beats import WorkerBeat
 from durably._store.derived import DerivedStoreMethods
 from durably._store.protocol import InstanceHold, StateStore, WakeBus
@@ -77,6 +78,7 @@ from durably._store.sql.predicates import run_query_predicates
 from durably._store.sql.quota import SqlStartAdmission
 from durably._store.sql.retention import SqlRetention, run_side_deletes
 from durably._store.sql.runner import StatementRunner
+from durably._store.sql.schedules import SqlSchedules
 from durably._store.sql.schema import (
     RUN_COLUMNS,
     runs,
@@ -147,6 +149,7 @@ class SqlStateStore(DerivedStoreMethods):
         )
         self._signal_buffer = SqlSignalBuffer(runner, q, dialect, clock=self._clock)
         self._beats = SqlWorkerBeats(runner, dialect)
+        self._schedules = SqlSchedules(runner, dialect)
         self._retention = SqlRetention(runner)
 
     # ------------------------------------------------------------------ test hooks
@@ -782,6 +785,29 @@ class SqlStateStore(DerivedStoreMethods):
 
     async def prune_worker_beats(self, before_ms: int) -> int:
         return await self._beats.prune_worker_beats(before_ms)
+
+    # ------------------------------------------------------------------ schedules
+    # Forwards to `schedules.SqlSchedules`: each call one statement.
+
+    async def put_schedule(
+        self,
+        record: ScheduleRecord,
+        *,
+        if_absent: bool = False,
+        expected_updated_at: int | None = None,
+    ) -> bool:
+        return await self._schedules.put_schedule(
+            record, if_absent=if_absent, expected_updated_at=expected_updated_at
+        )
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        return await self._schedules.get_schedule(schedule_id)
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return await self._schedules.delete_schedule(schedule_id)
+
+    async def list_schedules(self, query: ScheduleQuery) -> list[ScheduleRecord]:
+        return await self._schedules.list_schedules(query)
 
     async def prune_terminal_runs(
         self, policy: RetentionPolicy, now_ms: int, limit: int, *, dry_run: bool = False

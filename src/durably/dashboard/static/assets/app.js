@@ -1,18 +1,20 @@
 // The console's entry: routing by path under the console's base (<base>/runs,
-// <base>/runs/<id>, <base>/workers, <base>/signals; old #/… links redirect) over the JSON API.
+// <base>/runs/<id>, <base>/workers, <base>/signals,
+// <base>/schedules; old #/… links redirect) over the JSON API.
 import { onReadOnly, probeReadOnly, state } from "./api.js";
 import { h, clear } from "./dom.js";
 import { runList } from "./runs.js";
 import { runDetail } from "./run.js";
 import { workersPanel } from "./workers.js";
 import { signalsPanel } from "./signals.js";
+import { schedulesPanel } from "./schedules.js";
 import { currentRoute, onNavigate, startNavigation } from "./nav.js";
 
 const app = document.getElementById("app");
 let current = null; // {dispose()} of the page on screen
 
 // The first path segment of every page (the server serves the console's shell for them).
-const PAGES = new Set(["runs", "workers", "signals"]);
+const PAGES = new Set(["runs", "workers", "signals", "schedules"]);
 
 function parse() {
   const raw = currentRoute();
@@ -33,6 +35,7 @@ function route() {
   if (parts[0] === "runs" && parts.length > 1) current = runDetail(app, parts.slice(1).join("/"));
   else if (parts[0] === "workers") current = workersPanel(app);
   else if (parts[0] === "signals") current = signalsPanel(app, params);
+  else if (parts[0] === "schedules") current = schedulesPanel(app);
   else if (!parts[0] || parts[0] === "runs") current = runList(app, params);
   else app.append(h("p.err", {}, "Unknown page. "), h("a", { href: "#/runs" }, "Back to runs"));
 }

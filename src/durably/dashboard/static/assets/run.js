@@ -15,10 +15,13 @@ const REFRESH_MS = 1000;
 const TERMINAL = ["completed", "failed", "cancelled", "dead"];
 const FAN_ORDER = ["completed", "failed", "running", "pending"];
 const CHILD = "signal:child:";
+// A fork is tagged `forked-from:<original>@<step>` and `forked-from:<original>`.
+const FORKED = "forked-from:";
+const FORK_LIMIT = 50;
 
 export function runDetail(root, runId) {
   const path = "runs/" + enc(runId);
-  const view = { etag: null, detail: null, selected: null, fans: new Map(), events: [], closed: false, engineRows: false };
+  const view = { etag: null, detail: null, selected: null, fans: new Map(), events: [], closed: false, engineRows: false, forks: [] };
   const top = h("section.card", { testid: "run-header" }, h("p.muted", {}, "Loading run…"));
   const controls = h("div.controls", { testid: "controls" });
   const relations = h("section.card", { testid: "relations", hidden: true });
@@ -52,10 +55,30 @@ export function runDetail(root, runId) {
         h("a", { href: "#/runs" }, "← Runs"));
       return;
     }
-    if (view.closed || res.status === 304) return;
+    const shown = res.status === 304 ? view.detail : res.body;
+    const forks = shown && TERMINAL.includes(shown.run.status) ? await loadForks() : view.forks;
+    if (view.closed) return;
+    const forksChanged = forks.join("\n") !== view.forks.join("\n");
+    view.forks = forks;
+    if (res.status === 304) {
+      if (forksChanged && view.detail) renderRelations(view.detail.run, view.detail.timeline, view.detail.children || [], view.detail.childCount);
+      return;
+    }
     view.etag = res.etag;
     view.detail = res.body;
     render();
+  }
+
+  // The runs forked from this one. Only a settled run is forked, and a settled run's detail
+  // never changes (it answers 304), so they are read on their own, by the link tag every
+  // fork carries, each time the page loads it.
+  async function loadForks() {
+    try {
+      const rows = await getJson("runs", { tag: FORKED + runId, limit: FORK_LIMIT });
+      return rows.map((r) => r.id);
+    } catch {
+      return view.forks;
+    }
   }
 
   let timer = 0, last = 0;
@@ -147,6 +170,12 @@ export function runDetail(root, runId) {
     if (run.id.startsWith("dlq:")) parts.push(rel("Dead-letter handler of", [run.id.slice(4)], "rel-dead-run"));
     const dlq = run.error && run.error.details && run.error.details.deadLetterRun;
     if (typeof dlq === "string") parts.push(rel("Dead-letter run", [dlq], "rel-dead-letter"));
+    const origin = forkOrigin(run.tags || []);
+    if (origin) parts.push(rel("Forked from", [origin.runId], "rel-forked-from", h("span.muted", { testid: "fork-step" }, ` at step #${origin.seq}`)));
+    if (view.forks.length) {
+      const more = view.forks.length >= FORK_LIMIT ? h("a.muted", { href: "#/runs?tag=" + enc(FORKED + run.id) }, " (all forks)") : null;
+      parts.push(rel(`Forks (${num(view.forks.length)}${more ? "+" : ""})`, view.forks, "rel-fork", more));
+    }
     if (parents.length) parts.push(rel("Parent", parents, "rel-parent"));
     if (handlers.length) parts.push(rel("onError handlers", handlers, "rel-handler"));
     if (kids.length) {
@@ -155,6 +184,20 @@ export function runDetail(root, runId) {
     }
     relations.hidden = !parts.length;
     clear(relations, parts);
+  }
+  // The original a fork was made from, and the step: the `@<step>` link whose run id is also
+  // tagged on its own (a run id may itself contain "@"); a lone `@<step>` link otherwise.
+  function forkOrigin(tags) {
+    const links = tags.filter((t) => t.startsWith(FORKED)).map((t) => t.slice(FORKED.length));
+    let lone = null;
+    for (const link of links) {
+      const at = link.lastIndexOf("@");
+      if (at <= 0 || !/^\d+$/.test(link.slice(at + 1))) continue;
+      const found = { runId: link.slice(0, at), seq: Number(link.slice(at + 1)) };
+      if (links.includes(found.runId)) return found;
+      lone = lone || found;
+    }
+    return lone;
   }
   const rel = (label, ids, testid, extra) => h("div.rel", {}, h("span.lbl", {}, label),
     h("span.ids", {}, ids.map((id) => runLink(id, testid))), extra);
