@@ -13,7 +13,16 @@ from durably.dashboard import create_app
 
 from .conftest import client_for
 
-PATHS = ["runs", "runs/", "runs/r-1", "runs/orders%2F2024%2F17", "runs/a/b/c", "workers", "signals"]
+PATHS = [
+    "runs",
+    "runs/",
+    "runs/r-1",
+    "runs/orders%2F2024%2F17",
+    "runs/a/b/c",
+    "workers",
+    "signals",
+    "schedules",
+]
 
 
 @pytest.mark.parametrize("path", PATHS)
