@@ -7,6 +7,8 @@ import typing
 import durably
 
 EXPECTED_EXPORTS = [
+    "ActivityBucket",
+    "ActivityWindow",
     "AdaptiveConcurrency",
     "AesGcmCodec",
     "Args",
@@ -168,6 +170,9 @@ def test_read_side_models_are_what_the_public_read_methods_answer() -> None:
         assert value_facets["return"] == list[durably.RunValueFacetRow]
         assert durably.RunValueAxis in typing.get_args(value_facets["axis"])
         assert durably.RunValueFacetOptions in typing.get_args(value_facets["options"])
+        activity = typing.get_type_hints(owner.run_activity)
+        assert activity["return"] == list[durably.ActivityBucket]
+        assert activity["window"] == durably.ActivityWindow
         waiting = typing.get_type_hints(owner.waiting_for)["return"]
         assert waiting == dict[str, durably.RunWaiting]
     health = typing.get_type_hints(durably.Engine.worker_health)["return"]

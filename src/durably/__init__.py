@@ -59,6 +59,7 @@ from durably._core.models import (
 )
 from durably._core.quota import Concurrency, ConcurrencyQuota, Singleton
 from durably._core.retention import PruneResult, RetentionPolicy
+from durably._core.run_activity import ActivityBucket, ActivityWindow
 from durably._core.triggers import Batch, Debounce, EventKeyError, EventTrigger
 from durably._engine.client.client import Client
 from durably._engine.client.handle import RunHandle, UpdateResult
@@ -128,6 +129,8 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActivityBucket",
+    "ActivityWindow",
     "AdaptiveConcurrency",
     "AesGcmCodec",
     "Args",

@@ -46,7 +46,8 @@ async def test_row_kinds_durations_engine_rows_and_delete(
         await engine.start(paused, 1, run_id="live-run")
         await engine.start(tour, 1, run_id="tour-run")
         await engine.signal("rows-approve", "yes")  # buffered until the wait takes it
-        await engine.wait_for_run("tour-run", timeout=10)
+        # terminal, not merely settled: a run still sleeping would be read before its last rows
+        await engine.wait_for_run("tour-run", timeout=30, until="terminal")
         async with serve(create_app(engine)) as base:
             context = await browser.new_context(viewport=VIEWPORT)
             page = await context.new_page()
@@ -83,7 +84,7 @@ async def test_row_kinds_durations_engine_rows_and_delete(
             dialog = page.get_by_test_id("confirm-dialog")
             await dialog.wait_for(state="visible")
             await page.get_by_test_id("confirm-button").click()
-            await page.wait_for_url("**#/runs")
+            await page.wait_for_url("**/runs")
             assert await engine.get_run("tour-run") is None
 
             # a live run cannot be deleted from its page

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import durably
-from durably import FatalError, WorkflowCtx
+from durably import (
+    ActivityBucket,
+    ActivityWindow,
+    Client,
+    Engine,
+    FatalError,
+    SyncClient,
+    WorkflowCtx,
+)
 from tests.engine_support import RESULT_TIMEOUT, EngineFactory, wait_status, wait_suspended
 
 
@@ -59,3 +70,27 @@ async def test_facets_counts_waiting_and_health(engine_factory: EngineFactory, u
 
         await engine.signal(f"{uid}-go-7", 7)
         assert await engine.get_handle(f"{uid}-w").result(timeout=RESULT_TIMEOUT) == 7
+
+
+async def test_run_activity_counts_per_bucket_on_engine_client_and_sync_client(
+    tmp_path: Path,
+) -> None:
+    @durably.workflow("activity.echo")
+    async def echo(ctx: WorkflowCtx, x: int) -> int:
+        return x
+
+    url = f"sqlite:///{tmp_path / 'activity.db'}"
+    async with Engine(url, workflows=[echo], timer_poll_ms=20) as engine:
+        for i in range(3):
+            await engine.execute(echo, i, run_id=f"act-{i}")
+        now = int(time.time() * 1000)
+        window = ActivityWindow(since_ms=now - 3_600_000, bucket_ms=60_000, buckets=61)
+        on_engine = await engine.run_activity(window)
+        async with Client(url) as client:
+            on_client = await client.run_activity(window, workflow="activity.echo")
+            none = await client.run_activity(window, workflow="nothing")
+    assert sum(b.started for b in on_engine) == 3 == sum(b.completed for b in on_engine)
+    assert on_client == on_engine and none == []
+    assert all(isinstance(b, ActivityBucket) for b in on_engine)
+    with SyncClient(url) as sync:
+        assert sync.run_activity(window) == on_engine

@@ -166,3 +166,20 @@ def test_a_fan_member_says_so_and_annotate_carries_every_view() -> None:
         "fanMember": True,
         "durationMs": 1000,
     }
+
+
+@pytest.mark.parametrize(
+    ("cp", "subject"),
+    [
+        (_row(0, "signal:approve", "signal"), "approve"),
+        (_row(0, f"signal:event:{_b64('paid')}:{_b64('{}')}:r#0", "signal"), "paid"),
+        (_row(0, "signal:update:r:rename", "signal"), "rename"),
+        (_row(0, "signal:wh:abc", "signal"), "wh:abc"),
+        (_row(0, "signal:child:r.child.0", "signal"), "r.child.0"),
+        (_row(0, "sleep", "sleep", wake_at=NOW), None),
+        (_row(0, "charge", "remote"), None),
+    ],
+)
+def test_a_wait_says_what_it_waits_for(cp: StepCheckpoint, subject: str | None) -> None:
+    assert describe_row(cp, NOW).waits_for == subject
+    assert describe_row(cp, NOW).to_json().get("waitsFor") == subject

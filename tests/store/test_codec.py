@@ -81,6 +81,8 @@ class TestThroughCodec:
 
 # The subset, taken from the suite's class: the cases run here exactly as the suite runs them.
 SUBSET = (
+    "test_run_activity_counts_starts_and_settles_per_bucket",
+    "test_run_activity_filters_like_the_list_and_ignores_the_page",
     "test_aggregates_are_present_and_paired",
     "test_attributes_eq_range_and_anded",
     "test_bounded_buffer_is_fifo_and_round_trips_payloads",

@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 
 from durably import (
+    ActivityBucket,
+    ActivityWindow,
     BufferedSignalInfo,
     InMemoryStateStore,
     RetentionPolicy,
@@ -242,6 +244,9 @@ class DelegatingStore:
         self, axis: RunValueAxis, query: RunQuery, opts: RunValueFacetOptions | None = None
     ) -> list[RunValueFacetRow]:
         return await self._inner.run_value_facets(axis, query, opts)
+
+    async def run_activity(self, query: RunQuery, window: ActivityWindow) -> list[ActivityBucket]:
+        return await self._inner.run_activity(query, window)
 
     async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
         return await self._inner.lease_owners(now_ms, namespace)

@@ -30,6 +30,7 @@ from durably._core.retention import (
     RetentionPolicy,
     check_policies,
 )
+from durably._core.run_activity import ActivityBucket, ActivityWindow
 from durably._core.triggers import refuse_engine_owned_start
 from durably._engine.client.client import (
     CANCEL_WHERE_LIMIT,
@@ -823,6 +824,10 @@ class Engine:
     @documented_by(RunReads.run_facets)
     async def run_facets(self, **query: Any) -> list[RunFacetRow]:
         return await self._client.run_facets(**query)
+
+    @documented_by(RunReads.run_activity)
+    async def run_activity(self, window: ActivityWindow, **query: Any) -> list[ActivityBucket]:
+        return await self._client.run_activity(window, **query)
 
     @documented_by(RunReads.run_value_facets)
     async def run_value_facets(

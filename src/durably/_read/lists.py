@@ -24,6 +24,7 @@ from durably._core.models import (
     SignalWaiter,
     WorkflowRun,
 )
+from durably._core.run_activity import ActivityBucket, ActivityWindow
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -73,6 +74,7 @@ __all__ = [
     "merge_run_facet_rows",
     "merge_run_value_facet_rows",
     "resolve_run_waiting",
+    "run_activity",
     "run_facets",
     "run_facets_from_runs",
     "run_value_facets",
@@ -240,6 +242,14 @@ async def run_facets(store: ReadStore, query: RunQuery) -> list[RunFacetRow]:
     """Run counts by `(status, origin)` over every run matching `query` with its status and
     origin filters and its page dropped (`facet_query`)."""
     return merge_run_facet_rows(await store.run_facets(facet_query(query)))
+
+
+async def run_activity(
+    store: ReadStore, window: ActivityWindow, query: RunQuery
+) -> list[ActivityBucket]:
+    """Runs started / completed / failed per bucket of `window` among the runs matching
+    `query`, its page ignored (`durably._core.run_activity`)."""
+    return await store.run_activity(unpaged(query), window)
 
 
 async def run_value_facets(

@@ -16,6 +16,10 @@ name, seq, stored kind and worker group of each row and answers a `RowView`:
   the wait's row when it ended). Absent elsewhere: a delivered signal's or child's row is
   written at delivery with every timestamp set to that moment, so the store does not say
   when the wait began — an absent duration is honest where "0 ms" was not.
+- `waits_for` — on a wait, what it waits for in words: the signal's token, the event's or
+  the update's name, the child's run id.
+- `attempt_spans` — on a step that failed an attempt, each attempt as a span of time,
+  read from the row's failure history (`durably._read.attempts`: which starts are known).
 - `engine` — rows the engine writes for itself and no workflow line asked for by that
   name: the deadline of a wait with a timeout (`timeout:<token>`, just before the wait's
   own position: `owner` is the wait's seq) and a retired onError handoff.
@@ -40,6 +44,7 @@ from typing import Any, Literal
 
 from durably._core.jsonshape import JsonObject, json_field
 from durably._core.models import HANDOFF_SEQ_BASE, StepCheckpoint, ms_from_utc, utc_from_ms
+from durably._read.attempts import AttemptSpan, attempt_spans
 
 __all__ = [
     "ENGINE_ROW_KINDS",
@@ -101,6 +106,7 @@ _LABELS: Mapping[str, str] = {
 }
 _TIMEOUT = "timeout:"
 _SIGNAL = "signal:"
+_CHILD = "signal:child:"
 _STEP_KINDS = frozenset(
     {
         "local_step",
@@ -117,7 +123,8 @@ _WAIT_KINDS = frozenset({"signal_wait", "event_wait", "update_wait", "webhook_wa
 @dataclass(frozen=True, slots=True)
 class RowView(JsonObject, dates="iso_ms"):
     """What one timeline row stands for (module docstring). JSON:
-    `{kind, label, engine?, owner?, fanMember?, state?, durationMs?, dueAt?, timeoutMs?}`."""
+    `{kind, label, engine?, owner?, fanMember?, state?, durationMs?, dueAt?, timeoutMs?,
+    waitsFor?, attemptSpans?}`."""
 
     kind: RowKind
     label: str
@@ -129,6 +136,11 @@ class RowView(JsonObject, dates="iso_ms"):
     due_at: datetime | None = None
     #: On a wait with a timeout: how long it was allowed to wait.
     timeout_ms: int | None = None
+    #: On a wait: what it waits for, in words (a signal's token, an event's or an update's
+    #: name, a child's run id).
+    waits_for: str | None = None
+    #: On a step that failed an attempt: every attempt as a span of time (`attempts`).
+    attempt_spans: tuple[AttemptSpan, ...] = field(default=(), metadata=json_field(write="truthy"))
 
 
 def _b64_text(text: str) -> str | None:
@@ -214,6 +226,7 @@ def describe_row(
     just before it), `owner` the wait row of the deadline `cp` is (the row just after it);
     leave them out where the neighbours are not at hand (a fan page's members have none)."""
     kind = _kind_of(cp)
+    name = cp.name
     label = _LABELS[kind]
     view: dict[str, Any] = {"kind": kind, "label": label}
     if cp.parallel_group is not None and kind not in ENGINE_ROW_KINDS:
@@ -226,6 +239,13 @@ def describe_row(
         view["duration_ms"] = max(0, cp.wake_at - ms_from_utc(cp.started_at))
     elif kind in _STEP_KINDS and _settled(cp):
         view["duration_ms"] = _span_ms(cp.started_at, cp.finished_at)
+    if kind in _WAIT_KINDS:
+        token = name[len(_SIGNAL) :] if name.startswith(_SIGNAL) else name
+        view["waits_for"] = _wait_subject(token)[1]
+    elif kind in ("child", "on_error_handoff"):
+        view["waits_for"] = name[len(_CHILD) :]
+    if kind in _STEP_KINDS and cp.attempt_errors:
+        view["attempt_spans"] = attempt_spans(cp)
     if kind == "sleep" and cp.wake_at is not None and cp.wake_at > now_ms:
         view["state"] = "sleeping"
     if kind == "timeout":

@@ -43,6 +43,7 @@ from durably._core.models import (
 )
 from durably._core.quota import StartGate, StartOutcome
 from durably._core.retention import RetentionPolicy, select_prunable
+from durably._core.run_activity import ActivityBucket, ActivityWindow
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -640,6 +641,11 @@ class InMemoryStateStore(DerivedStoreMethods):
     ) -> list[RunValueFacetRow]:
         """Values of `axis` over the newest `scan` runs matching `query`."""
         return await self._facets.run_value_facets(axis, query, opts)
+
+    async def run_activity(self, query: RunQuery, window: ActivityWindow) -> list[ActivityBucket]:
+        """Runs started, completed and failed per bucket of `window` among those matching
+        `query` (page ignored)."""
+        return await self._facets.run_activity(query, window)
 
     async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
         """Unexpired leases grouped by `(namespace, owner)`."""

@@ -5,6 +5,8 @@
 - `run_value_facets`: every axis over the newest `scan` (5000) matching runs
   (`run_value_facets_from_runs`) — for the column axes that is exact whenever fewer than
   `scan` runs match (the SQL stores count column axes exactly over every run);
+- `run_activity`: runs started / completed / failed per time bucket
+  (`run_activity_from_runs`) over every matching run;
 - `lease_owners`: unexpired leases grouped by `(namespace, owner)`.
 
 The answers the SQL stores must reproduce. A part object of `InMemoryStateStore` (which
@@ -18,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from durably._core.models import RunQuery
+from durably._core.run_activity import ActivityBucket, ActivityWindow, run_activity_from_runs
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -54,6 +57,10 @@ class MemoryRunFacets:
         options = RunValueFacetOptions.of(opts)
         window = newest_first(self._tables.select(unpaged(query)))[: options.effective_scan]
         return run_value_facets_from_runs(window, axis, options)
+
+    async def run_activity(self, query: RunQuery, window: ActivityWindow) -> list[ActivityBucket]:
+        self._tables.tick()
+        return run_activity_from_runs(self._tables.select(unpaged(query)), window)
 
     async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
         self._tables.tick()

@@ -84,6 +84,7 @@ from durably._core.models import (
 )
 from durably._core.quota import StartGate, StartOutcome
 from durably._core.retention import RetentionPolicy
+from durably._core.run_activity import ActivityBucket, ActivityWindow
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -422,6 +423,9 @@ class ReadStore(Protocol):
       (`facet_query`: the chips keep their counts while the list is filtered and paged).
     - `run_value_facets(axis, query, opts=None)`: value counts of `axis` (column axes exact;
       tag and attribute axes over the newest `opts.scan` matching runs).
+    - `run_activity(query, window)`: runs started / completed / failed per time bucket of
+      `window` among the runs matching `query` (page ignored), empty buckets left out
+      (`durably._core.run_activity`); at most `window.buckets` rows.
     - `lease_owners(now_ms, namespace=None)`: unexpired run leases grouped by
       `(namespace, locked_by)`: the live engines worker health reports without a heartbeat
       table.
@@ -441,6 +445,9 @@ class ReadStore(Protocol):
         query: RunQuery,
         opts: RunValueFacetOptions | None = None,
     ) -> list[RunValueFacetRow]: ...
+    async def run_activity(
+        self, query: RunQuery, window: ActivityWindow
+    ) -> list[ActivityBucket]: ...
     async def lease_owners(
         self, now_ms: int, namespace: str | None = None
     ) -> list[LeaseOwnerRow]: ...

@@ -46,6 +46,7 @@ from durably._read import lists, rows
 from durably._read.list_models import RunListItem
 from durably._read.models import FanPage, RunDetail
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
+from durably.dashboard.activity import ACTIVITY_PARAMS, activity_json
 from durably.dashboard.filters import (
     FILTER_PARAMS,
     MAX_OFFSET,
@@ -147,6 +148,7 @@ class DashboardApi:
             r("/runs", self.list_runs),
             r("/runs/facets", self.run_facets),
             r("/runs/values", self.run_values),
+            r("/runs/activity", self.run_activity),
             r("/runs/{run_id}", self.run_detail),
             w("/runs/{run_id}", self.delete_run, "delete", "DELETE"),
             r("/runs/{run_id}/fans/{group:path}", self.fan_members),
@@ -236,6 +238,11 @@ class DashboardApi:
         axis, query, limit, offset = value_facet_request(request.query_params)
         rows = await self.engine.run_value_facets(axis, {"limit": limit + offset}, **query)
         return json_response([row.to_json() for row in rows[offset : offset + limit]])
+
+    async def run_activity(self, request: Request) -> Response:
+        """Runs started / completed / failed per time bucket (`activity`)."""
+        params = _params(request, ACTIVITY_PARAMS)
+        return json_response(await activity_json(self.engine, params, self._now_ms()))
 
     # ------------------------------------------------------------------ detail
 

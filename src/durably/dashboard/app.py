@@ -24,7 +24,13 @@ from durably._engine.engine import Engine
 from durably.dashboard.api import DashboardApi
 from durably.dashboard.auth import Authenticator, DashboardAuth
 from durably.dashboard.config import DashboardConfigError
-from durably.dashboard.pages import PUBLIC_ASSETS, asset_bytes, asset_type, index_html
+from durably.dashboard.pages import (
+    CONSOLE_PAGES,
+    PUBLIC_ASSETS,
+    asset_bytes,
+    asset_type,
+    index_html,
+)
 from durably.dashboard.paths import RawSegments
 from durably.dashboard.responses import error_response
 from durably.dashboard.security import (
@@ -184,6 +190,13 @@ def create_app(
     # Routed on the client's own path segments, so a run id holding `/` stays addressable
     # (`paths.py`).
     routes.append(Mount(api_base, app=RawSegments(Router(routes=api.routes(api_wrap)))))
+    # The console's own pages by path (`<base>/runs/<id>`, …): a link opened directly or a
+    # page refreshed gets the same shell, whose client-side router reads the path. After the
+    # API mount, so an API base inside the console's paths still reaches the API.
+    shell = ui_wrap(index)
+    for name in CONSOLE_PAGES:
+        routes.append(Route(f"{base}/{name}", shell, methods=["GET"]))
+        routes.append(Route(f"{base}/{name}/{{rest:path}}", shell, methods=["GET"]))
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(404, f"Cannot {request.method} {request.url.path}")

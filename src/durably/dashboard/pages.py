@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 
 __all__ = [
     "ASSET_TYPES",
+    "CONSOLE_PAGES",
     "PUBLIC_ASSETS",
     "asset_bytes",
     "asset_type",
@@ -28,6 +29,9 @@ ASSET_TYPES = {
     ".ico": "image/x-icon",
 }
 _CONFIG_MARK = "<!--durable-config-->"
+#: The console's pages: `<base>/<page>` and every path below it serve the console's shell
+#: (`index.html`), whose client-side router then opens the page the path names.
+CONSOLE_PAGES = ("runs", "workers", "signals", "schedules")
 
 
 def _static() -> resources.abc.Traversable:

@@ -46,6 +46,7 @@ from durably._core.models import (
 )
 from durably._core.quota import StartGate, StartOutcome
 from durably._core.retention import RetentionPolicy
+from durably._core.run_activity import ActivityBucket, ActivityWindow
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -524,6 +525,10 @@ class CrashableStore:
     ) -> list[RunValueFacetRow]:
         self._alive()
         return await self._inner.run_value_facets(axis, query, opts)
+
+    async def run_activity(self, query: RunQuery, window: ActivityWindow) -> list[ActivityBucket]:
+        self._alive()
+        return await self._inner.run_activity(query, window)
 
     async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
         self._alive()

@@ -44,6 +44,7 @@ from durably._core.models import (
 )
 from durably._core.quota import ConcurrencyQuota
 from durably._core.retention import DEFAULT_BATCH_SIZE, PruneResult, RetentionPolicy
+from durably._core.run_activity import ActivityBucket, ActivityWindow
 from durably._core.triggers import refuse_engine_owned_start
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, RunWatchers, WaitUntil
@@ -814,6 +815,10 @@ class Client:
     @documented_by(RunReads.run_facets)
     async def run_facets(self, **query: Any) -> list[RunFacetRow]:
         return await self._reads.run_facets(**query)
+
+    @documented_by(RunReads.run_activity)
+    async def run_activity(self, window: ActivityWindow, **query: Any) -> list[ActivityBucket]:
+        return await self._reads.run_activity(window, **query)
 
     @documented_by(RunReads.run_value_facets)
     async def run_value_facets(

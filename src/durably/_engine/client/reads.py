@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from durably._core.models import RunQuery, StepCheckpoint, WorkflowRun
+from durably._core.run_activity import ActivityBucket, ActivityWindow
 from durably._engine.control.operator import get_run_children
 from durably._engine.defs.remote_workflows import RemoteWorkflow
 from durably._read import fleet, lists
@@ -144,6 +145,15 @@ class RunReads:
         status/origin filters and the page of `query` are dropped, so the console's chips
         keep their counts while the list is paged. One `GROUP BY` on the SQL store."""
         return await lists.run_facets(self.store, lists.as_run_query(**query))
+
+    async def run_activity(self, window: ActivityWindow, **query: Any) -> list[ActivityBucket]:
+        """Runs started, completed and failed per time bucket of `window` among the runs
+        matching `query` (the list's filters; its page ignored): one `ActivityBucket` per
+        bucket that saw something, in time order. A run counts as started in the bucket of
+        its creation, and as completed or failed — its status now — in the bucket of its
+        last change. The store counts (two `GROUP BY`s on the SQL store), so the answer has
+        at most one row per bucket whatever the number of runs."""
+        return await lists.run_activity(self.store, window, lists.as_run_query(**query))
 
     async def run_value_facets(
         self,

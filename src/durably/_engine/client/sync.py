@@ -27,6 +27,7 @@ from durably._core.durations import Duration
 from durably._core.models import RunResult, RunStatus, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
 from durably._core.retention import DEFAULT_BATCH_SIZE, PruneResult, RetentionPolicy
+from durably._core.run_activity import ActivityBucket, ActivityWindow
 from durably._engine.client.client import CANCEL_WHERE_LIMIT, Client
 from durably._engine.client.docs import documented_by
 from durably._engine.client.handle import RunHandle, WaitUntil
@@ -491,6 +492,10 @@ class SyncClient:
     @documented_by(Client.run_facets)
     def run_facets(self, **query: Any) -> list[RunFacetRow]:
         return self._loop.call(self._client.run_facets(**query))
+
+    @documented_by(Client.run_activity)
+    def run_activity(self, window: ActivityWindow, **query: Any) -> list[ActivityBucket]:
+        return self._loop.call(self._client.run_activity(window, **query))
 
     @documented_by(Client.run_value_facets)
     def run_value_facets(

@@ -32,6 +32,7 @@ from durably._core.models import (
     StepCheckpoint,
     WorkflowRun,
 )
+from durably._core.run_activity import ActivityBucket, ActivityWindow
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -223,6 +224,9 @@ class GuardedStore:
         self, axis: RunValueAxis, query: RunQuery, opts: RunValueFacetOptions | None = None
     ) -> list[RunValueFacetRow]:
         return await _guarded(self._store.run_value_facets, axis, query, opts)
+
+    async def run_activity(self, query: RunQuery, window: ActivityWindow) -> list[ActivityBucket]:
+        return await _guarded(self._store.run_activity, query, window)
 
     async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
         return await _guarded(self._store.lease_owners, now_ms, namespace)

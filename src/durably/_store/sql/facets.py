@@ -13,6 +13,8 @@ Each call is ONE statement, filtered in SQL by the shared predicate builder
   BY created_at DESC, id DESC LIMIT :scan)`), the same window the in-memory reference counts,
   so both store families agree exactly. Attribute values are formatted with `js_string` in
   Python, never in SQL.
+- `run_activity`: two `GROUP BY`s by time bucket — starts over `created_at`, settled runs
+  over `(status, updated_at)` — both on indexed columns and bounded by the window;
 - `lease_owners`: `GROUP BY namespace, locked_by` over unexpired leases — what
   `worker_health` reads in place of a heartbeat table.
 
@@ -29,11 +31,12 @@ shared predicate builder and read the same way on both databases.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
 from durably._core.models import RunQuery
+from durably._core.run_activity import ActivityBucket, ActivityWindow, merge_activity
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -117,6 +120,44 @@ def run_value_facets_statement(
     )
 
 
+def _bucket_of(column: sa.ColumnElement[int], window: ActivityWindow) -> sa.ColumnElement[int]:
+    # The window's numbers are checked ints, written into the SQL text: the same expression
+    # in SELECT and GROUP BY then reads identically on PostgreSQL (binds would not). `//` is
+    # integer division on both databases; both operands are non-negative in the window.
+    since: sa.ColumnElement[int] = sa.literal_column(str(int(window.since_ms)), sa.BigInteger)
+    width: sa.ColumnElement[int] = sa.literal_column(str(int(window.bucket_ms)), sa.BigInteger)
+    return ((column - since) // width).label("bucket")
+
+
+def run_activity_statements(
+    query: RunQuery, window: ActivityWindow
+) -> tuple[sa.Select[Any], sa.Select[Any]]:
+    """Starts per bucket (`created_at` in the window) and settled runs per bucket and status
+    (`status` completed/failed, `updated_at` in the window): `(bucket, count)` and
+    `(bucket, status, count)` rows: at most one, and two, per bucket."""
+    r = runs.c
+    where = run_query_predicates(unpaged(query))
+    created = _bucket_of(r.created_at, window)
+    started = cast(
+        "sa.Select[Any]",
+        sa.select(created, sa.func.count())
+        .where(*where, r.created_at >= window.since_ms, r.created_at < window.until_ms)
+        .group_by(sa.literal_column("bucket")),
+    )
+    updated = _bucket_of(r.updated_at, window)
+    settled = (
+        sa.select(updated, r.status, sa.func.count())
+        .where(
+            *where,
+            r.status.in_(["completed", "failed"]),
+            r.updated_at >= window.since_ms,
+            r.updated_at < window.until_ms,
+        )
+        .group_by(sa.literal_column("bucket"), r.status)
+    )
+    return started, settled
+
+
 def lease_owners_statement(now_ms: int, namespace: str | None) -> sa.Select[Any]:
     r = runs.c
     ns = _namespace_column()
@@ -171,6 +212,16 @@ class SqlRunFacets:
         found = await self._facet_rows(run_value_facets_statement(ax, query, options))
         return merge_run_value_facet_rows(_value_rows(ax, found), options)
 
+    async def run_activity(self, query: RunQuery, window: ActivityWindow) -> list[ActivityBucket]:
+        started_stmt, settled_stmt = run_activity_statements(query, window)
+        started = await self._facet_rows(started_stmt)
+        settled = await self._facet_rows(settled_stmt)
+        return merge_activity(
+            window,
+            ((int(row[0]), int(row[1])) for row in started),
+            ((int(row[0]), str(row[1]), int(row[2])) for row in settled),
+        )
+
     async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
         found = await self._facet_rows(lease_owners_statement(now_ms, namespace))
         rows = [
@@ -183,6 +234,7 @@ class SqlRunFacets:
 __all__ = [
     "SqlRunFacets",
     "lease_owners_statement",
+    "run_activity_statements",
     "run_facets_statement",
     "run_value_facets_statement",
     "scan_window",

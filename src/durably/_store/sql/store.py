@@ -49,6 +49,7 @@ from durably._core.models import (
 )
 from durably._core.quota import StartGate, StartOutcome
 from durably._core.retention import RetentionPolicy
+from durably._core.run_activity import ActivityBucket, ActivityWindow
 from durably._core.run_facets import (
     LeaseOwnerRow,
     RunFacetRow,
@@ -758,6 +759,11 @@ class SqlStateStore(DerivedStoreMethods):
         """Values of `axis` over the runs matching `query` (page ignored) with their counts,
         most frequent first, at most `opts.limit` (100); one `GROUP BY`."""
         return await self._facets.run_value_facets(axis, query, opts)
+
+    async def run_activity(self, query: RunQuery, window: ActivityWindow) -> list[ActivityBucket]:
+        """Runs started, completed and failed per bucket of `window` among those matching
+        `query` (page ignored); two `GROUP BY`s over indexed columns."""
+        return await self._facets.run_activity(query, window)
 
     async def lease_owners(self, now_ms: int, namespace: str | None = None) -> list[LeaseOwnerRow]:
         """Unexpired leases grouped by `(namespace, owner)`; one `GROUP BY`."""

@@ -1,5 +1,6 @@
-// The console's entry: hash routing (#/runs, #/runs/<id>, #/workers, #/signals,
-// #/schedules) over the JSON API.
+// The console's entry: routing by path under the console's base (<base>/runs,
+// <base>/runs/<id>, <base>/workers, <base>/signals,
+// <base>/schedules; old #/… links redirect) over the JSON API.
 import { onReadOnly, probeReadOnly, state } from "./api.js";
 import { h, clear } from "./dom.js";
 import { runList } from "./runs.js";
@@ -7,12 +8,16 @@ import { runDetail } from "./run.js";
 import { workersPanel } from "./workers.js";
 import { signalsPanel } from "./signals.js";
 import { schedulesPanel } from "./schedules.js";
+import { currentRoute, onNavigate, startNavigation } from "./nav.js";
 
 const app = document.getElementById("app");
 let current = null; // {dispose()} of the page on screen
 
+// The first path segment of every page (the server serves the console's shell for them).
+const PAGES = new Set(["runs", "workers", "signals", "schedules"]);
+
 function parse() {
-  const raw = location.hash.replace(/^#\/?/, "");
+  const raw = currentRoute();
   const [path, query = ""] = raw.split("?");
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   return { parts, params: new URLSearchParams(query) };
@@ -42,7 +47,8 @@ function showReadOnly(on) {
 }
 
 onReadOnly(showReadOnly);
-window.addEventListener("hashchange", route);
+startNavigation((first) => PAGES.has(first));
+onNavigate(route);
 showReadOnly(state.readOnly);
 probeReadOnly();
 route();

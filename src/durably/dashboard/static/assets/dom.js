@@ -1,4 +1,5 @@
 // Tiny DOM and formatting helpers shared by the console pages.
+import { pageHref } from "./nav.js";
 
 /** h("tag.cls", {attrs}, ...children): build an element. `on*` attrs are listeners,
  *  `style` is an object of CSS properties. */
@@ -104,7 +105,7 @@ export function errorBlock(err, testid = "error") {
     e.stack ? h("details", {}, h("summary", {}, "stack"), h("pre.json", {}, e.stack)) : null);
 }
 
-export const runHref = (id) => "#/runs/" + encodeURIComponent(id);
+export const runHref = (id) => pageHref("runs/" + encodeURIComponent(id));
 export const runLink = (id, testid = "run-link") =>
   h("a.mono", { href: runHref(id), testid, "data-run-id": id }, id);
 

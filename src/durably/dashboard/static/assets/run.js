@@ -1,11 +1,13 @@
 // The run detail: header, relations (parent / children / onError handlers), controls, the
-// timeline with every wide fan as ONE node (expanding into paged members), the step detail
+// waterfall (waterfall.js), the timeline with every wide fan as ONE node (expanding into
+// paged members), the step detail
 // and live updates over server-sent events (refetching with If-None-Match).
 // Each row's `row` (from the server) says what it stands for: its kind in words, its real
 // duration, and whether the engine wrote it for itself (hidden unless asked for).
 import { get, getJson, post, remove, url, enc, state, onReadOnly } from "./api.js";
 import { h, clear, badge, when, duration, millis, num, json, jsonBlock, errorBlock, runLink, flash } from "./dom.js";
 import { confirmAction } from "./confirm.js";
+import { waterfall } from "./waterfall.js";
 
 const SUMMARIZE_OVER = 50;
 const MEMBER_PAGE = 50;
@@ -23,6 +25,7 @@ export function runDetail(root, runId) {
   const top = h("section.card", { testid: "run-header" }, h("p.muted", {}, "Loading run…"));
   const controls = h("div.controls", { testid: "controls" });
   const relations = h("section.card", { testid: "relations", hidden: true });
+  const wfBox = h("div", { testid: "waterfall-box" });
   const timeline = h("tbody", { testid: "timeline" });
   const stepPane = h("aside.card.step", { testid: "step-detail", hidden: true });
   const eventsList = h("ol.events", { testid: "event-log" });
@@ -33,6 +36,7 @@ export function runDetail(root, runId) {
       onchange: (e) => { view.engineRows = e.target.checked; if (view.detail) render(); } }),
     " show engine rows ", engineCount);
   root.append(top, relations,
+    h("section.card", {}, h("details", { open: true, testid: "waterfall-panel" }, h("summary", {}, h("strong", {}, "Waterfall")), wfBox)),
     h("div.split", {},
       h("section.card.grow", {},
         h("div.head", {}, h("h3", {}, "Timeline"), engineToggle, live),
@@ -114,6 +118,9 @@ export function runDetail(root, runId) {
     renderHeader(run);
     renderRelations(run, rows, children, childCount);
     renderTimeline(rows, fans);
+    // a picture that cannot be drawn says so; it must not stop the page's live updates
+    try { clear(wfBox, waterfall(view.detail, (cp) => select(cp, null))); }
+    catch (e) { clear(wfBox, h("p.err.small", { testid: "waterfall-error" }, `The waterfall could not be drawn: ${e.message}`)); }
     if (view.selected) {
       const s = view.selected;
       const fresh = rows.find((cp) => cp.seq === s.seq) || s;

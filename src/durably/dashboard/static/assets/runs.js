@@ -1,7 +1,10 @@
 // The run list: status/origin chips with whole-set counts (runs/facets), tag / workflow /
-// namespace / attribute filters (pickers from runs/values), server-side paging.
+// namespace / attribute filters (pickers from runs/values), a chart of runs over time
+// (activity.js), server-side paging.
 import { getJson, toParams } from "./api.js";
-import { h, clear, badge, when, ago, num, runLink, runHref } from "./dom.js";
+import { h, clear, badge, when, ago, num, runLink } from "./dom.js";
+import { navigate } from "./nav.js";
+import { activityChart } from "./activity.js";
 
 const STATUSES = ["pending", "running", "suspended", "cancelling", "blocked", "completed", "failed", "cancelled", "dead"];
 const PAGE_SIZES = [25, 50, 100, 200];
@@ -93,13 +96,16 @@ export function runList(root, params) {
     } catch { loaded[key] = false; }
   }
 
+  // runs over time for the same filters (the status chips excepted: its series are statuses)
+  const chart = activityChart(apiFilters(f, { drop: ["status"] }), ctl.signal);
   root.append(
     h("section.card", {},
       h("div.head", {}, h("h2", {}, "Runs"), note,
-        h("button", { testid: "refresh", onclick: () => { load(); facets(); } }, "Refresh")),
+        h("button", { testid: "refresh", onclick: () => { load(); facets(); chart.load(); } }, "Refresh")),
       h("div.chiprow", {}, h("span.lbl", {}, "Status"), statusChips),
       h("div.chiprow", {}, h("span.lbl", {}, "Origin"), originChips),
       form, active),
+    chart.el,
     h("section.card", {},
       h("table.runs", { testid: "run-table" },
         h("thead", {}, h("tr", {}, ["Status", "Run", "Workflow", "Tags", "Origin", "Created", "Updated"].map((c) => h("th", {}, c)))),
@@ -167,7 +173,7 @@ export function runList(root, params) {
     renderPager(rows.length, note.dataset.total ? +note.dataset.total : null);
     if (!rows.length) return clear(tbody, h("tr", {}, h("td.muted", { colspan: 7, testid: "no-runs" }, "No runs match.")));
     clear(tbody, rows.slice(0, f.limit).map((r) => h("tr", { testid: "run-row", "data-run-id": r.id, "data-status": r.status,
-      onclick: (e) => { if (!e.target.closest("a,button")) location.hash = runHref(r.id); } },
+      onclick: (e) => { if (!e.target.closest("a,button")) navigate("runs/" + encodeURIComponent(r.id)); } },
     h("td", {}, badge(r.status, "run-status"), r.waiting ? h("div.muted.small", { testid: "run-waiting" }, `waits on ${r.waiting.on}: ${r.waiting.name}` + (r.waiting.detail ? ` — ${r.waiting.detail}` : "")) : null,
       // a blocked run says why (no worker serves its workflow, or none offers what a step requires)
       r.blockedReason ? h("div.muted.small", { testid: "run-reason", title: r.blockedReason.code || "" }, r.blockedReason.message) : null),

@@ -20,6 +20,7 @@ import pytest_asyncio
 from durably import StateStore
 from durably._store.protocol import StateStoreUnavailable
 
+from .activity import ActivityCases
 from .aggregates import AggregateCases
 from .bulk import BulkCases
 from .checkpoints import CheckpointCases
@@ -46,6 +47,7 @@ class StateStoreSuite(
     BulkCases,
     RetentionCases,
     FacetCases,
+    ActivityCases,
     FleetCases,
     AggregateCases,
 ):
