@@ -5,6 +5,7 @@ latest window, once the live one has ended."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -181,3 +182,45 @@ async def test_catchup_windows_respect_the_overlap_policy(sched_store: Store, ov
     assert all(len(now) <= 1 for now in at_once), f"overlapping runs: {at_once}"
     expected = [window(m) for m in ([97] if overlap == "skip" else [97, 100])]
     assert started == expected, f"started {started}, expected {expected}"
+
+
+async def test_ticks_of_one_engine_take_turns(sched_store: Store) -> None:
+    # Explicit ticks at once with the engine's own timer poll (buffer_one): the held window
+    # starts once, and nothing starts beside it.
+    clock = Clock(200 * MIN + 5)
+    a, _ = engines(sched_store, clock, "buffer_one")
+    async with a:
+        await a.fire_schedules()
+        await wait_until(lambda: live(a, window(200)))
+        clock.now = 201 * MIN + 5
+        await a.fire_schedules()  # 201 is held: 200 is live
+        assert await run_ids(a, "sched_ov_hold") == [window(200)]
+        await a.signal(f"release:{window(200)}", "done")
+        await wait_until(lambda: finished(a, window(200)))
+        reports = await asyncio.gather(*(a.fire_schedules() for _ in range(5)))
+        assert all(report == [window(201)] for report in reports), reports
+        assert await run_ids(a, "sched_ov_hold") == [window(200), window(201)]
+        await wait_until(lambda: live(a, window(201)))
+        await release(a, window(201))
+
+
+async def test_the_state_of_a_static_schedule_is_not_a_persisted_schedule(
+    sched_store: Store,
+) -> None:
+    # A static schedule keeps its decisions in the store; a client that does not declare it
+    # neither lists nor describes that state as a schedule of its own.
+    clock = Clock(200 * MIN + 5)
+    a, _ = engines(sched_store, clock, "skip")
+    async with a, durably.Client(sched_store.url) as client:
+        await a.fire_schedules()
+        await wait_until(lambda: live(a, window(200)))
+        assert await a.store.get_schedule("static:ov") is not None
+        assert [d.schedule.id for d in await a.schedules.list()] == ["ov"]
+        assert [d.source for d in await a.schedules.list()] == ["static"]
+        assert await client.schedules.list() == []
+        with pytest.raises(durably.ScheduleNotFoundError):
+            await client.schedules.describe("static:ov")
+        # a persisted schedule listed after it is still found, the page filled past it
+        await client.schedules.create(durably.Schedule("zz", hold, every="1h", paused=True))
+        assert [d.schedule.id for d in await client.schedules.list(limit=1)] == ["zz"]
+        await release(a, window(200))

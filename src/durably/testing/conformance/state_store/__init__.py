@@ -30,6 +30,7 @@ from .leases import LeaseCases
 from .listing import ListingCases
 from .retention import RetentionCases
 from .runs import RunCases
+from .schedules import ScheduleCases
 from .signal_buffer import SignalBufferCases
 from .support import StoreClock
 from .waiters import WaiterCases
@@ -48,6 +49,7 @@ class StateStoreSuite(
     FacetCases,
     FleetCases,
     AggregateCases,
+    ScheduleCases,
 ):
     """The state-store contract as pytest cases; each takes the `store` fixture.
 
