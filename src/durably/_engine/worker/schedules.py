@@ -115,6 +115,11 @@ def _changed(state: ScheduleState, **changes: Any) -> ScheduleState:
     return new
 
 
+def _declaration(record: ScheduleRecord) -> tuple[object, ...]:
+    """What a record's `Schedule` is built from (a static state record's never changes)."""
+    return (record.workflow, record.paused, record.spec)
+
+
 @dataclass(frozen=True)
 class _Step:
     """One decision: the state to write (None: nothing to write), then the run to start."""
@@ -149,8 +154,9 @@ class WindowFiring:
         `last_error` and raised."""
         current = record
         retry = True  # a start left unconfirmed before this tick may be tried again
+        live: set[str] = set(fired)  # runs this tick found (or made) live: asked once
         for _ in range(_MAX_STEPS):
-            step = await self._next_step(schedule, current, now, fired, retry=retry)
+            step = await self._next_step(schedule, current, now, live, retry=retry)
             if step is None:
                 break
             if step.state is not None:
@@ -162,11 +168,14 @@ class WindowFiring:
                     fresh = await self._store.get_schedule(current.id)
                     if fresh is None:
                         return None
+                    if _declaration(fresh) != _declaration(current):
+                        return fresh  # changed (or paused) by a client: the next tick reads it
                     current, retry = fresh, False
                     if step.start is not None and Firing.of(fresh.state).last == step.start:
                         # The winner decided the same start: the window's run is reported
                         # here as well (it is the winner's to start and confirm).
                         fired.append(step.start)
+                        live.add(step.start)
                     continue
                 current = written
             if step.start is not None:
@@ -176,6 +185,7 @@ class WindowFiring:
                     return None
                 current = confirmed
                 fired.append(step.start)
+                live.add(step.start)
         else:
             return current
         return await self._refresh(schedule, current, now)
@@ -184,7 +194,7 @@ class WindowFiring:
         return await self._get_run(run_id) is not None
 
     async def _next_step(
-        self, schedule: Schedule, record: ScheduleRecord, now: int, fired: list[str], *, retry: bool
+        self, schedule: Schedule, record: ScheduleRecord, now: int, live: set[str], *, retry: bool
     ) -> _Step | None:
         state = record.state
         firing = Firing.of(state)
@@ -212,14 +222,14 @@ class WindowFiring:
             return None
         if schedule.overlap == "allow":
             return self._start_step(schedule, state, firing, candidates[0])
-        live = await self._live(firing, fired)
+        is_live = await self._live(firing, live)
         if schedule.overlap == "skip":
-            if live:
+            if is_live:
                 # Every due window is decided at once: skipped for good, never started late.
                 latest = candidates[-1]
                 return _Step(_changed(state, last_window=latest, skipped_window=latest))
             return self._start_step(schedule, state, firing, candidates[0])
-        if live:
+        if is_live:
             if not candidates:
                 return None  # the held window waits for the live run to end
             latest = candidates[-1]  # only the latest held window is kept
@@ -242,14 +252,19 @@ class WindowFiring:
             run_id,
         )
 
-    async def _live(self, firing: Firing, fired: list[str]) -> bool:
-        """Whether the run the schedule last started (whichever engine started it) is live."""
+    async def _live(self, firing: Firing, live: set[str]) -> bool:
+        """Whether the run the schedule last started (whichever engine started it) is live;
+        `live`: the runs this tick already found live or started (a run found live is taken
+        as live for the rest of the tick: at worst a window is held rather than started)."""
         if firing.last is None:
             return False
-        if firing.last in fired:
-            return True  # started by this very tick
+        if firing.last in live:
+            return True
         run = await self._get_run(firing.last)
-        return run is not None and not run.is_terminal
+        if run is None or run.is_terminal:
+            return False
+        live.add(firing.last)
+        return True
 
     async def _start_run(
         self,
@@ -323,8 +338,10 @@ class WindowFiring:
         self, schedule: Schedule, record: ScheduleRecord, state: ScheduleState, now: int
     ) -> ScheduleRecord | None:
         # A static schedule's state record is never due to the persisted firer: static
-        # schedules are fired by the engines declaring them.
-        due = None if is_static_state(record.id) else due_of(schedule, now, state)
+        # schedules are fired by the engines declaring them. A record paused meanwhile (this
+        # write is a confirmation) stays not due: unpausing sets when it is.
+        listed = not (is_static_state(record.id) or record.paused)
+        due = due_of(schedule, now, state) if listed else None
         advanced = dataclasses.replace(
             record, next_fire_at=due, updated_at=max(now, record.updated_at + 1), state=state
         )

@@ -173,7 +173,7 @@ class ScheduleCases(StoreCases):
         assert await store.list_schedules(ScheduleQuery(limit=0)) == []
 
     async def test_a_negative_page_is_refused(self, store: StateStore) -> None:
-        with pytest.raises(ValueError, match="ScheduleQuery.limit"):
+        with pytest.raises(ValueError, match=r"ScheduleQuery\.limit"):
             await store.list_schedules(ScheduleQuery(limit=-1))
-        with pytest.raises(ValueError, match="ScheduleQuery.offset"):
+        with pytest.raises(ValueError, match=r"ScheduleQuery\.offset"):
             await store.list_schedules(ScheduleQuery(offset=-1))
