@@ -28,7 +28,9 @@ Store cost per schedule and tick: nothing for a static schedule whose windows up
 engine already saw decided (floors only move forward, so its last read still holds); else
 one read of the record. Deciding a window is one conditional write, plus one read of the
 last run when overlap is not "allow", plus the start and one write confirming it. While a
-window is held, or a start is unconfirmed, each tick reads the record and the live run.
+window is held, each tick reads the live run (a static schedule works from its last copy of
+the record; a persisted one is listed as due); while a start is unconfirmed, each tick reads
+the record.
 """
 
 from __future__ import annotations
@@ -369,6 +371,11 @@ class ScheduleFirer:
         # Per schedule, when it is next due as of the state this engine last read or wrote:
         # before then there is nothing to decide, so the tick does not read the record.
         self._due: dict[str, int | None] = {}
+        # Per schedule holding a window, the record as this engine last read or wrote it: a
+        # tick while the window is held asks only whether the live run has ended. The copy
+        # may be stale, which costs a lost compare-and-set and a fresh read, never a wrong
+        # decision (every decision is written compare-and-set).
+        self._holding: dict[str, ScheduleRecord] = {}
         # The timer poll and an explicit `fire_schedules` may tick at once: one at a time,
         # or both would decide from the same read.
         self._lock = asyncio.Lock()
@@ -391,11 +398,15 @@ class ScheduleFirer:
                 due = self._due.get(schedule.id)
                 try:
                     if due is None or due <= now:
-                        record = await self._record(schedule, now)
+                        record = self._holding.pop(schedule.id, None)
+                        if record is None:
+                            record = await self._record(schedule, now)
                         after = await self._firing.fire(schedule, record, now, fired)
                         self._due[schedule.id] = (
                             None if after is None else due_of(schedule, now, after.state)
                         )
+                        if after is not None and Firing.of(after.state).held is not None:
+                            self._holding[schedule.id] = after
                     out.extend(await self._due_runs(schedule, now, fired) if report else fired)
                 except Exception:
                     # One schedule's failure (a start refused, a store hiccup) must not stop
