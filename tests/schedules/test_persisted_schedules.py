@@ -194,7 +194,10 @@ async def test_a_jittered_persisted_window_waits_for_its_delay(
         clock.now = window + delay - 1
         assert await b.fire_schedules() == []
         clock.now = window + delay
-        assert await b.fire_schedules() + await a.fire_schedules() == [f"sched:jit:{window}"]
+        # Which tick starts it (these, or an engine's own timer poll reading the clock just
+        # after the move) is a race: what counts is the one run, once its delay has passed.
+        await b.fire_schedules()
+        await a.fire_schedules()
         assert await run_ids(a) == [f"sched:jit:{window}"]
 
 

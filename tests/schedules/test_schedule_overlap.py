@@ -5,6 +5,7 @@ latest window, once the live one has ended."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -43,16 +44,6 @@ def engines(store: Store, clock: Clock, overlap: Any) -> tuple[Engine, Engine]:
         for name in ("a", "b")
     )
     return a, b
-
-
-class KnownOverlapBug(Exception):
-    """A check that fails today because of a known bug (the tests below are strict xfails on
-    exactly this exception, so a wait that times out or a broken set-up still fails)."""
-
-
-def known_bug_unless(holds: bool, message: str) -> None:
-    if not holds:
-        raise KnownOverlapBug(message)
 
 
 async def release(eng: Engine, run_id: str) -> None:
@@ -106,18 +97,9 @@ async def test_nothing_starts_while_live_then_skip_or_exactly_one(
         await wait_until(lambda: all_finished(a, "sched_ov_hold"))
 
 
-# A known bug of the schedule firer: whether an earlier run is live is asked of the run of the
-# window just before and of the run this engine itself last started. An engine that did not
-# start or see that run (restarted, or added while the run is live) and ticks two or more
-# windows later finds neither, and starts a run beside the live one. The fix proposed: ask
-# the store for any live run of the schedule (say, by a search attribute naming the schedule
-# on every run it starts, or by its run id prefix), not only for the previous window's run.
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownOverlapBug,
-    reason="known bug: an engine restarted while a scheduled run is live starts an overlapping "
-    "run once the window just before is not that run's",
-)
+# An engine that never saw the live run (restarted, or added while it is live) and ticks two
+# or more windows later: the live run is the one the schedule's stored state names, whoever
+# started it, so the new engine skips (or holds) its window as the first engine would have.
 @pytest.mark.parametrize("overlap", ["skip", "buffer_one"])
 async def test_a_restarted_engine_does_not_overlap_a_live_run(
     sched_store: Store, overlap: Any
@@ -133,27 +115,22 @@ async def test_a_restarted_engine_does_not_overlap_a_live_run(
     clock.now = 202 * MIN + 5  # back two windows later; the run of 200 is still live
     _, restarted = engines(sched_store, clock, overlap)
     async with restarted:
-        try:
-            await restarted.fire_schedules()
-            started = await run_ids(restarted, "sched_ov_hold")
-            known_bug_unless(started == [window(200)], f"started beside the live run: {started}")
-        finally:
-            for run_id in await run_ids(restarted, "sched_ov_hold"):
-                await restarted.signal(f"release:{run_id}", "done")
-            await wait_until(lambda: all_finished(restarted, "sched_ov_hold"))
+        await restarted.fire_schedules()
+        started = await run_ids(restarted, "sched_ov_hold")
+        assert started == [window(200)], f"started beside the live run: {started}"
+        await release(restarted, window(200))
+        if overlap == "buffer_one":
+            # the window the restarted engine held starts once the live run has ended
+            await wait_until(lambda: live(restarted, window(202)))
+            await release(restarted, window(202))
+        await restarted.fire_schedules()
+        expected = [window(200)] + ([window(202)] if overlap == "buffer_one" else [])
+        assert await run_ids(restarted, "sched_ov_hold") == expected
+        await wait_until(lambda: all_finished(restarted, "sched_ov_hold"))
 
 
-# The same root: the decision to skip a window is kept in the memory of the engine that made
-# it. An engine that first ticks in that window after the live run has ended (restarted, or
-# added) starts it late. Proposed fix: record the skip where every engine sees it, e.g. claim
-# the window's run id in the store as skipped (the ids already decide every other case), or
-# keep it on the schedule's stored state.
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownOverlapBug,
-    reason="known bug: a window one engine skipped is started late by an engine that first "
-    "ticks in it after the live run ended",
-)
+# The decision to skip a window is kept in the schedule's stored state: an engine that first
+# ticks in that window after the live run has ended (restarted, or added) does not start it.
 async def test_a_skipped_window_is_not_started_late_by_another_engine(
     sched_store: Store,
 ) -> None:
@@ -169,30 +146,19 @@ async def test_a_skipped_window_is_not_started_late_by_another_engine(
         assert await run_ids(a, "sched_ov_hold") == [window(200)]
         async with b:  # joins while the clock is still inside the skipped window
             await b.fire_schedules()
-            try:
-                started = await run_ids(b, "sched_ov_hold")
-                known_bug_unless(started == [window(200)], f"skipped window started: {started}")
-            finally:
-                for run_id in await run_ids(b, "sched_ov_hold"):
-                    await b.signal(f"release:{run_id}", "done")
-                await wait_until(lambda: all_finished(b, "sched_ov_hold"))
+            started = await run_ids(b, "sched_ov_hold")
+            assert started == [window(200)], f"skipped window started: {started}"
+            clock.now = 202 * MIN + 5  # the next window, nothing live: it fires, once
+            await b.fire_schedules()
+            await a.fire_schedules()
+            assert await run_ids(b, "sched_ov_hold") == [window(200), window(202)]
+            await release(b, window(202))
+            await wait_until(lambda: all_finished(b, "sched_ov_hold"))
 
 
-# Catch-up meets overlap: the missed windows of one tick are judged one by one against the
-# run before each, so the oldest one starts and the later ones are skipped (or held) only
-# until it ends; then "skip" starts the windows it skipped, late, and "buffer_one" starts the
-# older missed ones beside the held one it already started (two live runs, out of order).
-# Read from the documentation, a tick after downtime with an earlier run live should start
-# nothing more under "skip", and only the latest window once that run ends under
-# "buffer_one". Proposed fix: keep per schedule the latest window already decided (started,
-# skipped or held) and never reconsider a window at or before it; every window after the
-# first started in a tick then sees that run as live.
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownOverlapBug,
-    reason="known bug: missed windows of a catch-up are started late, or beside a live run, "
-    "under overlap skip and buffer_one",
-)
+# Catch-up meets overlap: after downtime the oldest missed window starts, and every later one
+# is decided against it at once — "skip" never starts them, "buffer_one" holds only the
+# latest and starts it once that run has ended; a window decided is never reconsidered.
 @pytest.mark.parametrize("overlap", ["skip", "buffer_one"])
 async def test_catchup_windows_respect_the_overlap_policy(sched_store: Store, overlap: Any) -> None:
     clock = Clock(100 * MIN + 5)
@@ -213,6 +179,48 @@ async def test_catchup_windows_respect_the_overlap_policy(sched_store: Store, ov
                 await release(eng, run_id)
         started = await run_ids(eng, "sched_ov_hold")
         await wait_until(lambda: all_finished(eng, "sched_ov_hold"))
-    known_bug_unless(all(len(now) <= 1 for now in at_once), f"overlapping runs: {at_once}")
+    assert all(len(now) <= 1 for now in at_once), f"overlapping runs: {at_once}"
     expected = [window(m) for m in ([97] if overlap == "skip" else [97, 100])]
-    known_bug_unless(started == expected, f"started {started}, expected {expected}")
+    assert started == expected, f"started {started}, expected {expected}"
+
+
+async def test_ticks_of_one_engine_take_turns(sched_store: Store) -> None:
+    # Explicit ticks at once with the engine's own timer poll (buffer_one): the held window
+    # starts once, and nothing starts beside it.
+    clock = Clock(200 * MIN + 5)
+    a, _ = engines(sched_store, clock, "buffer_one")
+    async with a:
+        await a.fire_schedules()
+        await wait_until(lambda: live(a, window(200)))
+        clock.now = 201 * MIN + 5
+        await a.fire_schedules()  # 201 is held: 200 is live
+        assert await run_ids(a, "sched_ov_hold") == [window(200)]
+        await a.signal(f"release:{window(200)}", "done")
+        await wait_until(lambda: finished(a, window(200)))
+        reports = await asyncio.gather(*(a.fire_schedules() for _ in range(5)))
+        assert all(report == [window(201)] for report in reports), reports
+        assert await run_ids(a, "sched_ov_hold") == [window(200), window(201)]
+        await wait_until(lambda: live(a, window(201)))
+        await release(a, window(201))
+
+
+async def test_the_state_of_a_static_schedule_is_not_a_persisted_schedule(
+    sched_store: Store,
+) -> None:
+    # A static schedule keeps its decisions in the store; a client that does not declare it
+    # neither lists nor describes that state as a schedule of its own.
+    clock = Clock(200 * MIN + 5)
+    a, _ = engines(sched_store, clock, "skip")
+    async with a, durably.Client(sched_store.url) as client:
+        await a.fire_schedules()
+        await wait_until(lambda: live(a, window(200)))
+        assert await a.store.get_schedule("static:ov") is not None
+        assert [d.schedule.id for d in await a.schedules.list()] == ["ov"]
+        assert [d.source for d in await a.schedules.list()] == ["static"]
+        assert await client.schedules.list() == []
+        with pytest.raises(durably.ScheduleNotFoundError):
+            await client.schedules.describe("static:ov")
+        # a persisted schedule listed after it is still found, the page filled past it
+        await client.schedules.create(durably.Schedule("zz", hold, every="1h", paused=True))
+        assert [d.schedule.id for d in await client.schedules.list(limit=1)] == ["zz"]
+        await release(a, window(200))

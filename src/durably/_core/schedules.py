@@ -21,19 +21,37 @@ from durably._core.jsonutil import dumps, loads
 
 __all__ = [
     "RECENT_RUNS_KEPT",
+    "STATIC_STATE_PREFIX",
     "ScheduleQuery",
     "ScheduleRecord",
     "ScheduleSpec",
     "ScheduleState",
     "check_put",
     "check_query",
+    "is_static_state",
     "record_from_row",
     "spec_json",
     "state_json",
+    "static_state_id",
 ]
 
 #: How many of its latest run ids a record's state keeps (newest first).
 RECENT_RUNS_KEPT = 10
+
+#: The id prefix of the records that keep the firing state of static schedules.
+STATIC_STATE_PREFIX = "static:"
+
+
+def static_state_id(schedule_id: str) -> str:
+    """The id of the record holding a static schedule's firing state. A schedule id never
+    holds ':', so this id can never be a persisted schedule's."""
+    return f"{STATIC_STATE_PREFIX}{schedule_id}"
+
+
+def is_static_state(record_id: str) -> bool:
+    """Whether a record only keeps a static schedule's firing state (not a schedule to list,
+    describe or fire as a persisted one)."""
+    return record_id.startswith(STATIC_STATE_PREFIX)
 
 
 class ScheduleSpec(TypedDict, total=False):
@@ -57,12 +75,16 @@ class ScheduleState(TypedDict, total=False):
     - `last_fire_at`: the clock's epoch ms when a run was last started for it;
       `last_run_id`: that run; `recent_runs`: its latest run ids, newest first
       (at most `RECENT_RUNS_KEPT`); `fired_count`: how many runs it started.
-    - `last_window`: the latest window start (epoch ms) already handled: later ticks fire only
-      windows after it. Set at creation and at unpause to the window before the current one,
-      so a new or resumed schedule never starts the windows it did not exist (or was paused)
-      in.
+    - `last_window`: the latest window start (epoch ms) already decided — started, skipped or
+      held: later ticks decide only windows after it, so no engine reconsiders a window
+      another one decided. Set at creation and at unpause to the window before the current
+      one, so a new or resumed schedule never starts the windows it did not exist (or was
+      paused) in.
     - `held_window`: the window `overlap="buffer_one"` holds until the live run ends;
-      `skipped_window`: the window `overlap="skip"` decided not to start.
+      `skipped_window`: the latest window `overlap="skip"` decided not to start.
+    - `starting`: the run a tick decided to start and has not confirmed started yet (a start
+      that failed, or an engine that stopped in between): the next tick starts it again
+      (idempotently, by its id) while its window is still one a tick would fire.
     - `note`: the operator's note (given with pause); `last_error`: why the latest start
       failed (cleared by the next start that succeeds).
     """
@@ -74,6 +96,7 @@ class ScheduleState(TypedDict, total=False):
     last_window: int | None
     held_window: int | None
     skipped_window: int | None
+    starting: str | None
     note: str | None
     last_error: str | None
 

@@ -344,8 +344,17 @@ class Engine:
             self._schedules,
             None if workflows is None else [wf.name for wf in registry.workflows.values()],
         )
-        firing = WindowFiring(start=self._start_window, get_run=self.store.get_run)
-        self._schedule_firer = ScheduleFirer(self._schedules, firing=firing, clock=self.clock)
+        # Every schedule's firing decisions are kept in the store, so all engines share them.
+        firing = WindowFiring(
+            store=self.store, start=self._start_window, get_run=self.store.get_run
+        )
+        self._schedule_firer = ScheduleFirer(
+            self._schedules,
+            firing=firing,
+            store=self.store,
+            clock=self.clock,
+            namespace=namespace,
+        )
         # Persisted schedules (`engine.schedules`): every driving engine of the namespace
         # fires the due ones from the same poll, with the same window ids.
         self._persisted_firer = PersistedScheduleFirer(
@@ -402,9 +411,10 @@ class Engine:
     async def fire_schedules(self) -> list[str]:
         """Fire the due windows of this engine's schedules now — its static ones and the
         persisted ones of its namespace (the timer poll does this every `timer_poll_ms`);
-        returns the ids of the windows' runs."""
+        returns run ids: for a static schedule, the runs of its due windows, whichever tick
+        started them; for a persisted one, the runs this call started."""
         await self._ensure_open()
-        fired = await self._schedule_firer.tick()
+        fired = await self._schedule_firer.tick(report=True)
         return fired + await self._persisted_firer.tick()
 
     @property

@@ -31,6 +31,7 @@ from durably._core.schedules import (
     ScheduleQuery,
     ScheduleRecord,
     ScheduleState,
+    is_static_state,
 )
 from durably._engine.client.handle import RunHandle
 from durably._engine.client.schedule_views import (
@@ -308,16 +309,22 @@ class ScheduleClient:
                 continue
             if len(out) < limit:
                 out.append(await self._describe_static(schedule))
-        if len(out) < limit:
+        offset = 0
+        while len(out) < limit:
+            want = limit - len(out)
             records = await self._store.list_schedules(
                 ScheduleQuery(
                     workflow=workflow,
                     namespace=self._namespace,
                     paused=paused,
-                    limit=limit - len(out),
+                    limit=want,
+                    offset=offset,
                 )
             )
+            offset += len(records)
             for record in records:
+                if is_static_state(record.id):
+                    continue  # the firing state of a static schedule, not a schedule
                 try:
                     out.append(await self._describe_record(record))
                 except ValueError as exc:
@@ -325,6 +332,8 @@ class ScheduleClient:
                     # version) must not hide the others; `describe` of it says what is
                     # wrong, and `upsert` or `delete` repair it.
                     log.warning("durably %s", exc)
+            if len(records) < want:
+                break
         return out
 
     # ------------------------------------------------------------------ parts
@@ -382,7 +391,11 @@ class ScheduleClient:
 
     async def _get(self, schedule_id: str) -> ScheduleRecord:
         record = await self._store.get_schedule(schedule_id)
-        if record is None or (self._namespace is not None and record.namespace != self._namespace):
+        if (
+            record is None
+            or is_static_state(record.id)
+            or (self._namespace is not None and record.namespace != self._namespace)
+        ):
             raise ScheduleNotFoundError(schedule_id)
         return record
 

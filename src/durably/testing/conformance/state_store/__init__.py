@@ -31,6 +31,7 @@ from .leases import LeaseCases
 from .listing import ListingCases
 from .retention import RetentionCases
 from .runs import RunCases
+from .schedules import ScheduleCases
 from .signal_buffer import SignalBufferCases
 from .support import StoreClock
 from .waiters import WaiterCases
@@ -50,6 +51,7 @@ class StateStoreSuite(
     ActivityCases,
     FleetCases,
     AggregateCases,
+    ScheduleCases,
 ):
     """The state-store contract as pytest cases; each takes the `store` fixture.
 
