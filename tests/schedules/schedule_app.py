@@ -41,7 +41,7 @@ from durably import WorkflowCtx
 
 TIMER_POLL_MS = int(os.environ.get("SCHED_RACE_POLL_MS", "25"))
 LAG_POLLS = int(os.environ.get("SCHED_RACE_LAG_POLLS", "1"))
-LEASE_MS = int(os.environ.get("SCHED_RACE_LEASE_MS", "5000"))
+LEASE_MS = int(os.environ.get("SCHED_RACE_LEASE_MS", "180000"))  # three minutes
 EFFECTS = "effects.log"
 
 
