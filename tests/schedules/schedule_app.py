@@ -13,9 +13,19 @@ the same poll, or to the one before when it runs after ours). The test moves the
 rewriting DIR/clock and knows every process has ticked at the new time when each ticks file
 ends with it.
 
-Side-effect log: the one step of `race.wf` appends `<run id> <pid>` to DIR/effects.log with a
-single O_APPEND write, so lines of racing processes never tear; it counts executions, not
-run ids.
+The clock file is read at the end of every poll, or of every Nth one with
+SCHED_RACE_LAG_POLLS=N: that process then lags the others by up to N polls after each move,
+still timing its leases on the old value while the others already start the new window's
+runs.
+
+Leases last SCHED_RACE_LEASE_MS on that clock (the test sets it). Clocks that disagree by more
+than a lease make every lease look lapsed to the process ahead, which then takes runs the
+others still execute: durably requires its processes' clocks to agree well within `lease_ms`,
+so the lease must outlast the lag of one move.
+
+Side-effect log: the one step of `race.wf` appends `<run id> <pid> <name> <clock>` to
+DIR/effects.log with a single O_APPEND write, so lines of racing processes never tear; it
+counts executions, not run ids (the name and the clock value say who executed it and when).
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ import durably
 from durably import WorkflowCtx
 
 TIMER_POLL_MS = int(os.environ.get("SCHED_RACE_POLL_MS", "25"))
+LAG_POLLS = int(os.environ.get("SCHED_RACE_LAG_POLLS", "1"))
+LEASE_MS = int(os.environ.get("SCHED_RACE_LEASE_MS", "180000"))  # three minutes
 EFFECTS = "effects.log"
 
 
@@ -51,12 +63,14 @@ def append(path: Path, line: str) -> None:
 class FileClock:
     """The engine's clock: the value of DIR/clock as of this engine's last timer poll."""
 
-    def __init__(self, source: Path, ticks: Path) -> None:
+    def __init__(self, source: Path, ticks: Path, *, lag_polls: int = 1) -> None:
         self._source = source
         self._ticks = ticks
+        self._lag_polls = lag_polls
         self.now = self._read()
         self._recorded: int | None = None
         self._polled = False
+        self._polls = 0
 
     def _read(self) -> int:
         return int(self._source.read_text())
@@ -71,7 +85,9 @@ class FileClock:
             append(self._ticks, str(self.now))
             self._recorded = self.now
         self._polled = True
-        self.now = self._read()
+        self._polls += 1
+        if self._polls % self._lag_polls == 0:
+            self.now = self._read()
 
 
 async def main() -> None:
@@ -80,14 +96,14 @@ async def main() -> None:
 
     @durably.step("race.record")
     def record(run_id: str) -> str:
-        append(effects, f"{run_id} {os.getpid()}")
+        append(effects, f"{run_id} {os.getpid()} {name} {clock.now}")
         return run_id
 
     @durably.workflow("race.wf")
     async def race_wf(ctx: WorkflowCtx, data: object) -> str:
         return await ctx.step(record, ctx.run_id)
 
-    clock = FileClock(folder / "clock", folder / f"ticks-{name}")
+    clock = FileClock(folder / "clock", folder / f"ticks-{name}", lag_polls=LAG_POLLS)
     engine = durably.Engine(
         url,
         workflows=[race_wf],
@@ -96,10 +112,11 @@ async def main() -> None:
         clock=clock,
         instance_id=name,
         timer_poll_ms=TIMER_POLL_MS,
-        lease_ms=5000,
+        lease_ms=LEASE_MS,
         drain_timeout_ms=5000,
     )
-    # After the engine's own passes (the schedules' among them): the end of every poll.
+    # After the engine's own passes (the schedules' among them): the end of every poll. The
+    # engine has no public hook at the end of a poll pass, hence its poller's own.
     engine._worker.poller.add_pass(clock.end_of_poll)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

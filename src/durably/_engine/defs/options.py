@@ -99,7 +99,9 @@ class EngineOptions:
     lease_ms: int = _default("lease_ms", 30_000)
     """How long a claim on a run lasts without renewal (ms). A process that dies holding a
     run loses it after this long and another process recovers the run; the owner renews it
-    well before then. Lower it to recover faster, at the price of more renewal writes."""
+    well before then. Lower it to recover faster, at the price of more renewal writes. A
+    lease is timed on each process's own clock: processes sharing a store need clocks that
+    agree well within it, or one whose clock runs ahead takes runs others still execute."""
 
     timer_poll_ms: int = _default("timer_poll_ms", 1_000)
     """How often the poller looks for due timers (`ctx.sleep`, deadlines) and runs waiting
