@@ -27,6 +27,7 @@ from durably._core.errors import (
     SignalTimeoutError,
 )
 from durably._core.ids import given_run_id
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     ChildWait,
     JSONValue,
@@ -82,7 +83,7 @@ class WorkflowCtx:
         self._ex = execution
         self._host: RunHost = execution.host
         self.logger: logging.LoggerAdapter[logging.Logger] = _ReplayAwareLogger(
-            logging.getLogger(f"durably.workflow.{execution.workflow.name}"), execution
+            durably_logger(f"durably.workflow.{execution.workflow.name}"), execution
         )
 
     # ------------------------------------------------------------------ identity

@@ -17,9 +17,9 @@ operator to fix or delete.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 
+from durably._core.log_context import durably_logger
 from durably._core.schedules import (
     RECENT_RUNS_KEPT,
     ScheduleQuery,
@@ -30,7 +30,7 @@ from durably._engine.defs.schedule_specs import next_due, schedule_from_record
 from durably._engine.worker.schedules import FireMemory, WindowFiring
 from durably._store.protocol import ScheduleStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.schedules")
 
 __all__ = ["PersistedScheduleFirer", "advanced_state", "memory_of"]
 

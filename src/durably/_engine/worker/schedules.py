@@ -14,15 +14,15 @@ it in each schedule's stored state.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from durably._core.log_context import durably_logger
 from durably._core.models import WorkflowRun
 from durably._engine.defs.schedules import Schedule, window_run_id
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.schedules")
 
 StartRun = Callable[[Schedule, str, str | None], Awaitable[Any]]
 """`start(schedule, run_id, namespace)`: start the window's run, idempotently by its id, in
