@@ -6,6 +6,7 @@ of a StepContext parameter."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 import durably
 from durably import StepContext, WorkflowCtx
 from durably._engine.defs.step_context import MAX_DATA_BYTES, MAX_STEP_EVENTS
+from durably.transports import InMemoryTransport
 from tests.engine_support import RESULT_TIMEOUT, EngineFactory, EventLog
 
 
@@ -209,3 +211,38 @@ def test_a_step_context_parameter_before_the_inputs_is_refused(uid: str) -> None
         @durably.step(name=f"{uid}.two")
         def two(a: StepContext, *, b: StepContext) -> None:
             return None
+
+
+async def test_a_step_served_over_a_transport_sends_its_events_back(
+    engine_factory: EngineFactory, uid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = logging.getLogger(f"app.{uid}")
+    app.addFilter(durably.RunContextFilter())
+
+    @durably.step(f"{uid}.remote")
+    async def remote(x: int, log: StepContext) -> int:
+        app.info("served")
+        with log.sub_process("work"):
+            log.info("inside", {"x": x})
+        return x + 1
+
+    @durably.workflow(f"{uid}.wf")
+    async def wf(ctx: WorkflowCtx, x: int) -> int:
+        return await ctx.step(remote, x)
+
+    caplog.set_level(logging.INFO, logger=f"app.{uid}")
+    async with engine_factory(transport=InMemoryTransport(), steps=[remote]) as engine:
+        assert await engine.execute(wf, 1, run_id=f"{uid}-r", timeout=RESULT_TIMEOUT) == 2
+        [cp] = await engine.list_checkpoints(f"{uid}-r")
+
+    assert cp.kind == "remote" and cp.events is not None
+    assert [(e.message, e.status, e.sub_id is not None) for e in cp.events] == [
+        ("inside", None, True),
+        ("work", "ok", True),
+    ]
+    [record] = [r for r in caplog.records if r.name == f"app.{uid}"]
+    assert (record.__dict__["run_id"], record.__dict__["step"], record.__dict__["seq"]) == (
+        f"{uid}-r",
+        f"{uid}.remote",
+        0,
+    )
