@@ -33,7 +33,7 @@ from durably._core.triggers import (
     event_triggers,
     is_engine_owned_workflow,
 )
-from durably._engine.defs.step_context import step_context_param, with_step_context
+from durably._engine.defs.step_context import StepContext, step_context_param, with_step_context
 from durably._engine.defs.typed_io import (
     PLAIN,
     PLAIN_ARGS,
@@ -492,6 +492,15 @@ class _StepDecorator:
         self._name = name
         self._kwargs = kwargs
 
+    # A handler `(input, log: StepContext)` is called without the logger: its parameters are
+    # its input alone. (Only this shape: any other place of the logger is typed as a
+    # parameter, so such a handler reads it from `current_step()` in typed code.)
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[[I, StepContext], Coroutine[Any, Any, O]]
+    ) -> AsyncStep[I, O, [I]]: ...
+    @overload
+    def __call__(self, fn: Callable[[I, StepContext], O]) -> SyncStep[I, O, [I]]: ...
     # `I` is the first parameter's type (the single input of `ctx.step(step, input)`), `Q`
     # the rest; the step's parameters are both (the first keeps its type, not its name).
     @overload

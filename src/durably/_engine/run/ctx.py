@@ -303,7 +303,7 @@ class WorkflowCtx:
         jitter: bool | None = None,
         compensate: Any = None,
     ) -> Coroutine[Any, Any, O]:
-        """A checkpointed step executed in this process; `fn(log)` gets a StepLogger.
+        """A checkpointed step executed in this process; `fn(log)` gets its `StepContext`.
         `retry=RetryPolicy(...)` (or the loose keywords) retries it in memory; its
         `retry_on` / `dont_retry_on` classes are checked against what `fn` raised."""
         policy = resolve_policy(
