@@ -45,6 +45,7 @@ from durably._core.errors import (
     WorkflowBlocked,
     WorkflowNotFoundError,
 )
+from durably._core.log_context import RunContextFilter
 from durably._core.models import (
     AttemptError,
     AttributeFilter,
@@ -81,6 +82,7 @@ from durably._engine.defs.registry import (
 )
 from durably._engine.defs.remote_workflows import RemoteWorkflow, remote_workflow
 from durably._engine.defs.schedules import Schedule
+from durably._engine.defs.step_context import StepContext, SubProcess, current_step
 from durably._engine.defs.typed_io import Args
 from durably._read.list_models import (
     GroupHealth,
@@ -177,6 +179,7 @@ __all__ = [
     "ReservedTokenError",
     "RetentionPolicy",
     "RetryPolicy",
+    "RunContextFilter",
     "RunDetail",
     "RunFacetRow",
     "RunFailedError",
@@ -208,10 +211,12 @@ __all__ = [
     "StateStore",
     "Step",
     "StepCheckpoint",
+    "StepContext",
     "StepError",
     "StepEvent",
     "StepFailedError",
     "StoreConnectionError",
+    "SubProcess",
     "SyncClient",
     "TenantGateway",
     "UpdateResult",
@@ -221,6 +226,7 @@ __all__ = [
     "WorkflowNotFoundError",
     "WorkflowRun",
     "__version__",
+    "current_step",
     "parse_duration",
     "remote_workflow",
     "step",

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from durably._core.errors import DurablyError
 from durably._core.ids import given_run_id
+from durably._core.log_context import durably_logger
 from durably._core.models import RunResult, WorkflowRun
 from durably._engine.client.client import plain_input
 from durably._engine.client.deprecation import deprecated
@@ -67,7 +67,7 @@ from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 if TYPE_CHECKING:
     from durably._transport.redis_gateway import RedisGatewayChannel
 
-log = logging.getLogger("durably.tenant")
+log = durably_logger("durably.tenant")
 
 __all__ = ["TenantGateway", "TenantRequestError"]
 

@@ -95,3 +95,22 @@ async def rejected(ctx: WorkflowCtx, o: Order) -> None:
     await ctx.step(record, "inv", 0.5, retries=3)  # mypy-error: keyword argument "retries"
     await ctx.step(count, 42)  # mypy-error: Cannot infer value of type parameter
     await charge(o, "fast", 2)  # mypy-error: incompatible type "str"; expected "float"
+
+
+# A handler taking the step logger after its one input: called with the input alone.
+@durably.step("args.logged")
+async def logged(order: Order, log: durably.StepContext) -> int:
+    log.info("charging", {"id": order.id})
+    return order.amount
+
+
+@durably.step("args.logged_sync")
+def logged_sync(n: int, log: durably.StepContext) -> str:
+    return str(n)
+
+
+async def logged_calls(ctx: WorkflowCtx, o: Order) -> None:
+    assert_type(await ctx.step(logged, o), int)
+    assert_type(await ctx.step(logged, o, retries=2), int)
+    assert_type(await ctx.step(logged_sync, 3), str)
+    await ctx.step(logged, "o-1")  # mypy-error: Cannot infer value of type parameter

@@ -22,13 +22,13 @@ is skipped — one odd row can neither break nor flood a check.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from durably._core.log_context import durably_logger
 from durably._core.wire import sanitize_queue_token, tenant_group
 
 __all__ = [
@@ -47,7 +47,7 @@ __all__ = [
     "wall_ms",
 ]
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 BEAT_INTERVAL_MS = 5_000
 """How often a worker writes its row."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import os
 import time
 import uuid
@@ -22,6 +21,7 @@ from durably._core.admission import Queue
 from durably._core.buffered_signals import DEFAULT_LIST_LIMIT, BufferedSignalInfo
 from durably._core.durations import Duration
 from durably._core.errors import RunNotFoundError, WorkflowNotFoundError
+from durably._core.log_context import durably_logger
 from durably._core.models import RunResult, StepCheckpoint, WorkflowRun
 from durably._core.quota import ConcurrencyQuota
 from durably._core.retention import (
@@ -94,7 +94,7 @@ from durably._transport.open import TransportSpec, transport_pool
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 # Read by `Engine(...)` when `instance_id=` is left out (set by `durably worker`, or by hand).
 INSTANCE_ID_ENV = "DURABLY_INSTANCE_ID"

@@ -14,7 +14,6 @@ break nor flood the answer.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from durably._core.handshake import (
     normalize_descriptor,
     observed_announcements,
 )
+from durably._core.log_context import durably_logger
 from durably._core.wire import (
     WireFormatError,
     partition_of_token,
@@ -47,7 +47,7 @@ from durably._read.list_models import (
     WorkflowDirectory,
 )
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.read")
 
 __all__ = [
     "MAX_FLEET_GROUPS",

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from durably._core.handshake import WorkerDescriptor, descriptor_hash, descriptor_to_wire
+from durably._core.log_context import durably_logger
 from durably._core.wire import RemoteTask, StepResult, vet_step_result
 from durably._transport.protocol import (
     ControlChannel,
@@ -42,7 +42,7 @@ from durably._transport.protocol import (
     result_size_limit,
 )
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.transport")
 
 __all__ = ["InMemoryBroker", "InMemoryTransport"]
 

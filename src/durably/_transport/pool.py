@@ -10,13 +10,13 @@ member.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Sequence
 
+from durably._core.log_context import durably_logger
 from durably._core.wire import RemoteTask
 from durably._transport.protocol import ResultSink, Transport, TransportUnavailableError
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.transport")
 
 __all__ = ["TransportPool"]
 

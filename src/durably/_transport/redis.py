@@ -20,7 +20,6 @@ the transport pool can try another member.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -37,6 +36,7 @@ from durably._core.handshake import (
     WorkerDescriptor,
     read_heartbeat_value,
 )
+from durably._core.log_context import durably_logger
 from durably._core.wire import RemoteTask, effective_prefix, to_broker_priority
 from durably._transport.protocol import (
     ResultSink,
@@ -64,7 +64,7 @@ from durably._transport.redis_results import ResultConsumer, ResultIntake
 from durably._transport.redis_server import RedisStepServer
 from durably._transport.redis_turns import RedisTurns
 
-log = logging.getLogger("durably.redis")
+log = durably_logger("durably.redis")
 
 __all__ = [
     "ControlMessage",

@@ -34,7 +34,6 @@ the same clock as the engine's run leases, and tests can drive it.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
@@ -55,9 +54,10 @@ from durably._core.admission import (
     window_count,
 )
 from durably._core.bounds import PayloadRejectedError
+from durably._core.log_context import durably_logger
 from durably._transport.redis_bullmq import redis_client
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.transport")
 
 __all__ = ["RedisAdmission"]
 

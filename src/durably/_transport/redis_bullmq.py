@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -58,6 +57,8 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import BusyLoadingError, ConnectionError, RedisError, TimeoutError
+
+from durably._core.log_context import durably_logger
 
 try:
     import bullmq.job as _bull_job  # type: ignore[import-untyped]
@@ -77,7 +78,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the Redis transport needs the `redis` extra: pip install 'durably[redis]'"
     ) from exc
 
-log = logging.getLogger("durably.redis")
+log = durably_logger("durably.redis")
 
 __all__ = [
     "BullJob",

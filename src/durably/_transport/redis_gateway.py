@@ -24,13 +24,13 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from durably._core.log_context import durably_logger
 from durably._core.wire import effective_prefix
 from durably._transport.protocol import TransportUnavailableError
 from durably._transport.redis_bullmq import (
@@ -45,7 +45,7 @@ from durably._transport.redis_plain import ChannelSubscription, open_subscriptio
 if TYPE_CHECKING:
     from durably._transport.redis import RedisTransport
 
-log = logging.getLogger("durably.redis")
+log = durably_logger("durably.redis")
 
 __all__ = ["GATEWAY_JOB_OPTS", "RedisGatewayChannel"]
 

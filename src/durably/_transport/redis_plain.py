@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import inspect
 import json
-import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,9 +35,10 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import ResponseError
 
+from durably._core.log_context import durably_logger
 from durably._transport.redis_bullmq import redis_client
 
-log = logging.getLogger("durably.redis")
+log = durably_logger("durably.redis")
 
 __all__ = [
     "ChannelSubscription",

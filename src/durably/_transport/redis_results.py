@@ -46,16 +46,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
+from durably._core.log_context import durably_logger
 from durably._core.wire import StepResult, WireFormatError, parse_step_result
 from durably._transport.protocol import ResultSink
 from durably._transport.redis_bullmq import BullJob, BullQueue, BullWorker, WorkerTiming
 
-log = logging.getLogger("durably.redis")
+log = durably_logger("durably.redis")
 
 __all__ = ["RESULT_JOB_OPTS", "ResultConsumer", "ResultIntake"]
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from durably._core.handshake import WorkerDescriptor, descriptor_hash, descriptor_to_json
+from durably._core.log_context import durably_logger
 from durably._core.wire import StepResult, WireFormatError, parse_remote_task
 from durably._transport.protocol import StepHandler
 from durably._transport.redis_bullmq import (
@@ -41,7 +41,7 @@ from durably._transport.redis_plain import (
 )
 from durably._transport.redis_results import RESULT_JOB_OPTS
 
-log = logging.getLogger("durably.redis")
+log = durably_logger("durably.redis")
 
 __all__ = ["RedisStepServer", "failed_step_payload", "is_workflow_turn"]
 

@@ -24,16 +24,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from durably._core.log_context import durably_logger
 from durably._core.wire import to_broker_priority
 from durably._transport.protocol import TurnSink
 from durably._transport.redis_bullmq import BullJob, BullQueue, BullWorker, WorkerTiming
 from durably._transport.redis_plain import RedisNames, RunBeat
 
-log = logging.getLogger("durably.redis")
+log = durably_logger("durably.redis")
 
 __all__ = ["TURN_JOB_OPTS", "RedisTurns"]
 

@@ -53,7 +53,6 @@ SQL store's options (`?schema=`, `connect_timeout`, `application_name`, …).
 from __future__ import annotations
 
 import asyncio
-import logging
 import socket
 import time
 import uuid
@@ -65,6 +64,7 @@ import sqlalchemy as sa
 
 from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
 from durably._core.handshake import WorkerDescriptor
+from durably._core.log_context import durably_logger
 from durably._core.models import StepError
 from durably._core.wire import (
     RemoteTask,
@@ -103,7 +103,7 @@ try:
 except ModuleNotFoundError:  # the `postgres` extra is not installed
     asyncpg = None
 
-log = logging.getLogger("durably.transport.sql")
+log = durably_logger("durably.transport.sql")
 
 __all__ = ["SqlTransport"]
 

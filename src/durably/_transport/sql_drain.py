@@ -23,7 +23,6 @@ the rows behind it from being settled:
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any, Final
@@ -31,6 +30,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 
 from durably._core.errors import StoreConnectionError
+from durably._core.log_context import durably_logger
 from durably._core.models import StepError
 from durably._core.wire import StepResult
 from durably._store.protocol import StateStoreUnavailable
@@ -49,7 +49,7 @@ try:
 except ModuleNotFoundError:  # the `postgres` extra is not installed
     asyncpg = None
 
-log = logging.getLogger("durably.transport.sql")
+log = durably_logger("durably.transport.sql")
 
 __all__ = ["ResultDrain", "is_outage"]
 

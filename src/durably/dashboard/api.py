@@ -20,7 +20,6 @@ body size are checked before any route runs (`security.ConsoleGate`).
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,6 +36,7 @@ from durably._core.errors import (
     RunNotFoundError,
     SignalBufferFullError,
 )
+from durably._core.log_context import durably_logger
 from durably._core.models import WorkflowRun
 from durably._engine.client.client import Client
 from durably._engine.defs.options import UNSET
@@ -73,7 +73,7 @@ __all__ = [
     "DashboardApi",
 ]
 
-log = logging.getLogger("durably.dashboard")
+log = durably_logger("durably.dashboard")
 
 #: `POST bulk/:action` considers at most this many matching runs.
 BULK_LIMIT = 500

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from durably._core.bounds import PayloadRejectedError, loads_untrusted
 from durably._core.durations import Duration
+from durably._core.log_context import durably_logger
 from durably.dashboard.config import DashboardConfigError
 from durably.dashboard.cookie import (
     clear_cookie_header,
@@ -42,7 +42,7 @@ from durably.dashboard.security import cross_site_refusal
 
 __all__ = ["Authenticator", "DashboardAuth", "DashboardConfigError", "console_page"]
 
-log = logging.getLogger("durably.dashboard")
+log = durably_logger("durably.dashboard")
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 _HOOKS = ("session", "login", "revalidate", "unauthenticated_page")

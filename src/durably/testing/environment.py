@@ -15,13 +15,13 @@ data, as a restarted worker would.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
+from durably._core.log_context import durably_logger
 from durably._engine.client.client import Client
 from durably._engine.client.handle import RunHandle
 from durably._engine.defs.registry import Step, Workflow
@@ -35,7 +35,7 @@ from durably.testing.skipping import TimeSkipper
 
 __all__ = ["STORE_KINDS", "WorkflowEnvironment"]
 
-log = logging.getLogger("durably.testing")
+log = durably_logger("durably.testing")
 
 O = TypeVar("O")
 

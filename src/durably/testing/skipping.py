@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from durably._core.log_context import durably_logger
 from durably._core.models import RunQuery, RunStatus, StepCheckpoint, WorkflowRun
 from durably._engine.defs.registry import Workflow
 from durably._engine.defs.schedules import Schedule, next_cron_fire_ms
@@ -49,7 +49,7 @@ from durably.testing.crash import WriteLog
 
 __all__ = ["Plan", "PolledEngine", "SkipperStore", "TimeSkipper", "deadline_kind"]
 
-log = logging.getLogger("durably.testing")
+log = durably_logger("durably.testing")
 
 # How often the skipper looks without being woken by a write (real seconds).
 _LOOK_EVERY = 0.02

@@ -14,10 +14,10 @@ directory of the live workers) is the engine's alone: only an engine has transpo
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from durably._core.log_context import durably_logger
 from durably._core.models import RunQuery, StepCheckpoint, WorkflowRun
 from durably._core.run_activity import ActivityBucket, ActivityWindow
 from durably._engine.control.operator import get_run_children
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RunReads", "WorkerHealth", "read_fleet"]
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 # Queue depths are read this many tokens at a time: enough to answer a large fleet within one
 # console refresh, few enough not to crowd the broker connection the engine dispatches on.

@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from durably._core.log_context import durably_logger
 from durably._core.models import WorkflowRun
 from durably._engine.defs.events import EngineEvent, EngineEventType
 
 if TYPE_CHECKING:
     from durably._store.protocol import StateStore
 
-log = logging.getLogger("durably.client")
+log = durably_logger("durably.client")
 
 __all__ = ["WATCH_POLL_SECONDS", "RowWatches", "RunEventFilter"]
 

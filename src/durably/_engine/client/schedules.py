@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -26,6 +25,7 @@ from typing import Any, Protocol
 from durably._core.errors import ScheduleAlreadyExistsError, ScheduleNotFoundError
 from durably._core.ids import validate_run_id
 from durably._core.jsonutil import dumps
+from durably._core.log_context import durably_logger
 from durably._core.schedules import (
     RECENT_RUNS_KEPT,
     ScheduleQuery,
@@ -48,7 +48,7 @@ from durably._engine.defs.schedule_specs import (
 from durably._engine.defs.schedules import Schedule, window_run_id
 from durably._store.protocol import RunStore, ScheduleStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.schedules")
 
 __all__ = [
     "BACKFILL_MAX_WINDOWS",

@@ -8,10 +8,10 @@ run without a local registration is never routed.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     HANDOFF_SEQ_BASE,
     StepCheckpoint,
@@ -23,7 +23,7 @@ from durably._engine.defs.registry import OnErrorInput, OnErrorRoute, Workflow
 if TYPE_CHECKING:
     from durably._store.protocol import CheckpointStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 HANDOFF_PREFIX = "signal:child:"
 RETIRED_PREFIX = "handoff:retired:"

@@ -6,9 +6,9 @@ and — inside an `Engine` — the hooks of the runs this process drives), never
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     CHILD_EDGE_PREFIXES,
     HANDOFF_SEQ_BASE,
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from durably._engine.control.plane import ControlPlane
     from durably._store.protocol import StateStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 # How many buffered completions of one child a retry looks at to see whether one was a
 # success (a child retried that many times without its parent taking one is not plausible).

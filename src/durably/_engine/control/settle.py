@@ -10,9 +10,9 @@ without importing each other.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     LIVE_RUN_STATUSES,
     RunPatch,
@@ -28,7 +28,7 @@ from durably._engine.flow import singleton
 if TYPE_CHECKING:
     from durably._store.protocol import StateStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 # Statuses a turn may still settle over; anything else was changed under it (cancel, ...).
 _LIVE = LIVE_RUN_STATUSES

@@ -8,13 +8,13 @@ waiter namespaces included (child completions, breakpoints, updates). The public
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES, check_size
 from durably._core.errors import ReservedTokenError, SignalBufferFullError
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     JSONValue,
     RunResult,
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from durably._engine.defs.options import EngineOptions
     from durably._store.protocol import StateStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 BufferMode = Literal["durable", "bounded", "none"]
 """What a signal that finds no waiter does:

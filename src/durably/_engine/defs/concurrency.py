@@ -4,13 +4,13 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Literal
 
 from durably._core.durations import Duration, to_ms
+from durably._core.log_context import durably_logger
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 __all__ = ["AdaptiveConcurrency", "ConcurrencySpec", "check_concurrency"]
 

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from durably._core.jsonshape import JsonObject, json_field
-from durably._core.models import JSONValue, StepError, now_utc
+from durably._core.log_context import durably_logger
+from durably._core.models import JSONValue, StepError, StepEvent, now_utc
 from durably._engine.defs.tallies import RUN_SECONDS, STEP_SECONDS, MetricSeries, Tallies
 from durably._engine.defs.vocab import CANCELLED
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 # The types this engine emits. `run.blocked`: no live worker offers what a run's next step
 # requires (with `requires`, `reason` and `diagnostics`); `run.unrouted`: the onError routes
@@ -73,6 +73,8 @@ class EngineEvent(JsonObject):
     requires: tuple[str, ...] | None = None
     reason: str | None = None
     diagnostics: JSONValue = None
+    # On `step.progress`: the log line or sub-process event the step just recorded.
+    event: StepEvent | None = None
     at: datetime = field(default_factory=now_utc)
 
 

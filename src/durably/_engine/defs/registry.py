@@ -33,6 +33,7 @@ from durably._core.triggers import (
     event_triggers,
     is_engine_owned_workflow,
 )
+from durably._engine.defs.step_context import StepContext, step_context_param, with_step_context
 from durably._engine.defs.typed_io import (
     PLAIN,
     PLAIN_ARGS,
@@ -373,7 +374,13 @@ class Step(Generic[I, O, P]):
         self.timeout_ms = timeout_ms
         self.requires = tuple(requires or ())
         self.is_async = inspect.iscoroutinefunction(fn)
-        self.input_codec, self.output_codec, self.arity = codecs_for(fn, skip_first=False)
+        # A parameter annotated `StepContext` is found here, once: the handler is called
+        # through `_target`, which has the inputs' signature and passes the context.
+        self.context_param = step_context_param(fn)
+        self._target: Callable[..., Any] = (
+            fn if self.context_param is None else with_step_context(fn, self.context_param, name)
+        )
+        self.input_codec, self.output_codec, self.arity = codecs_for(self._target, skip_first=False)
         self.explicit_policy = explicit_policy
         # Per-call options given with `.options(...)`; ctx.step reads them.
         self.call_options: dict[str, Any] = {}
@@ -389,7 +396,7 @@ class Step(Generic[I, O, P]):
     def arg_codecs(self) -> ArgCodecs:
         """The codecs of every parameter (a call with several or keyword arguments)."""
         if self._arg_codecs is None:
-            self._arg_codecs = ArgCodecs(self.fn)
+            self._arg_codecs = ArgCodecs(self._target)
         return self._arg_codecs
 
     def check_single_input(self, what: str, reserved: Iterable[str] = ()) -> None:
@@ -398,16 +405,16 @@ class Step(Generic[I, O, P]):
         if self._single_ok:
             return
         if self.arity:
-            refuse_unbindable(signature_of(self.fn), Args(None), what, reserved)
+            refuse_unbindable(signature_of(self._target), Args(None), what, reserved)
         self._single_ok = True
 
     def invoke(self, input: Any) -> Any:
         """Call the user function with the step's single input (or none if it takes none)."""
-        return self.fn(input) if self.arity else self.fn()
+        return self._target(input) if self.arity else self._target()
 
     def invoke_args(self, call: Args) -> Any:
         """Call the user function with several arguments."""
-        return self.fn(*call.args, **call.kwargs)
+        return self._target(*call.args, **call.kwargs)
 
     def options(
         self,
@@ -466,7 +473,7 @@ def _call(step: Step[Any, Any, Any], args: tuple[Any, ...], kwargs: dict[str, An
     # `step(None)` of a step taking no input ran it before steps took arguments: kept.
     if len(args) == 1 and not kwargs:
         return step.invoke(args[0])
-    return step.fn(*args, **kwargs)
+    return step.invoke_args(Args(*args, **kwargs))
 
 
 def step_input_json(step: Step[Any, Any, Any] | None, name: str, input: Any) -> Any:
@@ -485,6 +492,15 @@ class _StepDecorator:
         self._name = name
         self._kwargs = kwargs
 
+    # A handler `(input, log: StepContext)` is called without the logger: its parameters are
+    # its input alone. (Only this shape: any other place of the logger is typed as a
+    # parameter, so such a handler reads it from `current_step()` in typed code.)
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[[I, StepContext], Coroutine[Any, Any, O]]
+    ) -> AsyncStep[I, O, [I]]: ...
+    @overload
+    def __call__(self, fn: Callable[[I, StepContext], O]) -> SyncStep[I, O, [I]]: ...
     # `I` is the first parameter's type (the single input of `ctx.step(step, input)`), `Q`
     # the rest; the step's parameters are both (the first keeps its type, not its name).
     @overload

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
 
+from durably._core.log_context import durably_logger
 from durably._core.wire import sanitize_queue_token, tenant_group
 from durably._engine.defs.registry import OnErrorRoute, Workflow
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 
 async def _served_remotely(ctx: Any, input: Any) -> Any:

@@ -26,7 +26,6 @@ queue does.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from durably._core.admission import AdmissionBackend, LocalAdmission, Queue, QueueCall
 from durably._core.bounds import PayloadRejectedError, check_text
 from durably._core.errors import RunEvicted, StoreFailure
+from durably._core.log_context import durably_logger
 from durably._engine.defs import unsupported
 from durably._engine.defs.events import EngineEvent
 from durably._engine.defs.stores import fleet_admission
@@ -44,7 +44,7 @@ from durably._engine.flow.step_limits import StepLimiter
 if TYPE_CHECKING:
     from durably._core.models import StepCheckpoint
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.flow")
 
 __all__ = ["AdmissionSpec", "FlowControl", "QueueReport", "admission_backend", "queue_call"]
 

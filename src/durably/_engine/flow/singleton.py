@@ -16,11 +16,11 @@
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from typing import TYPE_CHECKING, Any
 
+from durably._core.log_context import durably_logger
 from durably._core.models import RunPatch, replace
 from durably._core.quota import SINGLETON_ADMITTED_TAG, SINGLETON_TAG_PREFIX, singleton_tag
 from durably._engine.defs.registry import DEFAULT_REGISTRY
@@ -41,7 +41,7 @@ __all__ = [
     "without_marker",
 ]
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.flow")
 
 # A denied run looks again after about a second; the jitter keeps a line of waiters from
 # asking in lockstep.

@@ -33,7 +33,6 @@ limit either.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import statistics
 import time
@@ -42,10 +41,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from durably._core.log_context import durably_logger
 from durably._engine.defs.concurrency import AdaptiveConcurrency, ConcurrencySpec
 from durably._read.list_models import WorkerConcurrency, WorkerStatus
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.flow")
 
 __all__ = ["Resources", "StepLimiter", "read_resources", "step_limiter"]
 

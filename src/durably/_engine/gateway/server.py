@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,6 +46,7 @@ from durably._core.errors import (
     SerializationError,
     WorkflowNotFoundError,
 )
+from durably._core.log_context import durably_logger
 from durably._core.models import RunResult, WorkflowRun
 from durably._core.run_facets import RUN_VALUE_FACET_SCAN
 from durably._engine.client.client import Client, HostedClient
@@ -81,7 +81,7 @@ from durably._read import lists
 from durably._read.list_models import GroupHealth, RunValueAxis, RunValueFacetOptions
 from durably._read.vocabulary import FAN_PAGE_DEFAULT_LIMIT
 
-log = logging.getLogger("durably.gateway")
+log = durably_logger("durably.gateway")
 
 __all__ = ["Gateway"]
 

@@ -20,7 +20,6 @@ consuming and writing leaves the result in the broker for the next engine.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,10 +33,12 @@ from durably._core.handshake import (
     normalize_descriptor,
     plan_dispatch,
 )
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     JSONValue,
     StepCheckpoint,
     StepError,
+    StepEvent,
     WorkflowRun,
     ms_from_utc,
     replace,
@@ -53,11 +54,12 @@ from durably._core.wire import (
 from durably._engine.defs.registry import Step
 from durably._engine.defs.typed_io import PLAIN
 from durably._engine.run.in_process import run_handler
+from durably._engine.run.step_log import served_attempt
 
 if TYPE_CHECKING:
     from durably._transport.pool import TransportPool
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.remote")
 
 __all__ = [
     "LATE_RESULT_SKEW_MS",
@@ -224,15 +226,18 @@ class StepService:
     async def __call__(self, task: RemoteTask) -> StepResult:
         started = int(time.time() * 1000)
         step = self._steps(task.name)
+        events: tuple[StepEvent, ...] = ()
         if step is None:
             output: JSONValue = None
             error: StepError | None = StepError(
                 message=f"no handler for {task.name}", retryable=False
             )
         else:
-            output, error = await run_handler(
-                step, task.name, task.input, step.input_codec or PLAIN, None, self._executor()
-            )
+            with served_attempt(task.run_id, task.seq, task.name, task.attempt) as logger:
+                output, error = await run_handler(
+                    step, task.name, task.input, step.input_codec or PLAIN, None, self._executor()
+                )
+            events = logger.events
         return StepResult(
             run_id=task.run_id,
             seq=task.seq,
@@ -242,4 +247,5 @@ class StepService:
             error=error,
             started_at=started,
             attempt=task.attempt,
+            events=events,
         )

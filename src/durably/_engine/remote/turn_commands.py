@@ -45,12 +45,12 @@ needs another turn at once (the caller checks after it released the lease).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     HANDOFF_SEQ_BASE,
     ChildWait,
@@ -85,7 +85,7 @@ if TYPE_CHECKING:
     from durably._store.protocol import CheckpointStore, SignalStore, StateStore
 
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.remote")
 
 
 class ChildReads(RunStore, ReadStore, Protocol):

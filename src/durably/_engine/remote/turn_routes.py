@@ -19,7 +19,6 @@ recomputed on every drive from what the live workers say; nothing is cached into
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from durably._core.handshake import (
     announced_on_error_routes,
     normalize_descriptor,
 )
+from durably._core.log_context import durably_logger
 from durably._core.models import WorkflowRun
 from durably._core.wire import WireFormatError, sanitize_queue_token, tenant_group
 from durably._engine.defs.registry import OnErrorRoute
@@ -39,7 +39,7 @@ from durably._engine.defs.remote_workflows import RemoteWorkflow
 from durably._engine.defs.vocab import PARENT_TAG_PREFIX
 from durably._transport.protocol import WorkerDirectory
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.remote")
 
 __all__ = [
     "MAX_ANCESTORS",

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
 from durably._core.errors import WorkflowNotFoundError
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     TERMINAL_RUN_STATUSES,
     JSONValue,
@@ -106,7 +107,7 @@ from durably._engine.run.saga import CancelHost
 if TYPE_CHECKING:
     from durably._transport.protocol import TurnChannel
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.remote")
 
 __all__ = ["FailureRouting", "RemoteTurns", "RunCreator", "RunWaker"]
 

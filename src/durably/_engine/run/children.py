@@ -17,12 +17,12 @@ of the store contract: every store has them.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from durably._core.ids import validate_run_id
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     ChildWait,
     JSONValue,
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from durably._engine.run.execution import Execution
     from durably._engine.run.host import RunHost
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 
 # ------------------------------------------------------------------ store calls

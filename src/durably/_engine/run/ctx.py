@@ -27,6 +27,7 @@ from durably._core.errors import (
     SignalTimeoutError,
 )
 from durably._core.ids import given_run_id
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     ChildWait,
     JSONValue,
@@ -82,7 +83,7 @@ class WorkflowCtx:
         self._ex = execution
         self._host: RunHost = execution.host
         self.logger: logging.LoggerAdapter[logging.Logger] = _ReplayAwareLogger(
-            logging.getLogger(f"durably.workflow.{execution.workflow.name}"), execution
+            durably_logger(f"durably.workflow.{execution.workflow.name}"), execution
         )
 
     # ------------------------------------------------------------------ identity
@@ -302,7 +303,7 @@ class WorkflowCtx:
         jitter: bool | None = None,
         compensate: Any = None,
     ) -> Coroutine[Any, Any, O]:
-        """A checkpointed step executed in this process; `fn(log)` gets a StepLogger.
+        """A checkpointed step executed in this process; `fn(log)` gets its `StepContext`.
         `retry=RetryPolicy(...)` (or the loose keywords) retries it in memory; its
         `retry_on` / `dont_retry_on` classes are checked against what `fn` raised."""
         policy = resolve_policy(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from durably._core.errors import (
     WorkflowSuspended,
     _ControlFlow,
 )
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     LIVE_RUN_STATUSES,
     CheckpointKind,
@@ -57,7 +57,7 @@ from durably._engine.run.guarded import GuardedStore, RunSideStore
 if TYPE_CHECKING:
     from durably._engine.run.host import RunHost
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 # Nested-call guard: (owning execution, step name) while an in-process step body runs; a
 # primitive of the SAME run called inside it raises NestedWorkflowCallError.

@@ -12,7 +12,6 @@ execution: the dispatching process is the executing one), every row tagged with 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Literal, TypeVar
@@ -25,6 +24,7 @@ from durably._core.errors import (
     WorkflowSuspended,
     _ControlFlow,
 )
+from durably._core.log_context import durably_logger
 from durably._core.models import ChildWait, JSONValue, SignalWaiter, StepCheckpoint, replace
 from durably._engine.defs.registry import RetryPolicy, Step, Workflow
 from durably._engine.defs.typed_io import PLAIN, ValueCodec
@@ -34,7 +34,7 @@ from durably._engine.run.host import RunHost
 from durably._engine.run.steps import run_step
 from durably._store.protocol import BULK_CHUNK
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 O = TypeVar("O")
 FanMode = Literal["wait_all", "fail_fast"]

@@ -9,12 +9,12 @@ undone.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durably._core.errors import _ControlFlow, error_of
+from durably._core.log_context import durably_logger
 from durably._core.models import CheckpointKind, JSONValue, StepCheckpoint, StepError
 from durably._engine.control.settle import (
     SettleHost,
@@ -31,7 +31,7 @@ from durably._engine.run.steps import with_history
 if TYPE_CHECKING:
     from durably._engine.run.execution import Execution
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 O = TypeVar("O")
 
 

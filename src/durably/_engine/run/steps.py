@@ -10,7 +10,6 @@ its public methods.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from durably._core.errors import (
     WorkflowBlocked,
     error_of,
 )
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     JSONValue,
     StepCheckpoint,
@@ -35,13 +35,14 @@ from durably._engine.defs.registry import RetryPolicy, Step, step_input_json
 from durably._engine.defs.typed_io import PLAIN, ValueCodec
 from durably._engine.run.execution import SETTLED, STEP_SCOPE, Execution
 from durably._engine.run.replay_guard import REPLAY_GUARD
+from durably._engine.run.step_log import attempt_scope
 
 if TYPE_CHECKING:
     from durably._engine.run.host import RemoteDispatch
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
-__all__ = ["StepLogger", "run_local", "run_step", "with_history"]
+__all__ = ["run_local", "run_step", "with_history"]
 
 
 def with_history(
@@ -57,31 +58,6 @@ def with_history(
             attempt_errors_omitted=before.attempt_errors_omitted,
         )
     return row if error is None else row.with_attempt_error(row.attempts, at, error)
-
-
-class StepLogger:
-    """The `log` handed to a local step body, collecting StepEvents."""
-
-    def __init__(self, clock: Callable[[], int]):
-        self._clock = clock
-        self.events: list[StepEvent] = []
-
-    def _add(self, level: str, message: str, data: JSONValue = None) -> None:
-        self.events.append(StepEvent(at=self._clock(), level=level, message=message, data=data))
-
-    def debug(self, message: str, data: JSONValue = None) -> None:
-        self._add("debug", message, data)
-
-    def info(self, message: str, data: JSONValue = None) -> None:
-        self._add("info", message, data)
-
-    def warn(self, message: str, data: JSONValue = None) -> None:
-        self._add("warn", message, data)
-
-    warning = warn
-
-    def error(self, message: str, data: JSONValue = None) -> None:
-        self._add("error", message, data)
 
 
 async def run_step(
@@ -146,9 +122,10 @@ async def run_step(
             started = ex.now()
             ex.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
             try:
-                output, error = await ex.host.transport.execute(
-                    ex, step, name, json_input, in_codec, timeout_ms, policy=policy
-                )
+                with attempt_scope(ex, seq, name, attempt, "remote") as logger:
+                    output, error = await ex.host.transport.execute(
+                        ex, step, name, json_input, in_codec, timeout_ms, policy=policy
+                    )
             except BaseException:
                 ex.step_ended()
                 raise
@@ -168,6 +145,7 @@ async def run_step(
             error=error,
             wake_at=wake_at,
             parallel_group=parallel_group,
+            events=logger.events or None,
         )
         row = with_history(row, ex.snapshot.get(seq), error, finished)
         try:
@@ -560,13 +538,13 @@ async def _attempt_local(
     # out with the step's one write (its result, or its last failure).
     history: StepCheckpoint | None = None
     while True:
-        logger = StepLogger(ex.host.clock)
         token = STEP_SCOPE.set((ex, name))
         try:
-            result = fn(logger) if pass_logger else fn()
-            if isinstance(result, Awaitable):
-                result = await result
-            return codec.to_json(result), attempt, tuple(logger.events), history
+            with attempt_scope(ex, seq, name, attempt, "local") as logger:
+                result = fn(logger) if pass_logger else fn()
+                if isinstance(result, Awaitable):
+                    result = await result
+            return codec.to_json(result), attempt, logger.events, history
         except Exception as exc:
             finished = ex.now()
             error = error_of(exc)
@@ -583,7 +561,7 @@ async def _attempt_local(
                 started,
                 finished,
                 error=error,
-                events=tuple(logger.events),
+                events=logger.events,
             )
             history = with_history(row, history, error, finished)
             if not retryable or attempt >= policy.max_attempts:

@@ -60,7 +60,6 @@ successor and completes.
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 import time
 import uuid
@@ -77,6 +76,7 @@ from durably._core.errors import (
     StoreFailure,
     WorkflowNotFoundError,
 )
+from durably._core.log_context import durably_logger
 from durably._core.models import BufferedEvent, JSONValue
 from durably._core.triggers import (
     BATCH_WORKFLOW,
@@ -95,7 +95,7 @@ from durably._engine.run.ctx import WorkflowCtx
 if TYPE_CHECKING:
     from durably._store.protocol import StateStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.engine")
 
 # Rounds (a take and a wait) one accumulator run makes before it hands over to its
 # successor: bounds the history a replay after a crash reads (four checkpoints a round).

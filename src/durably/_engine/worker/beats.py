@@ -15,10 +15,10 @@ next interval; a worker's runs never depend on its beat.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Sequence
 
 from durably._core.handshake import normalize_descriptor
+from durably._core.log_context import durably_logger
 from durably._core.wire import WireFormatError
 from durably._core.worker_beats import (
     ALL_NAMESPACES,
@@ -31,7 +31,7 @@ from durably._core.worker_beats import (
 from durably._store.protocol import FleetStore
 from durably._transport.protocol import WorkerDirectory
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 __all__ = ["WorkerBeats"]
 

@@ -17,10 +17,10 @@ process would otherwise start handlers of handlers, one per death.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from durably._core.errors import WorkflowNotFoundError
+from durably._core.log_context import durably_logger
 from durably._core.models import JSONValue, StepError, WorkflowRun
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.registry import Workflow
@@ -28,7 +28,7 @@ from durably._engine.defs.registry import Workflow
 if TYPE_CHECKING:
     from durably._engine.worker.hosts import Registrations, RunStarts
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 DEAD_LETTER_PREFIX = "dlq:"
 

@@ -9,10 +9,10 @@ token first.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     LIVE_RUN_STATUSES,
     RunPatch,
@@ -26,7 +26,7 @@ from durably._engine.worker.runs import BackgroundTasks, DriveState, ExecutingRu
 if TYPE_CHECKING:
     from durably._store.protocol import StateStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 
 class DeliveryRuns(ExecutingRuns, Redispatch, DriveState, BackgroundTasks, Protocol):

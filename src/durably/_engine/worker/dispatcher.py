@@ -14,17 +14,17 @@ because those objects in turn dispatch through this one.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sized
 from typing import TYPE_CHECKING, Any, Protocol
 
+from durably._core.log_context import durably_logger
 from durably._core.models import WorkflowRun
 
 if TYPE_CHECKING:
     from durably._engine.run.execution import Execution
     from durably._store.protocol import LeaseStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 __all__ = ["Dispatcher", "TurnRunner"]
 

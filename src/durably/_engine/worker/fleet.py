@@ -9,7 +9,6 @@ announces, the tenant gateway, the cancel broadcast, and the drain and close of 
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ from durably._core.handshake import (
     WorkerDescriptor,
     control_plane_descriptor,
 )
+from durably._core.log_context import durably_logger
 from durably._engine.defs.registry import Step
 from durably._engine.gateway.server import Gateway, Subscribe
 from durably._engine.gateway.server import WorkerHealth as WorkerHealthRead
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from durably._transport.pool import TransportPool
     from durably._transport.protocol import ResultSink, StepServer, WorkerDirectory
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 # The version a step worker announces in its descriptor (observability only).
 DURABLY_VERSION = "0.1.0"

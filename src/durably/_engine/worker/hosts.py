@@ -17,11 +17,11 @@ whoever needs that role, instead of being all of them itself:
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from durably._core.errors import WorkflowNotFoundError
+from durably._core.log_context import durably_logger
 from durably._core.models import JSONValue, RunResult, StepCheckpoint, StepError, WorkflowRun
 from durably._engine.client.client import plain_input
 from durably._engine.client.client import prepare_input as validated_input
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from durably._engine.run.resident import ResidentSet
     from durably._store.protocol import StateStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 __all__ = [
     "ExecutionHost",

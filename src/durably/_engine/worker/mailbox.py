@@ -11,10 +11,10 @@ and one replay per settled wave at most.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     JSONValue,
     StepCheckpoint,
@@ -27,7 +27,7 @@ from durably._engine.worker.runs import BackgroundTasks, ExecutingRuns
 if TYPE_CHECKING:
     from durably._store.protocol import CheckpointStore, StateStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 
 # Completions delivered per `deliver_signals` call.

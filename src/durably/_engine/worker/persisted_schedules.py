@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 from collections.abc import Callable
 
+from durably._core.log_context import durably_logger
 from durably._core.schedules import ScheduleQuery, ScheduleRecord, ScheduleState, is_static_state
 from durably._engine.defs.schedule_specs import schedule_from_record
 from durably._engine.worker.schedules import WindowFiring
 from durably._store.protocol import ScheduleStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.schedules")
 
 __all__ = ["TICK_BATCH", "PersistedScheduleFirer"]
 

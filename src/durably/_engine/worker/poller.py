@@ -9,11 +9,11 @@ buffered signals purged. A wake message (`WakeLink.kick`) runs the pick-up half 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from durably._core.log_context import durably_logger
 from durably._core.models import RunQuery, StepError, WorkflowRun, replace
 from durably._engine.control import operator, signals
 from durably._engine.control.settle import (
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from durably._engine.defs.registry import Workflow
     from durably._engine.run.execution import Execution
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 
 class PollerStore(ScanStore, LeaseStore, RunStore, ReadStore, signals.ExpiringBuffers, Protocol):

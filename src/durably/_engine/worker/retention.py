@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from durably._core.log_context import durably_logger
 from durably._core.retention import PruneResult, RetentionPolicy
 from durably._engine.control.retention import prune
 from durably._store.protocol import InstanceHold, LeaseStore, RetentionStore
 
 __all__ = ["RETENTION_HOLD", "RetentionSweeper"]
 
-log = logging.getLogger("durably.retention")
+log = durably_logger("durably.retention")
 
 #: The name held (like an instance id) by the one engine sweeping a store.
 RETENTION_HOLD = "durably:retention-sweeper"

@@ -28,14 +28,15 @@ worker --role` sets).
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
 from typing import Final, Literal, get_args
 
+from durably._core.log_context import durably_logger
+
 __all__ = ["ROLES", "ROLE_ENV", "Role", "announce_role", "resolve_role"]
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 Role = Literal["worker", "control", "both"]
 ROLES: Final[tuple[Role, ...]] = get_args(Role)

@@ -8,10 +8,10 @@ run without a local registration is never routed.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     HANDOFF_SEQ_BASE,
     RunPatch,
@@ -42,7 +42,7 @@ from durably._engine.defs.events import EngineEvent
 from durably._engine.defs.registry import OnErrorRoute, Workflow
 from durably._engine.worker.runs import ExecutingRuns
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 
 AnnouncedRoutes = Callable[[WorkflowRun], Awaitable[tuple[OnErrorRoute, ...]]]

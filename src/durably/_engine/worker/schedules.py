@@ -37,11 +37,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from durably._core.log_context import durably_logger
 from durably._core.models import WorkflowRun
 from durably._core.schedules import (
     RECENT_RUNS_KEPT,
@@ -56,7 +56,7 @@ from durably._engine.defs.schedule_specs import next_due
 from durably._engine.defs.schedules import Schedule, window_run_id
 from durably._store.protocol import ScheduleStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.schedules")
 
 StartRun = Callable[[Schedule, str, str | None], Awaitable[Any]]
 """`start(schedule, run_id, namespace)`: start the window's run, idempotently by its id, in

@@ -15,11 +15,11 @@ consuming and writing leaves the result in the broker for the next engine.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from durably._core.bounds import DEFAULT_MAX_PAYLOAD_BYTES
+from durably._core.log_context import durably_logger
 from durably._core.models import (
     TERMINAL_RUN_STATUSES,
     StepCheckpoint,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from durably._engine.worker.deliveries import Deliveries
     from durably._store.protocol import StateStore
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 
 class ResultSettler:

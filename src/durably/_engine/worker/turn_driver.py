@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
@@ -21,6 +20,7 @@ from durably._core.errors import (
     WorkflowSuspended,
     error_of,
 )
+from durably._core.log_context import durably_logger, run_logging
 from durably._core.models import (
     TERMINAL_RUN_STATUSES,
     RunPatch,
@@ -52,7 +52,7 @@ from durably._engine.run.saga import CancelHost
 from durably._engine.worker import unserved
 from durably._engine.worker.runs import BackgroundTasks, ExecutingRuns, Redispatch
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 # How often a blocked run looks again for a worker that offers what its next step requires.
 BLOCKED_RECHECK_MS = 5_000
@@ -341,6 +341,10 @@ class TurnDriver:
         return run, workflow, checkpoints
 
     async def _turn(self, ex: Execution) -> None:
+        with run_logging(ex.run_id, ex.run.workflow):  # records logged in the turn name it
+            await self._turn_in_context(ex)
+
+    async def _turn_in_context(self, ex: Execution) -> None:
         """One turn of the body, then the settle of how it ended (one method per outcome).
         The ambient ctx stays set while an exit unwinds (compensations may use it), and is
         reset before a body that returned is settled."""

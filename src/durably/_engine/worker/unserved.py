@@ -19,10 +19,10 @@ to `suspended`, and its next turn replays it.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from durably._core import worker_beats
+from durably._core.log_context import durably_logger
 from durably._core.models import RunPatch, RunStatus, StepError, WorkflowRun, replace
 from durably._engine.control.settle import SettleHost, release_quietly, update_if_status
 from durably._engine.defs.events import EngineEvent
@@ -30,7 +30,7 @@ from durably._engine.defs.events import EngineEvent
 if TYPE_CHECKING:
     from durably._engine.defs.registry import Workflow
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 UNSERVED_CODE = worker_beats.UNSERVED_CODE
 # The first re-check comes this long after the first park; each later one waits twice as

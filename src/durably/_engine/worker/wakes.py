@@ -8,17 +8,17 @@ still polls, so a lost message costs latency, never correctness.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
+from durably._core.log_context import durably_logger
 from durably._engine.worker.runs import BackgroundTasks, DriveState, ExecutingRuns
 from durably._store.protocol import WakeBus
 
 if TYPE_CHECKING:
     from durably._store.protocol import WakeSource
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 
 class WakeRuns(ExecutingRuns, DriveState, BackgroundTasks, Protocol):

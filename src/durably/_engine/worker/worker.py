@@ -28,12 +28,12 @@ worker itself is what the `Engine` uses, and the host of the event accumulators.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from durably._core.admission import Queue
+from durably._core.log_context import durably_logger
 from durably._core.models import JSONValue, WorkflowRun
 from durably._engine.client.handle import RunWatchers
 from durably._engine.control.plane import ControlPlane
@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from durably._transport.pool import TransportPool
     from durably._transport.protocol import WorkerDirectory
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.worker")
 
 __all__ = ["Worker"]
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -46,11 +45,12 @@ from durably._core.admission import (
     window_count,
 )
 from durably._core.bounds import PayloadRejectedError
+from durably._core.log_context import durably_logger
 from durably._store.sql.connection import Connector
 from durably._store.sql.store import SqlStateStore
 from durably._store.sql.wakebus import PgWakeBus
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.store")
 
 __all__ = ["PgAdmission", "store_admission"]
 

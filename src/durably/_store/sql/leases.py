@@ -12,16 +12,16 @@ once, naming the run and what happened; the lease is then left to lapse.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 
 import sqlalchemy as sa
 
 from durably._core.errors import StoreConnectionError
+from durably._core.log_context import durably_logger
 
 __all__ = ["RELEASE_RETRY_DELAYS_S", "release_retrying"]
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.store")
 
 #: Pauses between the attempts of a release (seconds): about 4 s in all, the time a pool
 #: takes to free a connection under load, well below any lease.

@@ -30,7 +30,6 @@ Migrations (`schema_transaction`) use the engine itself (`engine.begin()`).
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -41,6 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from durably._core.log_context import durably_logger
 from durably._store.sql import pg as _pg
 from durably._store.sql.compiled import FastStatements
 from durably._store.sql.connection import Connector, Params, Session, Work
@@ -54,7 +54,7 @@ _FULL_BACKOFF_S = 1.0
 #: SQLSTATE of "too many clients" / "too many connections for role|database".
 _TOO_MANY_CONNECTIONS = "53300"
 
-log = logging.getLogger("durably")
+log = durably_logger("durably.store")
 
 
 #: What the server has room for: its limit and reserve, the role's and the database's

@@ -27,16 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from durably._core.log_context import durably_logger
 from durably._store.protocol import WakeHandler
 
-log = logging.getLogger("durably.store.wakebus")
+log = durably_logger("durably.store.wakebus")
 
 #: Seconds between reconnect attempts of a lost listener (the last one repeats).
 RECONNECT_DELAYS: tuple[float, ...] = (0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
