@@ -69,6 +69,7 @@ from durably._engine.client.schedules import ScheduleClient
 from durably._engine.client.sync import SyncClient
 from durably._engine.defs.concurrency import AdaptiveConcurrency
 from durably._engine.defs.events import EngineEvent, MetricsSnapshot
+from durably._engine.defs.intercept import ClientCallInfo, Interceptor, StepCallInfo, TurnInfo
 from durably._engine.defs.options import EngineOptions
 from durably._engine.defs.registry import (
     OnErrorInput,
@@ -139,6 +140,7 @@ __all__ = [
     "Batch",
     "BufferedSignalInfo",
     "Client",
+    "ClientCallInfo",
     "Codec",
     "CodecStateStore",
     "Concurrency",
@@ -161,6 +163,7 @@ __all__ = [
     "GroupHealth",
     "InMemoryStateStore",
     "InputValidationError",
+    "Interceptor",
     "InvalidRunIdError",
     "MetricsSnapshot",
     "NestedWorkflowCallError",
@@ -207,6 +210,7 @@ __all__ = [
     "SingletonQueueFullError",
     "StateStore",
     "Step",
+    "StepCallInfo",
     "StepCheckpoint",
     "StepError",
     "StepEvent",
@@ -214,6 +218,7 @@ __all__ = [
     "StoreConnectionError",
     "SyncClient",
     "TenantGateway",
+    "TurnInfo",
     "UpdateResult",
     "Workflow",
     "WorkflowBlocked",
