@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
+from durably._core.errors import StepFailedError
+from durably._core.models import StepError
 from durably._engine.defs.vocab import PARENT_TAG_PREFIX
 
 if TYPE_CHECKING:
@@ -110,8 +112,10 @@ class Interceptor:
     async def intercept_step(
         self, info: StepCallInfo, call_next: Callable[[], Awaitable[Any]]
     ) -> Any:
-        """Around one step attempt (see `StepCallInfo.kind` for which). A step served from
-        its checkpoint on replay is not an attempt: no hook runs for it."""
+        """Around one step attempt (see `StepCallInfo.kind` for which). A failed attempt
+        raises out of `call_next()` (a `durably.StepFailedError` carrying the step's error
+        when the step's own body failed): let it propagate. A step served from its
+        checkpoint on replay is not an attempt: no hook runs for it."""
         return await call_next()
 
     async def intercept_turn(
@@ -227,13 +231,24 @@ class Interceptors:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        async def innermost() -> T:
-            return await call(*args, **kwargs)
+        async def innermost() -> Any:
+            result = await call(*args, **kwargs)
+            # A handler's failure comes back as (None, error) from the runners of `step` and
+            # `served` attempts: raised here, so every interceptor sees a failed attempt as
+            # an exception, and turned back into the pair once it leaves the chain.
+            if info.kind in _RETURNS_ERRORS and isinstance(result, tuple):
+                error = result[1]
+                if isinstance(error, StepError):
+                    raise _AttemptFailed(error, result)
+            return result
 
         nxt: Callable[[], Awaitable[Any]] = innermost
         for item in reversed(self._items):
             nxt = _bind(item.intercept_step, info, nxt)
-        result: T = await nxt()
+        try:
+            result: T = await nxt()
+        except _AttemptFailed as failed:
+            return failed.result  # type: ignore[return-value]
         return result
 
     async def turn(
@@ -288,6 +303,17 @@ class Interceptors:
             if found is not None:
                 return found
         return None
+
+
+_RETURNS_ERRORS = frozenset({"step", "served"})
+
+
+class _AttemptFailed(StepFailedError):
+    """A failed step attempt as interceptors see it (a `StepFailedError` with its error)."""
+
+    def __init__(self, error: StepError, result: object):
+        super().__init__(error)
+        self.result = result
 
 
 def _bind(
