@@ -23,20 +23,22 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from durably._extras import require_otel
 
 require_otel("durably.contrib.opentelemetry")
 
+from opentelemetry import context as otel_context  # noqa: E402
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.context import Context  # noqa: E402
 from opentelemetry.trace import (  # noqa: E402
     Link,
     NonRecordingSpan,
+    Span,
     SpanContext,
     SpanKind,
     Status,
@@ -68,6 +70,7 @@ _KINDS = {
 }
 
 
+@functools.lru_cache(maxsize=4096)  # every step of a run asks for its trace id
 def _digest(namespace: str | None, run_id: str) -> bytes:
     # The namespace is part of the key: run ids are unique across namespaces, but a trace
     # id that also names the partition keeps two deployments sharing a backend apart.
@@ -138,22 +141,23 @@ class TracingInterceptor(Interceptor):
     async def intercept_step(
         self, info: StepCallInfo, call_next: Callable[[], Awaitable[Any]]
     ) -> Any:
-        verb = "dispatch" if info.kind == "dispatch" else "step"
-        with self._span(
-            f"{verb} {info.step}",
-            self._step_parent(info),
-            _KINDS[info.kind],
-            {
+        # The step's name is the span's; the namespace is in the trace id. Fewer attributes
+        # keep the span cheap: a step pays for this on every attempt.
+        span = self._tracer.start_span(
+            f"dispatch {info.step}" if info.kind == "dispatch" else f"step {info.step}",
+            context=self._step_parent(info),
+            kind=_KINDS[info.kind],
+            attributes={
                 "durably.run_id": info.run_id,
                 "durably.workflow": info.workflow or "",
-                "durably.namespace": info.namespace or "",
-                "durably.step": info.step,
                 "durably.step.seq": info.seq,
                 "durably.step.kind": info.kind,
                 "durably.step.attempt": info.attempt,
             },
-        ):
-            return await call_next()
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        return await _within(span, call_next)
 
     async def intercept_client(
         self, info: ClientCallInfo, call_next: Callable[[], Awaitable[Any]]
@@ -166,8 +170,14 @@ class TracingInterceptor(Interceptor):
         ):
             if value is not None:
                 attributes[key] = value
-        with self._span(f"durably.{info.verb}", None, SpanKind.CLIENT, attributes):
-            return await call_next()
+        span = self._tracer.start_span(
+            f"durably.{info.verb}",
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        return await _within(span, call_next)
 
     def traceparent(self) -> str | None:
         carrier: dict[str, str] = {}
@@ -182,37 +192,28 @@ class TracingInterceptor(Interceptor):
             carried = _W3C.extract({"traceparent": info.traceparent})
             if trace.get_current_span(carried).get_span_context().is_valid:
                 return carried
-        current = trace.get_current_span().get_span_context()
-        if current.is_valid and current.trace_id == run_trace_id(info.run_id, info.namespace):
-            return trace.set_span_in_context(trace.get_current_span())
+        current = trace.get_current_span()
+        if current.get_span_context().trace_id == run_trace_id(info.run_id, info.namespace):
+            return otel_context.get_current()
         return _run_context(info.run_id, info.namespace)
 
-    @contextmanager
-    def _span(
-        self,
-        name: str,
-        context: Context | None,
-        kind: SpanKind,
-        attributes: dict[str, Any],
-    ) -> Iterator[None]:
-        # Failures are recorded by hand: a step's StepFailedError carries the error the
-        # engine recorded (its message and code), which is what the span should say.
-        with self._tracer.start_as_current_span(
-            name,
-            context=context,
-            kind=kind,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            try:
-                yield
-            except BaseException as exc:
-                if isinstance(exc, StepFailedError):
-                    error = exc.step_error
-                    span.set_attribute("durably.error.code", error.code or "")
-                    span.set_status(Status(StatusCode.ERROR, error.message))
-                elif isinstance(exc, Exception):
-                    span.record_exception(exc)
-                    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-                raise
+
+async def _within(span: Span, call_next: Callable[[], Awaitable[Any]]) -> Any:
+    """`call_next()` with `span` current, ended after it; a failure sets its ERROR status.
+    Recorded by hand: a step's StepFailedError carries the error the engine recorded (its
+    message and code), which is what the span should say."""
+    token = otel_context.attach(trace.set_span_in_context(span))
+    try:
+        return await call_next()
+    except StepFailedError as exc:
+        error = exc.step_error
+        span.set_attribute("durably.error.code", error.code or "")
+        span.set_status(Status(StatusCode.ERROR, error.message))
+        raise
+    except Exception as exc:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        raise
+    finally:
+        otel_context.detach(token)
+        span.end()
