@@ -29,6 +29,7 @@ from opentelemetry.trace import StatusCode
 
 import durably
 from durably import WorkflowCtx
+from durably._core.wire import parse_remote_task
 from durably.contrib.opentelemetry import TracingInterceptor, run_trace_id
 from durably.transports import InMemoryTransport
 from tests.engine_support import FAST_TUNING
@@ -150,7 +151,9 @@ async def test_a_remote_step_span_is_a_child_of_the_dispatch_span_named_on_the_w
     (served,) = _named(found, "step ")
     (task,) = transport.broker.dispatched
     ctx = _ctx(dispatch)
-    assert task.traceparent == f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-01"
+    wire = task.to_json()  # the task as a broker carries it
+    assert wire["traceparent"] == f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-01"
+    assert parse_remote_task(json.loads(json.dumps(wire))).traceparent == wire["traceparent"]
     assert served.parent is not None and served.parent.span_id == ctx.span_id
     assert _ctx(served).trace_id == ctx.trace_id == run_trace_id(f"{uid}-r")
     assert served.attributes is not None and served.attributes["durably.step.kind"] == "served"
