@@ -148,6 +148,10 @@ class Engine:
     `engine.schedules` creates, pauses, triggers, backfills and deletes schedules at run
     time (kept in the store, fired the same way by every driving engine of the namespace)
     and lists them beside the static ones.
+    Interceptors: `interceptors=[...]` (`durably.Interceptor` instances) run around each
+    step attempt, each turn of a workflow body here and each client call that changes runs,
+    outermost first (`durably.contrib.opentelemetry.TracingInterceptor` traces them).
+    Anything else in the list is a `TypeError`.
     Dead letters: a run that crash recovery took back more than `max_recovery_attempts`
     times (default: no limit) is marked `dead`. `dead_letter_workflow=` (a workflow or its
     name) is then started once for it, as run `dlq:<runId>` with the input `{deadRunId,

@@ -173,6 +173,8 @@ class Client:
     `ValueError` naming it.
 
     Use it as `async with Client(...) as client:`; calls made before open it lazily.
+    `interceptors=[...]` (`durably.Interceptor` instances) run around its calls that change
+    runs (start, signal, cancel, …), outermost first.
 
     Its verbs are `Engine`'s under the same names and signatures; what an engine has beyond
     them needs the worker: `update` (the engine's validators check it), `publish_event`
