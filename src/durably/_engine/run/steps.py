@@ -335,19 +335,9 @@ async def _dispatch(
     ex.emit("step.started", seq=seq, name=name, kind="remote", placement="remote", attempt=attempt)
     try:
         await ex.host.interceptors.step(
-            ex.run,
-            seq,
-            name,
-            attempt,
-            "dispatch",
-            _send,
-            ex,
-            remote,
-            seq,
-            name,
-            json_input,
-            attempt,
-        )
+            ex.run, seq, name, attempt, "dispatch",
+            _send, ex, remote, seq, name, json_input, attempt,
+        )  # fmt: skip
     except Exception as exc:
         log.warning("run %s: step %s could not be dispatched: %s", ex.run_id, name, exc)
         return await _fail_pending(
@@ -603,15 +593,9 @@ async def _attempt_local(
         token = STEP_SCOPE.set((ex, name))
         try:
             result = await ex.host.interceptors.step(
-                ex.run,
-                seq,
-                name,
-                attempt,
-                "local",
-                _call_local,
-                fn,
-                logger if pass_logger else None,
-            )
+                ex.run, seq, name, attempt, "local",
+                _call_local, fn, logger if pass_logger else None,
+            )  # fmt: skip
             return codec.to_json(result), attempt, tuple(logger.events), history
         except Exception as exc:
             finished = ex.now()
