@@ -259,3 +259,12 @@ def test_no_interceptors_is_an_empty_chain() -> None:
     assert Interceptors.of([], "Engine") is NO_INTERCEPTORS
     assert Interceptors.of(None, "Engine") is NO_INTERCEPTORS
     assert not NO_INTERCEPTORS
+
+
+def test_a_sync_client_passes_its_interceptors_on(tmp_path: Path, uid: str) -> None:
+    log: list[tuple[str, str, object]] = []
+    with durably.SyncClient(_db(tmp_path), interceptors=[Recording("sync", log)]) as client:
+        client.signal(f"{uid}:nobody", 1)
+    assert [(what, i.verb) for _, what, i in log if isinstance(i, ClientCallInfo)] == [
+        ("enter client", "signal")
+    ]
