@@ -17,6 +17,13 @@ Usage::
     python benchmarks/sequential.py --reps 3        # median of 3 repetitions
     python benchmarks/sequential.py --store postgres --pg-url postgresql://postgres@127.0.0.1/test
                                                     # PostgreSQL: a fresh schema per run
+    python benchmarks/sequential.py --otel          # the cost of tracing (needs durably[otel])
+
+With ``--otel`` it prints one object instead: the 1,000-step workload run ``--reps`` times
+(at least 5) with and without `durably.contrib.opentelemetry.TracingInterceptor`, the two
+interleaved in one process, and the per-step cost of each (medians) and their difference.
+The spans go through the SDK's ``BatchSpanProcessor`` to an exporter that only counts them,
+as a production exporter would take them off the steps' path.
 """
 
 from __future__ import annotations
@@ -65,8 +72,12 @@ async def _step_latencies(engine: durably.Engine, run_ids: list[str]) -> dict[st
     return bench_common.latency_fields(gaps, prefix="step_", digits=3, rank=round)
 
 
-async def one_long(url: str, steps: int) -> dict[str, Any]:
-    async with durably.Engine(store=url, workflows=[seq_wf], steps=[inc]) as engine:
+async def one_long(
+    url: str, steps: int, interceptors: list[durably.Interceptor] | None = None
+) -> dict[str, Any]:
+    async with durably.Engine(
+        store=url, workflows=[seq_wf], steps=[inc], interceptors=interceptors
+    ) as engine:
         before = engine.store.statement_count  # type: ignore[attr-defined]
         t0 = time.perf_counter()
         result = await engine.execute(seq_wf, steps, run_id="w4-0", timeout=540)
@@ -129,7 +140,12 @@ async def main() -> int:
     parser.add_argument("--long-steps", type=int, default=1000)
     parser.add_argument("--workflows", type=int, default=200)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument(
+        "--otel", action="store_true", help="per-step cost with and without OTel tracing"
+    )
     args = parser.parse_args()
+    if args.otel:
+        return await tracing_cost(args)
     ok = True
     with tempfile.TemporaryDirectory(prefix="durably-bench-") as directory:
         for name, make in (
@@ -154,6 +170,73 @@ async def main() -> int:
             )
             ok = ok and bool(report["ok"])
             print(json.dumps(report), flush=True)
+    await _drop_pg_schemas()
+    return 0 if ok else 1
+
+
+async def tracing_cost(args: argparse.Namespace) -> int:
+    """The 1,000-step workload with and without tracing, interleaved (module doc)."""
+    from collections.abc import Sequence
+    from statistics import median
+
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    from durably.contrib.opentelemetry import TracingInterceptor
+
+    class Counting(SpanExporter):
+        spans = 0
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            Counting.spans += len(spans)
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Counting()))
+    tracing: list[durably.Interceptor] = [TracingInterceptor(tracer_provider=provider)]
+    reps = max(args.reps, 5)
+    plain: list[float] = []
+    traced: list[float] = []
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="durably-bench-") as directory:
+        for rep in range(reps):
+            for label, interceptors, out in (
+                ("plain", None, plain),
+                ("traced", tracing, traced),
+            ):
+                url = _store_url(args.store, directory, f"otel-{label}-{rep}", args.pg_url)
+                report = await one_long(url, args.long_steps, interceptors)
+                ok = ok and bool(report["ok"])
+                out.append(report["us_per_step"])
+    provider.force_flush()
+    provider.shutdown()
+    plain_us, traced_us = median(plain), median(traced)
+    print(
+        json.dumps(
+            {
+                "workload": f"otel_w4_{args.long_steps}_steps",
+                "ok": ok,
+                "us_per_step_plain": round(plain_us, 1),
+                "us_per_step_traced": round(traced_us, 1),
+                "tracing_us_per_step": round(traced_us - plain_us, 1),
+                "target_us_per_step": 30,
+                "spans_exported": Counting.spans,
+                "us_per_step_plain_all": plain,
+                "us_per_step_traced_all": traced,
+                "peer": "durably",
+                "peer_version": durably.__version__,
+                "backend": args.store,
+                "python": sys.version.split()[0],
+                "loadavg_1m": bench_common.loadavg_1m(),
+                "median_of": reps,
+            }
+        ),
+        flush=True,
+    )
     await _drop_pg_schemas()
     return 0 if ok else 1
 

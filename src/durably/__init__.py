@@ -70,6 +70,7 @@ from durably._engine.client.schedules import ScheduleClient
 from durably._engine.client.sync import SyncClient
 from durably._engine.defs.concurrency import AdaptiveConcurrency
 from durably._engine.defs.events import EngineEvent, MetricsSnapshot
+from durably._engine.defs.intercept import ClientCallInfo, Interceptor, StepCallInfo, TurnInfo
 from durably._engine.defs.options import EngineOptions
 from durably._engine.defs.registry import (
     OnErrorInput,
@@ -141,6 +142,7 @@ __all__ = [
     "Batch",
     "BufferedSignalInfo",
     "Client",
+    "ClientCallInfo",
     "Codec",
     "CodecStateStore",
     "Concurrency",
@@ -163,6 +165,7 @@ __all__ = [
     "GroupHealth",
     "InMemoryStateStore",
     "InputValidationError",
+    "Interceptor",
     "InvalidRunIdError",
     "MetricsSnapshot",
     "NestedWorkflowCallError",
@@ -210,6 +213,7 @@ __all__ = [
     "SingletonQueueFullError",
     "StateStore",
     "Step",
+    "StepCallInfo",
     "StepCheckpoint",
     "StepContext",
     "StepError",
@@ -219,6 +223,7 @@ __all__ = [
     "SubProcess",
     "SyncClient",
     "TenantGateway",
+    "TurnInfo",
     "UpdateResult",
     "Workflow",
     "WorkflowBlocked",

@@ -9,9 +9,11 @@ import importlib.util
 __all__ = [
     "DASHBOARD_MODULES",
     "EXTRA_HINT",
+    "OTEL_HINT",
     "POSTGRES_HINT",
     "PROMETHEUS_HINT",
     "missing_modules",
+    "require_otel",
     "require_postgres_driver",
     "require_prometheus",
 ]
@@ -20,6 +22,7 @@ EXTRA_HINT = "pip install 'durably[dashboard]'"
 DASHBOARD_MODULES = ("starlette", "uvicorn", "prometheus_client")
 POSTGRES_HINT = "pip install 'durably[postgres]'"
 PROMETHEUS_HINT = "pip install 'durably[prometheus]'"
+OTEL_HINT = "pip install 'durably[otel]'"
 
 
 def missing_modules(names: tuple[str, ...] = DASHBOARD_MODULES) -> list[str]:
@@ -54,4 +57,14 @@ def require_prometheus(what: str) -> None:
         raise ModuleNotFoundError(
             f"{what} needs prometheus_client (the `prometheus` extra): {PROMETHEUS_HINT}",
             name="prometheus_client",
+        )
+
+
+def require_otel(what: str) -> None:
+    """Raise `ModuleNotFoundError` naming the `otel` extra when the OpenTelemetry API or SDK
+    is missing (a subclass of what the import would raise, saying what to install)."""
+    missing = missing_modules(("opentelemetry.trace", "opentelemetry.sdk"))
+    if missing:
+        raise ModuleNotFoundError(
+            f"{what} needs OpenTelemetry (the `otel` extra): {OTEL_HINT}", name=missing[0]
         )

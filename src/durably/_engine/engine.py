@@ -51,6 +51,7 @@ from durably._engine.control.signals import buffer_policy
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.concurrency import ConcurrencySpec
 from durably._engine.defs.events import Listener, MetricsSnapshot
+from durably._engine.defs.intercept import ClientCallInfo, Interceptor, Interceptors
 from durably._engine.defs.options import OPTION_NAMES, UNSET, EngineOptions, Unset, merge_options
 from durably._engine.defs.registry import (
     DEFAULT_REGISTRY,
@@ -62,6 +63,7 @@ from durably._engine.defs.registry import (
 from durably._engine.defs.schedules import Schedule, check_schedules
 from durably._engine.defs.stores import open_store
 from durably._engine.defs.tallies import MetricSeries
+from durably._engine.defs.typed_io import ValueCodec
 from durably._engine.defs.unsupported import CONCURRENCY_OVER_TRANSPORT, refuse_engine_options
 from durably._engine.flow.queues import AdmissionSpec, QueueReport
 from durably._engine.flow.quotas import OnDuplicate
@@ -146,6 +148,10 @@ class Engine:
     `engine.schedules` creates, pauses, triggers, backfills and deletes schedules at run
     time (kept in the store, fired the same way by every driving engine of the namespace)
     and lists them beside the static ones.
+    Interceptors: `interceptors=[...]` (`durably.Interceptor` instances) run around each
+    step attempt, each turn of a workflow body here and each client call that changes runs,
+    outermost first (`durably.contrib.opentelemetry.TracingInterceptor` traces them).
+    Anything else in the list is a `TypeError`.
     Dead letters: a run that crash recovery took back more than `max_recovery_attempts`
     times (default: no limit) is marked `dead`. `dead_letter_workflow=` (a workflow or its
     name) is then started once for it, as run `dlq:<runId>` with the input `{deadRunId,
@@ -172,6 +178,7 @@ class Engine:
         admission: AdmissionSpec = "auto",
         options: EngineOptions | None = None,
         dead_letter_workflow: Workflow[Any, Any] | str | None = None,
+        interceptors: Sequence[Interceptor] | None = None,
         # The tuning options, each documented on `EngineOptions`. UNSET means "take it from
         # `options` (or the default)", so an explicit keyword always wins over `options`.
         lease_ms: int | Unset = UNSET,
@@ -208,6 +215,7 @@ class Engine:
         **unsupported: Never,
     ):
         refuse_engine_options(unsupported, OPTION_NAMES)
+        chain = self._interceptors = Interceptors.of(interceptors, "Engine")
         opts = merge_options(
             "Engine",
             options,
@@ -304,6 +312,7 @@ class Engine:
             dead_letter_workflow=dead_letter_ref(
                 "Engine(dead_letter_workflow=...)", dead_letter_workflow
             ),
+            interceptors=chain,
         )
         install(self._worker)  # the event accumulators behind debounce=/batch=
         # Worker concurrency: a permit per in-process step handler (None: no limit).
@@ -314,6 +323,7 @@ class Engine:
             watchers=self._worker.watchers,
             poll=self._worker.poll_interval,
             lease_ms=opts.lease_ms,
+            interceptors=chain,
         )
         self._updates = Updates(self.store, opener=self._ensure_open, route=self._worker.deliveries)
         self._health = WorkerHealth(
@@ -602,6 +612,19 @@ class Engine:
         )
         refuse_engine_owned_start(workflow, run_id)
         output = output_codec(workflow, output_type)
+        info = ClientCallInfo("start", self.namespace, run_id, request.workflow)
+        return await self._interceptors.client(
+            info, lambda: self._start_run(workflow, input, request, output)
+        )
+
+    async def _start_run(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any,
+        request: StartRequest,
+        output: ValueCodec | None,
+    ) -> RunHandle[Any]:
+        version = request.version
         await self._ensure_open()
         worker = self._worker
         try:

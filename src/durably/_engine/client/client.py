@@ -60,6 +60,12 @@ from durably._engine.control.fleet_check import FleetCheck
 from durably._engine.control.plane import ControlPlane
 from durably._engine.control.signals import BufferBounds, buffer_policy
 from durably._engine.control.start import StartRequest
+from durably._engine.defs.intercept import (
+    NO_INTERCEPTORS,
+    ClientCallInfo,
+    Interceptor,
+    Interceptors,
+)
 from durably._engine.defs.options import UNSET, EngineOptions, Unset, merge_options
 from durably._engine.defs.registry import Workflow
 from durably._engine.defs.schedules import Schedule
@@ -167,6 +173,8 @@ class Client:
     `ValueError` naming it.
 
     Use it as `async with Client(...) as client:`; calls made before open it lazily.
+    `interceptors=[...]` (`durably.Interceptor` instances) run around its calls that change
+    runs (start, signal, cancel, …), outermost first.
 
     Its verbs are `Engine`'s under the same names and signatures; what an engine has beyond
     them needs the worker: `update` (the engine's validators check it), `publish_event`
@@ -191,7 +199,9 @@ class Client:
         signal_buffer_per_token: int | Unset = UNSET,
         signal_buffer_per_namespace: int | Unset = UNSET,
         max_payload_bytes: int | Unset = UNSET,
+        interceptors: Sequence[Interceptor] | None = None,
     ):
+        chain = Interceptors.of(interceptors, "Client")
         # A client only sends and buffers signals, so of `options` it uses the signal-buffer
         # bounds and `max_payload_bytes` (the largest signal payload) and ignores the rest
         # (they tune the worker runtime, which a client does not run); taking the whole
@@ -219,10 +229,14 @@ class Client:
                 clock=lambda: int(time.time() * 1000),
                 policy=policy,
             ),
+            chain,
         )
 
-    def _compose(self, lease_ms: int, session: ClientSession) -> None:
+    def _compose(
+        self, lease_ms: int, session: ClientSession, interceptors: Interceptors = NO_INTERCEPTORS
+    ) -> None:
         """Assemble the client over `session` (every constructor ends here)."""
+        self._interceptors = interceptors  # around the verbs that change runs
         self._lease_ms = lease_ms
         self._session = session
         self._plane = session.plane
@@ -409,8 +423,10 @@ class Client:
             dedup_id=dedup_id,
             on_duplicate=on_duplicate,
         )
-        return await self._start(
-            workflow, input, request, output=output_codec(workflow, output_type)
+        info = ClientCallInfo("start", self.namespace, run_id, request.workflow)
+        codec = output_codec(workflow, output_type)
+        return await self._interceptors.client(
+            info, lambda: self._start(workflow, input, request, output=codec)
         )
 
     async def _start(
@@ -492,8 +508,12 @@ class Client:
         if not isinstance(buffer, bool):
             raise TypeError(f"buffer must be True or False, not {buffer!r}")
         await self._session.open()
-        return await self._plane.signal(
-            token, payload, want_result=True, buffer="bounded" if buffer else "none"
+        info = ClientCallInfo("signal", self.namespace, token=token)
+        return await self._interceptors.client(
+            info,
+            lambda: self._plane.signal(
+                token, payload, want_result=True, buffer="bounded" if buffer else "none"
+            ),
         )
 
     @overload
@@ -562,9 +582,14 @@ class Client:
             version=version,
             namespace=namespace,
         )
-        handle = await self._start(workflow, input, request)
-        await self.signal(token, payload, buffer=True)
-        return handle
+
+        async def call() -> RunHandle[Any]:
+            handle = await self._start(workflow, input, request)
+            await self.signal(token, payload, buffer=True)
+            return handle
+
+        info = ClientCallInfo("signal_with_start", self.namespace, run_id, request.workflow, token)
+        return await self._interceptors.client(info, call)
 
     # ================================================================== operator actions
 
@@ -572,7 +597,10 @@ class Client:
         """Cancel the run (and its children); `compensate=True` unwinds its saga first.
         None when the run is unknown; a settled run is returned untouched."""
         await self._session.open()
-        return await operator.cancel(self._plane, run_id, compensate=compensate)
+        return await self._interceptors.client(
+            ClientCallInfo("cancel", self.namespace, run_id),
+            lambda: operator.cancel(self._plane, run_id, compensate=compensate),
+        )
 
     async def cancel_where(
         self, *, compensate: bool = False, limit: int = CANCEL_WHERE_LIMIT, **query: Any
@@ -613,7 +641,10 @@ class Client:
         """Retry a failed or dead run in place (the console's "retry"): its failed steps
         and failed children run again; None when the run is unknown."""
         await self._session.open()
-        return await operator.requeue(self._plane, run_id)
+        return await self._interceptors.client(
+            ClientCallInfo("retry", self.namespace, run_id),
+            lambda: operator.requeue(self._plane, run_id),
+        )
 
     async def retry_with_input(
         self, run_id: str, input: Any, *, new_run_id: str | None = None
@@ -636,7 +667,10 @@ class Client:
             priority=run.priority,  # a fix-and-replay is as urgent as the run it replaces
             namespace=run.namespace,
         )
-        await self._start(registered or run.workflow, input, request, check_fleet=False)
+        await self._interceptors.client(
+            ClientCallInfo("retry_with_input", self.namespace, run_id, run.workflow),
+            lambda: self._start(registered or run.workflow, input, request, check_fleet=False),
+        )
         return new_id
 
     async def fork(
@@ -704,7 +738,10 @@ class Client:
     async def continue_run(self, run_id: str) -> RunResult | None:
         """Release the run's first pending breakpoint; None when it has none."""
         await self._session.open()
-        return await operator.continue_run(self._plane, run_id)
+        return await self._interceptors.client(
+            ClientCallInfo("continue_run", self.namespace, run_id),
+            lambda: operator.continue_run(self._plane, run_id),
+        )
 
     async def redispatch_pending(self, run_id: str) -> dict[str, Any] | None:
         """Re-send every dispatched-but-unsettled step of the run (at-least-once); None
@@ -715,7 +752,10 @@ class Client:
     async def delete_run(self, run_id: str) -> int:
         """Delete the run and its children; the number of runs deleted."""
         await self._session.open()
-        return await operator.delete_run(self._plane, run_id)
+        return await self._interceptors.client(
+            ClientCallInfo("delete_run", self.namespace, run_id),
+            lambda: operator.delete_run(self._plane, run_id),
+        )
 
     async def prune(
         self,
@@ -906,8 +946,10 @@ class HostedClient(Client):
         watchers: RunWatchers,
         poll: Callable[[str], float],
         lease_ms: int | None = None,
+        interceptors: Interceptors = NO_INTERCEPTORS,
     ):
         self._compose(
             lease_ms if lease_ms is not None else EngineOptions().lease_ms,
             HostedSession(plane, opener=opener, watchers=watchers, poll=poll),
+            interceptors,
         )

@@ -34,6 +34,7 @@ from durably._engine.client.handle import RunHandle, WaitUntil
 from durably._engine.client.run_gateway import RunEventListener
 from durably._engine.client.schedule_views import ScheduleDescription
 from durably._engine.client.schedules import ScheduleClient
+from durably._engine.defs.intercept import Interceptor
 from durably._engine.defs.options import UNSET, EngineOptions, Unset
 from durably._engine.defs.registry import Workflow
 from durably._engine.defs.schedules import Schedule
@@ -214,6 +215,7 @@ class SyncClient:
         signal_buffer_per_token: int | Unset = UNSET,
         signal_buffer_per_namespace: int | Unset = UNSET,
         max_payload_bytes: int | Unset = UNSET,
+        interceptors: Sequence[Interceptor] | None = None,
     ):
         self._loop = _LoopThread("durably-sync-client")
 
@@ -228,6 +230,9 @@ class SyncClient:
                 signal_buffer_per_token=signal_buffer_per_token,
                 signal_buffer_per_namespace=signal_buffer_per_namespace,
                 max_payload_bytes=max_payload_bytes,
+                # The hooks run on this client's own loop thread, so a contextvar of the
+                # calling thread is not visible in them.
+                interceptors=interceptors,
             )
 
         try:

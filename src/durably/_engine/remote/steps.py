@@ -51,6 +51,7 @@ from durably._core.wire import (
     step_id_of,
     tenant_group,
 )
+from durably._engine.defs.intercept import NO_INTERCEPTORS, Interceptors
 from durably._engine.defs.registry import Step
 from durably._engine.defs.typed_io import PLAIN
 from durably._engine.run.in_process import run_handler
@@ -197,7 +198,14 @@ class RemoteSteps:
         return step_token(name, run.namespace)
 
     async def dispatch(
-        self, run: WorkflowRun, seq: int, name: str, json_input: JSONValue, attempt: int
+        self,
+        run: WorkflowRun,
+        seq: int,
+        name: str,
+        json_input: JSONValue,
+        attempt: int,
+        *,
+        traceparent: str | None = None,
     ) -> None:
         task = RemoteTask(
             run_id=run.id,
@@ -208,6 +216,7 @@ class RemoteSteps:
             input=json_input,
             attempt=attempt,
             priority=run.priority,
+            traceparent=traceparent,
         )
         await self._pool.dispatch(task)
 
@@ -219,9 +228,14 @@ class StepService:
         self,
         steps: Callable[[str], Step[Any, Any] | None],
         executor: Callable[[], ThreadPoolExecutor],
+        *,
+        interceptors: Interceptors = NO_INTERCEPTORS,
+        namespace: str | None = None,
     ):
         self._steps = steps
         self._executor = executor
+        self._interceptors = interceptors
+        self._namespace = namespace
 
     async def __call__(self, task: RemoteTask) -> StepResult:
         started = int(time.time() * 1000)
@@ -234,9 +248,10 @@ class StepService:
             )
         else:
             with served_attempt(task.run_id, task.seq, task.name, task.attempt) as logger:
-                output, error = await run_handler(
-                    step, task.name, task.input, step.input_codec or PLAIN, None, self._executor()
-                )
+                output, error = await self._interceptors.served(
+                    task, self._namespace, run_handler,
+                    step, task.name, task.input, step.input_codec or PLAIN, None, self._executor(),
+                )  # fmt: skip
             events = logger.events
         return StepResult(
             run_id=task.run_id,

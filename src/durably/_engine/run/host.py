@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
     from durably._engine.defs.events import EventBus
+    from durably._engine.defs.intercept import Interceptors
     from durably._engine.defs.options import EngineOptions
     from durably._engine.run.execution import Execution
     from durably._engine.run.resident import ResidentSet
@@ -50,7 +51,14 @@ class RemoteDispatch(Protocol):
     """Sends a step attempt to the workers that serve its name (an engine with a transport)."""
 
     async def dispatch(
-        self, run: WorkflowRun, seq: int, name: str, json_input: JSONValue, attempt: int
+        self,
+        run: WorkflowRun,
+        seq: int,
+        name: str,
+        json_input: JSONValue,
+        attempt: int,
+        *,
+        traceparent: str | None = None,
     ) -> None:
         """Returns once a broker holds the task; raises when no transport would take it."""
         ...
@@ -112,6 +120,11 @@ class RunHost(Protocol):
 
     @property
     def transport(self) -> StepTransport: ...
+
+    @property
+    def interceptors(self) -> Interceptors:
+        """The engine's interceptors, around each step attempt (falsy when there are none)."""
+        ...
 
     @property
     def remote(self) -> RemoteDispatch | None:

@@ -32,6 +32,7 @@ from durably._core.models import (
 )
 from durably._engine.control.operator import redispatch_requested
 from durably._engine.defs.registry import RetryPolicy, Step, step_input_json
+from durably._engine.defs.step_context import StepContext
 from durably._engine.defs.typed_io import PLAIN, ValueCodec
 from durably._engine.run.execution import SETTLED, STEP_SCOPE, Execution
 from durably._engine.run.replay_guard import REPLAY_GUARD
@@ -123,9 +124,10 @@ async def run_step(
             ex.emit("step.started", seq=seq, name=name, kind="remote", attempt=attempt)
             try:
                 with attempt_scope(ex, seq, name, attempt, "remote") as logger:
-                    output, error = await ex.host.transport.execute(
-                        ex, step, name, json_input, in_codec, timeout_ms, policy=policy
-                    )
+                    output, error = await ex.host.interceptors.step(
+                        ex.run, seq, name, attempt, "step", ex.host.transport.execute,
+                        ex, step, name, json_input, in_codec, timeout_ms, policy=policy,
+                    )  # fmt: skip
             except BaseException:
                 ex.step_ended()
                 raise
@@ -311,7 +313,10 @@ async def _dispatch(
     await ex.save(pending)
     ex.emit("step.started", seq=seq, name=name, kind="remote", placement="remote", attempt=attempt)
     try:
-        await remote.dispatch(ex.run, seq, name, json_input, attempt)
+        await ex.host.interceptors.step(
+            ex.run, seq, name, attempt, "dispatch",
+            _send, ex, remote, seq, name, json_input, attempt,
+        )  # fmt: skip
     except Exception as exc:
         log.warning("run %s: step %s could not be dispatched: %s", ex.run_id, name, exc)
         return await _fail_pending(
@@ -324,6 +329,28 @@ async def _dispatch(
             ),
         )
     return pending
+
+
+async def _send(
+    ex: Execution,
+    remote: RemoteDispatch,
+    seq: int,
+    name: str,
+    json_input: JSONValue,
+    attempt: int,
+) -> None:
+    """Send one attempt's task, carrying the trace context an interceptor answers (read here,
+    inside the interceptors' dispatch scope, so it names the dispatching span)."""
+    traceparent = ex.host.interceptors.traceparent()
+    await remote.dispatch(ex.run, seq, name, json_input, attempt, traceparent=traceparent)
+
+
+async def _call_local(fn: Callable[..., Any], logger: StepContext | None) -> Any:
+    """One attempt of a local step's function (awaited when it returns an awaitable)."""
+    result = fn(logger) if logger is not None else fn()
+    if isinstance(result, Awaitable):
+        result = await result
+    return result
 
 
 def _redispatch_at(ex: Execution, cp: StepCheckpoint) -> int | None:
@@ -401,7 +428,10 @@ async def _send_again(
         again.attempts,
     )
     try:
-        await remote.dispatch(ex.run, cp.seq, cp.name, json_input, again.attempts)
+        await ex.host.interceptors.step(
+            ex.run, cp.seq, cp.name, again.attempts, "dispatch",
+            _send, ex, remote, cp.seq, cp.name, json_input, again.attempts,
+        )  # fmt: skip
     except Exception as exc:
         log.warning("run %s: step %s could not be re-dispatched: %s", ex.run_id, cp.name, exc)
         return await _fail_pending(
@@ -541,9 +571,10 @@ async def _attempt_local(
         token = STEP_SCOPE.set((ex, name))
         try:
             with attempt_scope(ex, seq, name, attempt, "local") as logger:
-                result = fn(logger) if pass_logger else fn()
-                if isinstance(result, Awaitable):
-                    result = await result
+                result = await ex.host.interceptors.step(
+                    ex.run, seq, name, attempt, "local",
+                    _call_local, fn, logger if pass_logger else None,
+                )  # fmt: skip
             return codec.to_json(result), attempt, logger.events, history
         except Exception as exc:
             finished = ex.now()

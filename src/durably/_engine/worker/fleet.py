@@ -22,6 +22,7 @@ from durably._core.handshake import (
     control_plane_descriptor,
 )
 from durably._core.log_context import durably_logger
+from durably._engine.defs.intercept import NO_INTERCEPTORS, Interceptors
 from durably._engine.defs.registry import Step
 from durably._engine.gateway.server import Gateway, Subscribe
 from durably._engine.gateway.server import WorkerHealth as WorkerHealthRead
@@ -55,8 +56,10 @@ class FleetLink:
         tenant_token_secret: str | bytes | None,
         step_threads: int,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        interceptors: Interceptors = NO_INTERCEPTORS,
     ):
         self._transports = transports
+        self._interceptors = interceptors  # around the steps served here
         self._instance_id = instance_id
         self._namespace = namespace
         self._capabilities = tuple(dict.fromkeys(capabilities))
@@ -124,7 +127,9 @@ class FleetLink:
         tokens = sorted({step_token(name, self._namespace) for name in names})
         if not tokens:
             return
-        service = StepService(definition, executor)
+        service = StepService(
+            definition, executor, interceptors=self._interceptors, namespace=self._namespace
+        )
         descriptor = self._descriptor(sorted(names))
         for _, transport in self._transports.members:
             server = await transport.step_server(

@@ -33,6 +33,7 @@ from durably._engine.control.settle import run_event
 from durably._engine.control.signals import CompletionMailbox, SignalRoute
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.events import EventBus
+from durably._engine.defs.intercept import NO_INTERCEPTORS, Interceptors
 from durably._engine.defs.registry import (
     DEFAULT_REGISTRY,
     Registry,
@@ -525,8 +526,10 @@ class ExecutionHost:
         runs: HostedRuns,
         claims: ClaimQueue,
         mailbox: CompletionMailbox,
+        interceptors: Interceptors = NO_INTERCEPTORS,
     ):
         self._store = store
+        self._interceptors = interceptors
         self._options = options
         self._events = events
         self._resident = resident
@@ -562,6 +565,10 @@ class ExecutionHost:
     @property
     def resident(self) -> ResidentSet:
         return self._resident
+
+    @property
+    def interceptors(self) -> Interceptors:
+        return self._interceptors
 
     @property
     def transport(self) -> StepTransport:

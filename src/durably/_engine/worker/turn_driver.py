@@ -39,6 +39,7 @@ from durably._engine.control.settle import (
     update_if_live,
 )
 from durably._engine.defs.events import EngineEvent
+from durably._engine.defs.intercept import NO_INTERCEPTORS, Interceptors
 from durably._engine.defs.registry import Workflow
 from durably._engine.defs.typed_io import validation_details
 from durably._engine.defs.vocab import next_continuation_id
@@ -116,8 +117,10 @@ class TurnDriver:
         fallback_wake_at: Callable[[], int | None],
         continue_as: Continuation,
         remote: RemoteRuns | None = None,
+        interceptors: Interceptors = NO_INTERCEPTORS,
     ):
         self._host = host
+        self._interceptors = interceptors
         self._settle = settle
         self._store = settle.store
         self._runs = runs
@@ -203,7 +206,7 @@ class TurnDriver:
         self._runs.turn_began(execution)
         execution.task = asyncio.current_task()
         try:
-            await self._turn(execution)
+            await self._interceptors.turn(execution.run, bool(prepared[2]), self._turn, execution)
         finally:
             self._runs.turn_ended(run.id)
 

@@ -39,6 +39,7 @@ from durably._engine.client.handle import RunWatchers
 from durably._engine.control.plane import ControlPlane
 from durably._engine.control.start import StartRequest
 from durably._engine.defs.events import EngineEvent, EventBus
+from durably._engine.defs.intercept import NO_INTERCEPTORS, Interceptors
 from durably._engine.defs.registry import Registry, Step, Workflow
 from durably._engine.flow.queues import AdmissionSpec, FlowControl, admission_backend
 from durably._engine.gateway.server import WorkerHealth as WorkerHealthRead
@@ -103,6 +104,7 @@ class Worker:
         queues: Iterable[Queue] = (),
         admission: AdmissionSpec = "auto",
         dead_letter_workflow: Workflow[Any, Any] | str | None = None,
+        interceptors: Interceptors = NO_INTERCEPTORS,
     ):
         self._store = store
         self._options = options
@@ -136,6 +138,7 @@ class Worker:
                 tenant_token_secret=tenant_token_secret,
                 step_threads=options.step_threads,
                 max_payload_bytes=options.max_payload_bytes,
+                interceptors=interceptors,
             )
             if transports is not None
             else None
@@ -242,6 +245,7 @@ class Worker:
             runs=dispatcher,
             claims=poller,
             mailbox=mailbox,
+            interceptors=interceptors,
         )
         self._driver = TurnDriver(
             host,
@@ -256,6 +260,7 @@ class Worker:
             fallback_wake_at=self.fallback_wake_at,
             continue_as=starts.continue_as,
             remote=turns,
+            interceptors=interceptors,
         )
         dispatcher.connect(self._driver, nudge=deliveries.nudge, after_turn=self._after_turn)
         # Its heartbeat row: only a process that drives runs or serves steps is a worker.
