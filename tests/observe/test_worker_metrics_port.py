@@ -79,7 +79,11 @@ def test_worker_serves_the_exposition_on_its_metrics_port(tmp_path: Path) -> Non
             _, text = _scrape(port)
             done = value(text, "durable_runs_completed_total", workflow=NAME)
             failed = value(text, "durable_runs_failed_total", workflow=NAME, code=CODE)
-            return text if (done, failed) == (2, 1) else None
+            # The gauges are read from the store on each scrape and the counters come from
+            # the engine's events, which can run just ahead of the run's committed write:
+            # wait until both agree.
+            pending = value(text, "durable_runs", status="pending")
+            return text if (done, failed, pending) == (2, 1, 0) else None
 
         text = wait_until(settled, timeout=30, what="the worker's counters")
         content_type, _ = _scrape(port)
